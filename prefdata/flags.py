@@ -1,0 +1,40 @@
+"""Stable flag names (DESIGN.md). Policies, reports and tests refer to these constants."""
+
+IDENTICAL = "identical"
+WHITESPACE_ONLY = "whitespace_only"
+NEAR_DUPLICATE = "near_duplicate"
+IDENTICAL_AFTER_TRUNCATION = "identical_after_truncation"
+EMPTY_PROMPT = "empty_prompt"
+EMPTY_CHOSEN = "empty_chosen"
+EMPTY_REJECTED = "empty_rejected"
+NO_COMPLETION_TOKENS = "no_completion_tokens"
+COMPLETION_TRUNCATED = "completion_truncated"
+PROMPT_BOUNDARY_MISMATCH = "prompt_boundary_mismatch"
+DUPLICATE_PAIR = "duplicate_pair"
+CONFLICTING_PAIR = "conflicting_pair"
+MULTI_TURN_COMPLETION = "multi_turn_completion"
+PROMPT_LEAK = "prompt_leak"
+NON_FINITE_REF_LOGPS = "non_finite_ref_logps"
+
+ALL_FLAGS: tuple[str, ...] = (
+    IDENTICAL,
+    WHITESPACE_ONLY,
+    NEAR_DUPLICATE,
+    IDENTICAL_AFTER_TRUNCATION,
+    EMPTY_PROMPT,
+    EMPTY_CHOSEN,
+    EMPTY_REJECTED,
+    NO_COMPLETION_TOKENS,
+    COMPLETION_TRUNCATED,
+    PROMPT_BOUNDARY_MISMATCH,
+    DUPLICATE_PAIR,
+    CONFLICTING_PAIR,
+    MULTI_TURN_COMPLETION,
+    PROMPT_LEAK,
+    NON_FINITE_REF_LOGPS,
+)
+
+# Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).
+TOKEN_FLAGS = frozenset(
+    {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH}
+)

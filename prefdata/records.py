@@ -1,0 +1,77 @@
+"""The record types that flow between stages.
+
+raw file --readers--> RawRecord --formats.normalize_record--> Pair --tokenize--> TokenizedPair
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, str]  # {"role": ..., "content": ...}
+
+
+@dataclass
+class RawRecord:
+    """One record as read from a file, before any interpretation.
+
+    Exactly one of `value` and `error` is set: a record that could not even be parsed (bad JSON,
+    invalid UTF-8, ...) carries the one-line `error` and goes straight to quarantine.
+    """
+
+    source_file: str
+    source_line: int  # 1-based line for line-based files, 1-based record index otherwise
+    value: Any = None
+    error: str | None = None
+    raw_text: str | None = None  # the raw text of the record when known (for quarantine.jsonl)
+
+
+@dataclass
+class Pair:
+    """A canonical preference pair.
+
+    Text fields always hold plain normalized text (what text-level checks compare). When the input
+    was conversational, the `*_messages` fields keep the structure so the tokenizer can render the
+    chat template; `chosen_messages`/`rejected_messages` hold only the completion turn(s).
+    Pre-tokenized input sets the `*_ids` fields instead.
+    """
+
+    source_file: str
+    source_line: int
+    prompt: str
+    chosen: str
+    rejected: str
+    prompt_messages: list[Message] | None = None
+    chosen_messages: list[Message] | None = None
+    rejected_messages: list[Message] | None = None
+    prompt_ids: list[int] | None = None
+    chosen_ids: list[int] | None = None
+    rejected_ids: list[int] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # pass-through columns, untouched
+    flags: list[str] = field(default_factory=list)  # flags found while normalizing
+    shape: str = ""  # which input shape was detected (explicit, conversational, hh, ...)
+
+    @property
+    def is_conversational(self) -> bool:
+        return self.chosen_messages is not None
+
+    @property
+    def is_pretokenized(self) -> bool:
+        return self.chosen_ids is not None
+
+
+@dataclass
+class TokenizedPair:
+    """Final (truncated) token ids of one pair, TRL's convention: completion ids exclude the prompt.
+
+    `*_len_full` are lengths before truncation (for truncation rates in reports).
+    `flags` holds token-level flags found while tokenizing (boundary mismatch, truncation, ...).
+    """
+
+    prompt_ids: list[int]
+    chosen_ids: list[int]
+    rejected_ids: list[int]
+    prompt_len_full: int
+    chosen_len_full: int
+    rejected_len_full: int
+    flags: list[str] = field(default_factory=list)
