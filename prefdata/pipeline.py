@@ -1,0 +1,387 @@
+"""`prefdata prepare`: raw records -> canonical pairs -> token pairs -> checks -> OUT/.
+
+Read top to bottom: `iter_checked_rows` is the streaming core that `validate` shares;
+`prepare` adds the writing, the manifest and the reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from prefdata import FORMAT_VERSION, __version__
+from prefdata import flags as F
+from prefdata.checks import apply_policy, text_flags, token_flags
+from prefdata.dataset_checks import DatasetWideChecks, PromptLeakIndex
+from prefdata.errors import PrefdataError, RecordError, UnknownShapeError
+from prefdata.formats import normalize_record
+from prefdata.manifest import sha256_file, write_manifest
+from prefdata.policy import Policy, load_policy
+from prefdata.readers import iter_raw_records, list_input_files
+from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.tokenize import PairTokenizer, TokenizeSettings, truncate_pair
+
+# How many leading records may all be of an unknown shape before we call the input "not preference data".
+SHAPE_PROBE_RECORDS = 200
+
+
+@dataclass
+class CheckedRow:
+    """One input record after every check, with the policy's verdict."""
+
+    raw: RawRecord
+    pair: Pair | None  # None when quarantined
+    tokenized: TokenizedPair | None  # None without a tokenizer or when quarantined
+    flags: list[str]  # after policy (ignored flags removed), DESIGN flag names
+    severity: str | None  # worst severity among flags: "drop" | "error" | "warn" | None
+    outcome: str  # "kept" | "dropped" | "quarantined"  (error-severity rows are dropped too)
+    error: str | None = None  # one-line quarantine reason
+
+
+@dataclass
+class PrepareResult:
+    out_dir: str
+    rows_in: int
+    rows_out: int
+    rows_dropped: int
+    rows_quarantined: int
+    flag_counts: dict[str, int]
+    errors: int  # rows with a flag at error severity
+    exit_code: int
+    report: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _chunks(iterable: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(iterable)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def _progress(iterable: Iterable[Any], enabled: bool, desc: str) -> Iterable[Any]:
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    # disable=None: no bar when stderr is not a terminal (CI logs stay readable).
+    return tqdm(iterable, desc=desc, unit=" rows", disable=None, mininterval=0.5)
+
+
+def build_leak_index(against: str | Path) -> PromptLeakIndex:
+    """Prompts of another dataset (e.g. the eval split), for the `prompt_leak` check."""
+    prompts = []
+    for raw in iter_raw_records(against):
+        if raw.error is not None:
+            continue
+        try:
+            prompts.append(normalize_record(raw).prompt)
+        except RecordError:
+            continue
+    return PromptLeakIndex(prompts)
+
+
+def iter_checked_rows(
+    raw_path: str | Path,
+    *,
+    tokenizer_path: str | None = None,
+    policy: Policy | None = None,
+    settings: TokenizeSettings | None = None,
+    batch_size: int = 1000,
+    progress: bool = True,
+    against: str | Path | None = None,
+    pair_tokenizer: PairTokenizer | None = None,
+    trust_remote_code: bool = False,
+) -> Iterator[CheckedRow]:
+    """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
+
+    Memory stays flat: records are processed in batches of `batch_size`; only the dataset-wide
+    hash tables grow. Output order equals input order whatever the batch size.
+    """
+    policy = policy or load_policy(None)
+    settings = settings or TokenizeSettings()
+    if pair_tokenizer is None and tokenizer_path is not None:
+        pair_tokenizer = PairTokenizer(tokenizer_path, settings, trust_remote_code=trust_remote_code)
+        pair_tokenizer.setup()
+    dataset_checks = DatasetWideChecks()
+    leak_index = build_leak_index(against) if against is not None else None
+
+    records = _progress(iter_raw_records(raw_path), progress, "checking")
+    seen_pairs = 0
+    seen_records = 0
+    first_problem: str | None = None
+    only_unknown_shapes = True
+    for chunk in _chunks(records, batch_size):
+        normalized: list[Pair | str] = []
+        for raw in chunk:
+            seen_records += 1
+            if raw.error is not None:
+                normalized.append(raw.error)
+                only_unknown_shapes = False
+                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {raw.error}"
+                continue
+            try:
+                normalized.append(normalize_record(raw))
+                seen_pairs += 1
+            except UnknownShapeError as exc:
+                normalized.append(str(exc))
+                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {exc}"
+            except RecordError as exc:
+                normalized.append(str(exc))
+                only_unknown_shapes = False
+                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {exc}"
+        if seen_pairs == 0 and only_unknown_shapes and seen_records >= min(SHAPE_PROBE_RECORDS, batch_size):
+            raise PrefdataError(f"{raw_path} does not look like preference data ({first_problem})")
+
+        pairs = [item for item in normalized if isinstance(item, Pair)]
+        tokenized = _tokenize(pairs, pair_tokenizer, settings)
+        tokenized_iter = iter(tokenized)
+        for raw, item in zip(chunk, normalized):
+            if not isinstance(item, Pair):
+                yield CheckedRow(raw, None, None, [], None, "quarantined", error=item)
+                continue
+            token_pair = next(tokenized_iter)
+            found = list(item.flags) + text_flags(item, policy)
+            if token_pair is not None:
+                found = token_flags(token_pair, found)
+            found += dataset_checks.observe(item)
+            if leak_index is not None and leak_index.contains(item.prompt):
+                found.append(F.PROMPT_LEAK)
+            kept_flags, severity = apply_policy(found, policy)
+            outcome = "dropped" if severity in ("drop", "error") else "kept"
+            yield CheckedRow(raw, item, token_pair, kept_flags, severity, outcome)
+
+    if seen_pairs == 0:
+        if seen_records == 0:
+            raise PrefdataError(f"{raw_path} holds no records")
+        if only_unknown_shapes:
+            raise PrefdataError(f"{raw_path} does not look like preference data ({first_problem})")
+
+
+def _tokenize(
+    pairs: list[Pair], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings
+) -> list[TokenizedPair | None]:
+    if pair_tokenizer is not None:
+        return list(pair_tokenizer.tokenize_pairs(pairs))
+    # Without a tokenizer only pre-tokenized rows get token-level checks.
+    return [
+        truncate_pair(p.prompt_ids, p.chosen_ids, p.rejected_ids, settings, None) if p.is_pretokenized else None
+        for p in pairs
+    ]
+
+
+# Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
+_RESERVED = frozenset(
+    {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "flags", "source_file", "source_line"}
+    | {"ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count"}
+)
+
+
+def output_row(row: CheckedRow) -> dict[str, Any]:
+    pair, tokenized = row.pair, row.tokenized
+    assert pair is not None and tokenized is not None
+    out: dict[str, Any] = {
+        "prompt": pair.prompt,
+        "chosen": pair.chosen,
+        "rejected": pair.rejected,
+        "prompt_ids": tokenized.prompt_ids,
+        "chosen_ids": tokenized.chosen_ids,
+        "rejected_ids": tokenized.rejected_ids,
+        "flags": row.flags,
+        "source_file": row.raw.source_file,
+        "source_line": row.raw.source_line,
+    }
+    for key, value in pair.extra.items():
+        out[f"raw_{key}" if key in _RESERVED else key] = value
+    return out
+
+
+def _dropped_record(row: CheckedRow) -> dict[str, Any]:
+    pair = row.pair
+    assert pair is not None
+    record: dict[str, Any] = {
+        "source_file": row.raw.source_file,
+        "source_line": row.raw.source_line,
+        "flags": row.flags,
+        "severity": row.severity,
+        "prompt": pair.prompt,
+        "chosen": pair.chosen,
+        "rejected": pair.rejected,
+    }
+    if pair.extra:
+        record["extra"] = pair.extra
+    return record
+
+
+def _quarantine_record(row: CheckedRow) -> dict[str, Any]:
+    raw = row.raw.raw_text
+    if raw is None and row.raw.value is not None:
+        raw = json.dumps(row.raw.value, ensure_ascii=False, default=str)
+    return {"source_file": row.raw.source_file, "source_line": row.raw.source_line, "error": row.error, "raw": raw}
+
+
+def _row_digest(row: dict[str, Any]) -> bytes:
+    return hashlib.blake2b(
+        json.dumps(row, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"), digest_size=16
+    ).digest()
+
+
+def prepare(
+    raw: str | Path,
+    out: str | Path,
+    *,
+    tokenizer: str,
+    max_length: int | None = None,
+    max_prompt_length: int | None = None,
+    chat_template: bool = False,
+    policy: str | Path | None = None,
+    overwrite: bool = False,
+    batch_size: int = 1000,
+    progress: bool = True,
+    trust_remote_code: bool = False,
+) -> PrepareResult:
+    """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports)."""
+    from prefdata import writer as W
+    from prefdata.minhash import NearDuplicatePrompts
+    from prefdata.render import render_html, render_markdown
+    from prefdata.report import ReportBuilder
+
+    started = time.time()
+    if batch_size < 1:
+        raise PrefdataError("--batch-size must be at least 1")
+    raw_path, out_path = Path(raw), Path(out)
+    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
+    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
+        raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
+    loaded_policy = load_policy(policy)
+    settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
+    pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
+    pair_tokenizer.setup()
+
+    tmp = W.prepare_output_dir(out_path, overwrite)
+    try:
+        dataset = W.DatasetWriter(tmp)
+        dropped = W.JsonlWriter(tmp / "dropped.jsonl")
+        quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
+        report = ReportBuilder(loaded_policy)
+        near_duplicates = NearDuplicatePrompts(threshold=loaded_policy.near_duplicate_prompt_threshold)
+        lines: list[tuple[str, int]] = []  # row id -> (file, line), for near-duplicate clusters
+        flag_counts: Counter[str] = Counter()
+        content = hashlib.blake2b(digest_size=16)
+        errors = rows_in = 0
+        pending: list[dict[str, Any]] = []
+        prompt_ids: list[int] = []
+        prompt_texts: list[str] = []
+
+        rows = iter_checked_rows(
+            raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
+            progress=progress, pair_tokenizer=pair_tokenizer,
+        )
+        for row in rows:
+            rows_in += 1
+            report.add(row)
+            flag_counts.update(row.flags)
+            if row.severity == "error":
+                errors += 1
+            if row.outcome == "quarantined":
+                quarantine.write(_quarantine_record(row))
+                continue
+            assert row.pair is not None
+            prompt_ids.append(len(lines))
+            prompt_texts.append(row.pair.prompt)
+            lines.append((row.raw.source_file, row.raw.source_line))
+            if row.outcome == "dropped":
+                dropped.write(_dropped_record(row))
+            else:
+                out_row = output_row(row)
+                content.update(_row_digest(out_row))
+                pending.append(out_row)
+            if len(pending) >= batch_size:
+                dataset.write_rows(pending)
+                pending = []
+            if len(prompt_texts) >= 4096:
+                near_duplicates.add_batch(prompt_ids, prompt_texts)
+                prompt_ids, prompt_texts = [], []
+        dataset.write_rows(pending)
+        if prompt_texts:
+            near_duplicates.add_batch(prompt_ids, prompt_texts)
+        report.add_near_duplicate_prompts(near_duplicates.clusters(), lambda i: lines[i])
+        dropped.close()
+        quarantine.close()
+        fingerprint = content.hexdigest()
+        schema = dataset.finish(fingerprint)
+
+        accounting = {
+            "rows_in": rows_in,
+            "rows_out": dataset.rows,
+            "rows_dropped": dropped.count,
+            "rows_quarantined": quarantine.count,
+        }
+        # Invariant 5: every record lands in exactly one place.
+        assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
+        config = {
+            "raw": str(raw_path),
+            "tokenizer": str(tokenizer),
+            "max_length": max_length,
+            "max_prompt_length": max_prompt_length,
+            "chat_template": chat_template,
+            "batch_size": batch_size,
+            "trust_remote_code": trust_remote_code,
+            "policy": loaded_policy.to_dict(),
+        }
+        meta = {"input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare"}
+        built = report.build(accounting, meta)
+        (tmp / "report.json").write_text(json.dumps(built, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
+        (tmp / "report.md").write_text(render_markdown(built), encoding="utf-8")
+        (tmp / "report.html").write_text(render_html(built), encoding="utf-8")
+
+        tok = pair_tokenizer.tokenizer
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "prefdata_version": __version__,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "inputs": [
+                {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
+            ],
+            "config": config,
+            "tokenizer": {
+                "path": str(tokenizer),
+                "fingerprint": pair_tokenizer.fingerprint(),
+                "class": type(tok).__name__,
+                "pad_token_id": pad_id if pad_id is not None else 0,
+                "eos_token_id": tok.eos_token_id,
+                "bos_token_id": tok.bos_token_id,
+            },
+            "row_accounting": accounting,
+            "flag_counts": dict(sorted(flag_counts.items())),
+            "errors": errors,
+            "content_hash": fingerprint,
+            "columns": schema.names,
+            "json_columns": sorted(dataset.json_columns),
+            "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
+        }
+        write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
+        W.replace_dir(tmp, out_path)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return PrepareResult(
+        out_dir=str(out_path),
+        rows_in=rows_in,
+        rows_out=accounting["rows_out"],
+        rows_dropped=accounting["rows_dropped"],
+        rows_quarantined=accounting["rows_quarantined"],
+        flag_counts=dict(flag_counts),
+        errors=errors,
+        exit_code=1 if errors else 0,
+        report=built,
+        seconds=time.time() - started,
+    )

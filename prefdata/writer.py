@@ -1,0 +1,286 @@
+"""Writes OUT/: the Arrow dataset (datasets.save_to_disk layout), dropped.jsonl, quarantine.jsonl.
+
+Everything is written into a temporary sibling directory first; `commit()` writes the manifest
+last and renames the directory into place, so a half-written OUT/ never looks complete.
+A directory is only ever deleted when prefdata's marker file says prefdata created it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from prefdata.errors import PrefdataError
+
+MARKER = ".prefdata-output"  # present in every directory prefdata creates; guards deletion
+TMP_SUFFIX = ".prefdata-tmp"
+ID_TYPE = pa.list_(pa.int32())
+
+# Core columns and their fixed Arrow types (the output contract). Pass-through columns follow.
+CORE_SCHEMA = pa.schema(
+    [
+        ("prompt", pa.string()),
+        ("chosen", pa.string()),
+        ("rejected", pa.string()),
+        ("prompt_ids", ID_TYPE),
+        ("chosen_ids", ID_TYPE),
+        ("rejected_ids", ID_TYPE),
+        ("flags", pa.list_(pa.string())),
+        ("source_file", pa.string()),
+        ("source_line", pa.int64()),
+    ]
+)
+CORE_COLUMNS = frozenset(CORE_SCHEMA.names)
+# Rows in a single Arrow file before starting the next shard (keeps files a manageable size).
+ROWS_PER_SHARD = 500_000
+
+
+def is_prefdata_dir(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def prepare_output_dir(out: Path, overwrite: bool) -> Path:
+    """Check OUT may be written and return a fresh temporary directory beside it."""
+    if out.exists():
+        if not out.is_dir():
+            raise PrefdataError(f"{out} exists and is not a directory")
+        if any(out.iterdir()):
+            if not overwrite:
+                raise PrefdataError(f"{out} already exists; pass --overwrite to replace it")
+            if not is_prefdata_dir(out):
+                raise PrefdataError(
+                    f"{out} exists and was not created by prefdata; refusing to replace it even with --overwrite"
+                )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_tmp_dirs(out)
+    tmp = out.with_name(f"{out.name}{TMP_SUFFIX}-{os.getpid()}")
+    tmp.mkdir()
+    (tmp / MARKER).write_text("created by prefdata\n", encoding="utf-8")
+    return tmp
+
+
+def _remove_stale_tmp_dirs(out: Path) -> None:
+    """Leftovers of killed runs (ours by marker and name) are removed; nothing else is touched."""
+    for candidate in out.parent.glob(f"{out.name}{TMP_SUFFIX}-*"):
+        if candidate.is_dir() and is_prefdata_dir(candidate):
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Move the finished tmp directory to OUT, replacing a previous prefdata output."""
+    if out.exists():
+        if any(out.iterdir()) and not is_prefdata_dir(out):  # checked before, re-checked: never delete foreign data
+            raise PrefdataError(f"{out} was not created by prefdata; refusing to replace it")
+        old = out.with_name(f"{out.name}{TMP_SUFFIX}-old-{os.getpid()}")
+        os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+class JsonlWriter:
+    """Appends one JSON object per line (dropped.jsonl, quarantine.jsonl)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._handle = open(path, "w", encoding="utf-8")
+        self.count = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        self.count += 1
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def _column_array(name: str, values: list[Any]) -> pa.Array:
+    """Arrow array for a column; values Arrow cannot type consistently are kept as JSON text."""
+    if name in CORE_COLUMNS:
+        return pa.array(values, type=CORE_SCHEMA.field(name).type)
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        return _json_array(values)
+
+
+def _json_array(values: list[Any]) -> pa.Array:
+    return pa.array(
+        [None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, default=str) for v in values],
+        type=pa.string(),
+    )
+
+
+class DatasetWriter:
+    """Streams rows into Arrow IPC stream files in the `datasets.save_to_disk` layout.
+
+    Pass-through columns are typed per batch; when a later batch needs a wider type, the parts
+    written so far are cast to the unified schema at `finish()` (one streaming pass, rare).
+    A column whose types cannot be unified is stored as JSON text and listed in `json_columns`.
+    """
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.parts: list[tuple[Path, pa.Schema, int]] = []
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._schema: pa.Schema | None = None
+        self._rows_in_part = 0
+        self.json_columns: set[str] = set()
+        self.rows = 0
+
+    def write_rows(self, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        names = list(CORE_SCHEMA.names)
+        extra = sorted({key for row in rows for key in row} - CORE_COLUMNS)
+        names.extend(extra)
+        arrays = []
+        for name in names:
+            values = [row.get(name) for row in rows]
+            array = _json_array(values) if name in self.json_columns else _column_array(name, values)
+            if array.type == pa.string() and name not in CORE_COLUMNS and not _all_strings(values):
+                self.json_columns.add(name)
+            arrays.append(array)
+        table = pa.Table.from_arrays(arrays, names=names)
+        self._write_table(table)
+        self.rows += len(rows)
+
+    def _write_table(self, table: pa.Table) -> None:
+        if self._writer is not None and self._rows_in_part + table.num_rows > ROWS_PER_SHARD:
+            self._close_part()
+        if self._writer is not None and not table.schema.equals(self._schema):
+            cast = _try_cast(table, self._schema)
+            if cast is None:
+                self._close_part()
+            else:
+                table = cast
+        if self._writer is None:
+            path = self.directory / f"part-{len(self.parts):05d}.arrow"
+            self._schema = table.schema
+            self._writer = pa.ipc.new_stream(str(path), table.schema)
+            self.parts.append((path, table.schema, 0))
+        self._writer.write_table(table)
+        self._rows_in_part += table.num_rows
+        path, schema, rows = self.parts[-1]
+        self.parts[-1] = (path, schema, rows + table.num_rows)
+
+    def _close_part(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._writer = None
+        self._schema = None
+        self._rows_in_part = 0
+
+    def finish(self, fingerprint: str) -> pa.Schema:
+        """Close files, unify schemas, and write datasets' state.json and dataset_info.json.
+
+        `fingerprint` (a content hash) becomes the datasets fingerprint, so caches keyed on it never
+        confuse two different outputs written to the same OUT."""
+        self._close_part()
+        if not self.parts:  # no rows kept: still a loadable, empty dataset with the core columns
+            path = self.directory / "part-00000.arrow"
+            with pa.ipc.new_stream(str(path), CORE_SCHEMA) as writer:
+                writer.write_table(CORE_SCHEMA.empty_table())
+            self.parts.append((path, CORE_SCHEMA, 0))
+        schema = self._final_schema()
+        total = len(self.parts)
+        data_files = []
+        for index, (path, part_schema, _rows) in enumerate(self.parts):
+            final_path = self.directory / f"data-{index:05d}-of-{total:05d}.arrow"
+            if part_schema.equals(schema):
+                os.replace(path, final_path)
+            else:
+                _rewrite_part(path, final_path, schema, self.json_columns)
+                path.unlink()
+            data_files.append({"filename": final_path.name})
+        _write_datasets_metadata(self.directory, schema, data_files, fingerprint)
+        return schema
+
+    def _final_schema(self) -> pa.Schema:
+        fields: dict[str, pa.Field] = {}
+        for _path, schema, _rows in self.parts:
+            for field in schema:
+                if field.name in self.json_columns:
+                    fields[field.name] = pa.field(field.name, pa.string())
+                    continue
+                known = fields.get(field.name)
+                if known is None or known.type == field.type:
+                    fields.setdefault(field.name, field)
+                    continue
+                try:
+                    merged = pa.unify_schemas(
+                        [pa.schema([known]), pa.schema([field])], promote_options="permissive"
+                    )
+                    fields[field.name] = merged.field(field.name)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                    self.json_columns.add(field.name)
+                    fields[field.name] = pa.field(field.name, pa.string())
+        ordered = list(CORE_SCHEMA.names) + sorted(set(fields) - CORE_COLUMNS)
+        return pa.schema([fields[name] for name in ordered])
+
+
+def _all_strings(values: list[Any]) -> bool:
+    return all(v is None or isinstance(v, str) for v in values)
+
+
+def _try_cast(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
+    """Cast `table` to `schema` when it only lacks columns or has null-typed ones; else None."""
+    if set(table.schema.names) - set(schema.names):
+        return None
+    columns = []
+    for field in schema:
+        if field.name not in table.schema.names:
+            columns.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
+        if column.type == field.type:
+            columns.append(column)
+        elif column.type == pa.null():
+            columns.append(pa.nulls(table.num_rows, field.type))
+        else:
+            return None
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _rewrite_part(src: Path, dst: Path, schema: pa.Schema, json_columns: set[str]) -> None:
+    with pa.ipc.open_stream(str(src)) as reader, pa.ipc.new_stream(str(dst), schema) as writer:
+        for batch in reader:
+            columns = []
+            for field in schema:
+                if field.name not in batch.schema.names:
+                    columns.append(pa.nulls(batch.num_rows, field.type))
+                    continue
+                column = batch.column(field.name)
+                if field.name in json_columns and column.type != pa.string():
+                    column = _json_array(column.to_pylist())
+                elif column.type != field.type:
+                    column = column.cast(field.type)
+                columns.append(column)
+            writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+
+
+def _write_datasets_metadata(
+    directory: Path, schema: pa.Schema, data_files: list[dict[str, str]], fingerprint: str
+) -> None:
+    """The two small JSON files that make `datasets.load_from_disk(OUT)` work."""
+    from datasets import Features
+
+    features = Features.from_arrow_schema(schema)
+    info = {"citation": "", "description": "", "features": features.to_dict(), "homepage": "", "license": ""}
+    state = {
+        "_data_files": data_files,
+        "_fingerprint": fingerprint,
+        "_format_columns": None,
+        "_format_kwargs": {},
+        "_format_type": None,
+        "_output_all_columns": False,
+        "_split": None,
+    }
+    (directory / "dataset_info.json").write_text(json.dumps(info, indent=2, sort_keys=True), encoding="utf-8")
+    (directory / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
