@@ -1,0 +1,151 @@
+"""Loss masks and position ids, built from stored ids. The one place every stage gets them from.
+
+Three layouts of the same sequences (prompt ids + completion ids):
+
+- ``right``: rows padded at the end, with an attention mask;
+- ``left``: rows padded at the start, with an attention mask;
+- ``packed``: all sequences concatenated into one row of real tokens, no padding, no attention
+  mask; sequence boundaries are carried by position ids that restart at 0 (transformers detects
+  packing from them when the attention mask is None).
+
+In every layout the position ids of a token depend only on its place in its own sequence, never on
+padding, and the loss mask is True exactly on the completion tokens of every sequence (chosen and
+rejected halves alike: the historic bug masked only the chosen half's prompt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+Layout = Literal["right", "left", "packed"]
+LAYOUTS: tuple[str, ...] = ("right", "left", "packed")
+
+
+@dataclass
+class SequenceBatch:
+    input_ids: torch.Tensor  # long [B, T]; packed: [1, total_tokens]
+    attention_mask: torch.Tensor | None  # long [B, T] for right/left; None for packed
+    position_ids: torch.Tensor  # long [B, T]; restart at 0 for every sequence; 0 on padding
+    loss_mask: torch.Tensor  # bool [B, T]: True exactly on completion tokens of each sequence
+    sequence_index: torch.Tensor  # long [B, T]: sequence number of each token, -1 on padding
+    num_sequences: int
+    layout: str = "right"
+
+    def to(self, device: torch.device | str) -> "SequenceBatch":
+        """The same batch on another device."""
+        return SequenceBatch(
+            input_ids=self.input_ids.to(device),
+            attention_mask=None if self.attention_mask is None else self.attention_mask.to(device),
+            position_ids=self.position_ids.to(device),
+            loss_mask=self.loss_mask.to(device),
+            sequence_index=self.sequence_index.to(device),
+            num_sequences=self.num_sequences,
+            layout=self.layout,
+        )
+
+    @property
+    def num_tokens(self) -> int:
+        """Real (non-padding) tokens in the batch."""
+        return int((self.sequence_index >= 0).sum())
+
+
+def build_sequence_batch(
+    prompt_ids: list[list[int]],
+    completion_ids: list[list[int]],
+    layout: Layout,
+    pad_token_id: int,
+) -> SequenceBatch:
+    """Lay out sequences ``prompt_ids[i] + completion_ids[i]`` as one batch.
+
+    Sequence ``i`` of the result is ``prompt_ids[i] + completion_ids[i]``; its completion tokens
+    (and only those) carry the loss mask.
+    """
+    if len(prompt_ids) != len(completion_ids):
+        raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
+    n = len(prompt_ids)
+    prompt_lens = [len(p) for p in prompt_ids]
+    seq_lens = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
+    flat = [tok for p, c in zip(prompt_ids, completion_ids) for part in (p, c) for tok in part]
+    flat_ids = torch.tensor(flat, dtype=torch.long)
+    total = len(flat)
+
+    lens = torch.tensor(seq_lens, dtype=torch.long)
+    plens = torch.tensor(prompt_lens, dtype=torch.long)
+    seq_of_token = torch.repeat_interleave(torch.arange(n, dtype=torch.long), lens)  # [total]
+    starts = torch.cumsum(lens, 0) - lens  # start of each sequence in `flat`
+    pos_in_seq = torch.arange(total, dtype=torch.long) - starts[seq_of_token]  # restart at 0
+    is_completion = pos_in_seq >= plens[seq_of_token]
+
+    if layout == "packed":
+        return SequenceBatch(
+            input_ids=flat_ids.unsqueeze(0),
+            attention_mask=None,
+            position_ids=pos_in_seq.unsqueeze(0),
+            loss_mask=is_completion.unsqueeze(0),
+            sequence_index=seq_of_token.unsqueeze(0),
+            num_sequences=n,
+            layout=layout,
+        )
+
+    width = max(seq_lens, default=0)
+    # Column of each real token in its row: right padding starts at 0, left padding after the pads.
+    offset = torch.zeros(n, dtype=torch.long) if layout == "right" else width - lens
+    cols = offset[seq_of_token] + pos_in_seq
+    input_ids = torch.full((n, width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((n, width), dtype=torch.long)
+    position_ids = torch.zeros((n, width), dtype=torch.long)
+    loss_mask = torch.zeros((n, width), dtype=torch.bool)
+    sequence_index = torch.full((n, width), -1, dtype=torch.long)
+    input_ids[seq_of_token, cols] = flat_ids
+    attention_mask[seq_of_token, cols] = 1
+    position_ids[seq_of_token, cols] = pos_in_seq
+    loss_mask[seq_of_token, cols] = is_completion
+    sequence_index[seq_of_token, cols] = seq_of_token
+    return SequenceBatch(input_ids, attention_mask, position_ids, loss_mask, sequence_index, n, layout)
+
+
+def build_pair_batch(
+    prompt_ids: list[list[int]],
+    chosen_ids: list[list[int]],
+    rejected_ids: list[list[int]],
+    layout: Layout,
+    pad_token_id: int,
+) -> SequenceBatch:
+    """Both halves of ``n`` pairs in one batch: sequences ``[chosen_0..chosen_{n-1},
+    rejected_0..rejected_{n-1}]``, each half with the same prompt ids and its own completion mask."""
+    if not len(prompt_ids) == len(chosen_ids) == len(rejected_ids):
+        raise ValueError("prompt_ids, chosen_ids and rejected_ids must have the same number of rows")
+    return build_sequence_batch(
+        list(prompt_ids) + list(prompt_ids), list(chosen_ids) + list(rejected_ids), layout, pad_token_id
+    )
+
+
+def sequence_masks(batch: SequenceBatch) -> list[list[int]]:
+    """The loss mask of each sequence in sequence order, padding removed (for checks and `show`)."""
+    seq = batch.sequence_index.flatten()
+    mask = batch.loss_mask.flatten()
+    out: list[list[int]] = [[] for _ in range(batch.num_sequences)]
+    # Tokens of one sequence appear in order in the flattened batch in every layout.
+    for s, m in zip(seq.tolist(), mask.tolist()):
+        if s >= 0:
+            out[s].append(int(m))
+    return out
+
+
+def check_loss_masks(batch: SequenceBatch, prompt_lens: list[int], completion_lens: list[int]) -> None:
+    """Raise ValueError unless every sequence's loss mask is 1 exactly on its completion tokens and
+    0 on its prompt and on padding (invariant 1)."""
+    if batch.num_sequences != len(prompt_lens) or len(prompt_lens) != len(completion_lens):
+        raise ValueError("sequence counts do not match")
+    if bool((batch.loss_mask & (batch.sequence_index < 0)).any()):
+        raise ValueError("loss mask is set on padding")
+    for i, mask in enumerate(sequence_masks(batch)):
+        expected = [0] * prompt_lens[i] + [1] * completion_lens[i]
+        if mask != expected:
+            where = "prompt" if any(mask[: prompt_lens[i]]) else "completion"
+            raise ValueError(f"sequence {i}: loss mask is wrong on its {where} tokens")
