@@ -127,7 +127,8 @@ class DatasetWriter:
 
     def __init__(self, directory: Path):
         self.directory = directory
-        self.parts: list[tuple[Path, pa.Schema, int]] = []
+        # (file, schema, rows, columns already JSON-encoded when this part was written)
+        self.parts: list[tuple[Path, pa.Schema, int, frozenset[str]]] = []
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._schema: pa.Schema | None = None
         self._rows_in_part = 0
@@ -164,11 +165,11 @@ class DatasetWriter:
             path = self.directory / f"part-{len(self.parts):05d}.arrow"
             self._schema = table.schema
             self._writer = pa.ipc.new_stream(str(path), table.schema)
-            self.parts.append((path, table.schema, 0))
+            self.parts.append((path, table.schema, 0, frozenset(self.json_columns)))
         self._writer.write_table(table)
         self._rows_in_part += table.num_rows
-        path, schema, rows = self.parts[-1]
-        self.parts[-1] = (path, schema, rows + table.num_rows)
+        path, schema, rows, encoded = self.parts[-1]
+        self.parts[-1] = (path, schema, rows + table.num_rows, encoded)
 
     def _close_part(self) -> None:
         if self._writer is not None:
@@ -187,16 +188,17 @@ class DatasetWriter:
             path = self.directory / "part-00000.arrow"
             with pa.ipc.new_stream(str(path), CORE_SCHEMA) as writer:
                 writer.write_table(CORE_SCHEMA.empty_table())
-            self.parts.append((path, CORE_SCHEMA, 0))
+            self.parts.append((path, CORE_SCHEMA, 0, frozenset()))
         schema = self._final_schema()
         total = len(self.parts)
         data_files = []
-        for index, (path, part_schema, _rows) in enumerate(self.parts):
+        for index, (path, part_schema, _rows, encoded) in enumerate(self.parts):
             final_path = self.directory / f"data-{index:05d}-of-{total:05d}.arrow"
-            if part_schema.equals(schema):
+            to_encode = (self.json_columns - encoded) & set(part_schema.names)
+            if part_schema.equals(schema) and not to_encode:
                 os.replace(path, final_path)
             else:
-                _rewrite_part(path, final_path, schema, self.json_columns)
+                _rewrite_part(path, final_path, schema, to_encode)
                 path.unlink()
             data_files.append({"filename": final_path.name})
         _write_datasets_metadata(self.directory, schema, data_files, fingerprint)
@@ -204,7 +206,7 @@ class DatasetWriter:
 
     def _final_schema(self) -> pa.Schema:
         fields: dict[str, pa.Field] = {}
-        for _path, schema, _rows in self.parts:
+        for _path, schema, _rows, _encoded in self.parts:
             for field in schema:
                 if field.name in self.json_columns:
                     fields[field.name] = pa.field(field.name, pa.string())
@@ -248,7 +250,7 @@ def _try_cast(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _rewrite_part(src: Path, dst: Path, schema: pa.Schema, json_columns: set[str]) -> None:
+def _rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -> None:
     with pa.ipc.open_stream(str(src)) as reader, pa.ipc.new_stream(str(dst), schema) as writer:
         for batch in reader:
             columns = []
@@ -257,7 +259,7 @@ def _rewrite_part(src: Path, dst: Path, schema: pa.Schema, json_columns: set[str
                     columns.append(pa.nulls(batch.num_rows, field.type))
                     continue
                 column = batch.column(field.name)
-                if field.name in json_columns and column.type != pa.string():
+                if field.name in to_encode:
                     column = _json_array(column.to_pylist())
                 elif column.type != field.type:
                     column = column.cast(field.type)

@@ -1,0 +1,94 @@
+"""OUT/ writing: datasets compatibility, pass-through typing, and the never-delete-foreign-data rule."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import load_from_disk
+
+from prefdata.errors import PrefdataError
+from prefdata.writer import MARKER, DatasetWriter, prepare_output_dir, replace_dir
+
+
+def _row(i: int, **extra):
+    row = {
+        "prompt": f"p{i}", "chosen": f"c{i}", "rejected": f"r{i}",
+        "prompt_ids": [1, 2, i], "chosen_ids": [3, i], "rejected_ids": [4, i],
+        "flags": ["near_duplicate"] if i % 2 else [], "source_file": "a.jsonl", "source_line": i + 1,
+    }
+    row.update(extra)
+    return row
+
+
+def test_rows_load_back_with_datasets(tmp_path):
+    writer = DatasetWriter(tmp_path)
+    writer.write_rows([_row(i, score=float(i)) for i in range(5)])
+    writer.write_rows([_row(i, score=float(i)) for i in range(5, 7)])
+    writer.finish("abc")
+    ds = load_from_disk(str(tmp_path))
+    assert len(ds) == 7
+    assert ds[6]["chosen_ids"] == [3, 6]
+    assert ds[3]["flags"] == ["near_duplicate"]
+    assert ds["score"] == [float(i) for i in range(7)]
+
+
+def test_pass_through_types_widen_across_batches(tmp_path):
+    writer = DatasetWriter(tmp_path)
+    writer.write_rows([_row(0, meta=None, n=1)])  # null-typed first
+    writer.write_rows([_row(1, meta={"a": 1}, n=2)])
+    writer.write_rows([_row(2, extra_col="late")])  # a column that appears later
+    writer.finish("abc")
+    ds = load_from_disk(str(tmp_path))
+    assert ds["meta"] == [None, {"a": 1}, None]
+    assert ds["n"] == [1, 2, None]
+    assert ds["extra_col"] == [None, None, "late"]
+
+
+def test_inconsistent_pass_through_becomes_json_text(tmp_path):
+    writer = DatasetWriter(tmp_path)
+    writer.write_rows([_row(0, score=1), _row(1, score="high")])  # mixed within a batch
+    writer.write_rows([_row(2, label=5)])
+    writer.write_rows([_row(3, label="five")])  # conflicting across batches
+    writer.finish("abc")
+    ds = load_from_disk(str(tmp_path))
+    assert [json.loads(v) for v in ds["score"][:2]] == [1, "high"]
+    assert ds["label"][2:] == ["5", '"five"']
+    assert writer.json_columns == {"score", "label"}
+
+
+def test_empty_dataset_is_still_loadable(tmp_path):
+    writer = DatasetWriter(tmp_path)
+    writer.finish("abc")
+    ds = load_from_disk(str(tmp_path))
+    assert len(ds) == 0
+    assert "chosen_ids" in ds.column_names
+
+
+def test_refuses_existing_output_without_overwrite(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "something").write_text("x")
+    with pytest.raises(PrefdataError, match="--overwrite"):
+        prepare_output_dir(out, overwrite=False)
+
+
+def test_never_replaces_a_directory_prefdata_did_not_create(tmp_path):
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.txt").write_text("years of work")
+    with pytest.raises(PrefdataError, match="not created by prefdata"):
+        prepare_output_dir(out, overwrite=True)
+    assert (out / "thesis.txt").read_text() == "years of work"
+
+
+def test_overwrite_replaces_previous_prefdata_output(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / MARKER).write_text("")
+    (out / "old.txt").write_text("old")
+    tmp = prepare_output_dir(out, overwrite=True)
+    (tmp / "new.txt").write_text("new")
+    replace_dir(tmp, out)
+    assert (out / "new.txt").exists() and not (out / "old.txt").exists()
+    assert not list(tmp_path.glob("out.prefdata-tmp*"))
