@@ -1,0 +1,204 @@
+"""Check policies: what each flag means for a run (drop, error, warn, ignore) and the thresholds.
+
+A policy is a TOML file (see checks/README.md):
+
+    description = "optional free text"
+    [flags]
+    identical = "drop"          # drop | error | warn | ignore
+    [thresholds]
+    near_duplicate = 0.95       # chosen/rejected similarity >= this -> near_duplicate
+    near_duplicate_prompt = 0.8 # MinHash Jaccard of prompt word 3-grams for near-duplicate prompts
+    max_flagged_share = false   # share of rows with a warn-or-worse flag above which validate fails
+    length_bias = false         # share of pairs with chosen longer than rejected above which it fails
+
+A file only needs the keys it changes: everything it leaves out keeps the built-in default below.
+`false` turns an optional limit off. The built-in default is embedded here (and mirrored verbatim by
+checks/default.toml, which a test keeps identical) so an installed package needs no repo checkout.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError
+
+Severity = Literal["drop", "error", "warn", "ignore"]
+SEVERITIES: tuple[str, ...] = get_args(Severity)
+
+# Worst first. `error` outranks `drop`: both remove the row, error also fails the command.
+SEVERITY_RANK: dict[str, int] = {"error": 3, "drop": 2, "warn": 1, "ignore": 0}
+
+DEFAULT_POLICY_TOML = """\
+# prefdata default check policy. Mirrors the policy built into prefdata/policy.py
+# (a test keeps the two identical). See checks/README.md for what each severity does.
+description = "prefdata default: drop pairs that cannot train, warn about the rest"
+
+[flags]
+identical = "drop"
+whitespace_only = "drop"
+near_duplicate = "warn"
+identical_after_truncation = "drop"
+empty_prompt = "warn"
+empty_chosen = "drop"
+empty_rejected = "drop"
+no_completion_tokens = "drop"
+completion_truncated = "warn"
+prompt_boundary_mismatch = "warn"
+duplicate_pair = "warn"
+conflicting_pair = "warn"
+multi_turn_completion = "warn"
+prompt_leak = "warn"
+non_finite_ref_logps = "drop"
+
+[thresholds]
+near_duplicate = 0.95
+near_duplicate_prompt = 0.8
+max_flagged_share = false
+length_bias = false
+"""
+
+# Threshold key -> (Policy attribute, may be turned off with `false`, lowest allowed, open at lowest).
+_THRESHOLDS: dict[str, tuple[str, bool, float, bool]] = {
+    "near_duplicate": ("near_duplicate_threshold", False, 0.0, True),
+    "near_duplicate_prompt": ("near_duplicate_prompt_threshold", False, 0.0, True),
+    "max_flagged_share": ("max_flagged_share", True, 0.0, False),
+    "length_bias": ("length_bias_limit", True, 0.0, False),
+}
+_TOP_LEVEL = {"description": str, "flags": dict, "thresholds": dict}
+
+
+@dataclass(frozen=True)
+class Policy:
+    severities: dict[str, Severity]  # every flag in flags.ALL_FLAGS
+    near_duplicate_threshold: float
+    near_duplicate_prompt_threshold: float
+    max_flagged_share: float | None  # None: off
+    length_bias_limit: float | None  # None: off
+    source: str  # the file it came from, or "default" / a built-in name
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        missing = [f for f in F.ALL_FLAGS if f not in self.severities]
+        if missing:
+            raise ValueError(f"policy has no severity for {', '.join(missing)}")
+
+    def severity(self, flag: str) -> Severity:
+        try:
+            return self.severities[flag]
+        except KeyError:
+            raise ValueError(f"unknown flag {flag!r}") from None
+
+    def flags_at(self, *severities: Severity) -> list[str]:
+        """Flags whose severity is one of `severities`, in flags.ALL_FLAGS order."""
+        return [f for f in F.ALL_FLAGS if self.severities[f] in severities]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The effective policy, JSON-ready (for the manifest's effective config and reports)."""
+        return {
+            "source": self.source,
+            "description": self.description,
+            "flags": {f: self.severities[f] for f in F.ALL_FLAGS},
+            "thresholds": {
+                "near_duplicate": self.near_duplicate_threshold,
+                "near_duplicate_prompt": self.near_duplicate_prompt_threshold,
+                "max_flagged_share": self.max_flagged_share,
+                "length_bias": self.length_bias_limit,
+            },
+        }
+
+
+def dataset_limit_findings(
+    policy: Policy, rows: int, flagged_rows: int, chosen_longer_rows: int
+) -> list[str]:
+    """One line per dataset-level limit of `policy` that the counts break (empty: all fine).
+
+    `flagged_rows`: rows with at least one flag at warn-or-worse severity. `chosen_longer_rows`:
+    pairs whose chosen half is longer than the rejected one. Any finding means validate exits 1.
+    """
+    findings: list[str] = []
+    if rows <= 0:
+        return findings
+    flagged_share = flagged_rows / rows
+    if policy.max_flagged_share is not None and flagged_share > policy.max_flagged_share:
+        findings.append(
+            f"{flagged_share:.1%} of rows are flagged ({flagged_rows}/{rows}), "
+            f"above max_flagged_share {policy.max_flagged_share:.1%}"
+        )
+    longer_share = chosen_longer_rows / rows
+    if policy.length_bias_limit is not None and longer_share > policy.length_bias_limit:
+        findings.append(
+            f"chosen is longer than rejected in {longer_share:.1%} of pairs "
+            f"({chosen_longer_rows}/{rows}), above length_bias {policy.length_bias_limit:.1%}"
+        )
+    return findings
+
+
+def load_policy(path: str | Path | None = None) -> Policy:
+    """The policy at `path` layered over the built-in default; None (or "default"): the default.
+
+    Any problem with the file raises PrefdataError with one line naming the file and the key.
+    """
+    base = _parse(tomllib.loads(DEFAULT_POLICY_TOML), None, "default")
+    if path is None or (str(path) == "default" and not Path(path).is_file()):
+        return base
+    p = Path(path)
+    if not p.is_file():
+        raise PrefdataError(f"policy file not found: {p}")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PrefdataError(f"{p}: not valid TOML: {exc}") from None
+    return _parse(data, base, str(p))
+
+
+def _parse(data: dict[str, Any], base: Policy | None, source: str) -> Policy:
+    def fail(msg: str) -> PrefdataError:
+        return PrefdataError(f"{source}: {msg}")
+
+    for key, value in data.items():
+        if key not in _TOP_LEVEL:
+            raise fail(f"unknown key {key!r} (allowed: {', '.join(_TOP_LEVEL)})")
+        if not isinstance(value, _TOP_LEVEL[key]):
+            raise fail(f"{key!r} must be a {'table' if _TOP_LEVEL[key] is dict else 'string'}")
+
+    severities: dict[str, Severity] = dict(base.severities) if base else {}
+    for flag, sev in data.get("flags", {}).items():
+        if flag not in F.ALL_FLAGS:
+            raise fail(f"unknown flag {flag!r} in [flags]")
+        if sev not in SEVERITIES:
+            raise fail(f"[flags] {flag} = {sev!r}: severity must be one of {', '.join(SEVERITIES)}")
+        severities[flag] = sev
+    if base is None and len(severities) != len(F.ALL_FLAGS):  # the embedded default is complete
+        raise fail("built-in policy lacks flags")
+
+    values: dict[str, float | None] = (
+        {attr: getattr(base, attr) for attr, *_ in _THRESHOLDS.values()} if base else {}
+    )
+    for key, value in data.get("thresholds", {}).items():
+        if key not in _THRESHOLDS:
+            raise fail(f"unknown key {key!r} in [thresholds] (allowed: {', '.join(_THRESHOLDS)})")
+        attr, can_be_off, low, open_low = _THRESHOLDS[key]
+        if value is False and can_be_off:
+            values[attr] = None
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            off = " or false" if can_be_off else ""
+            raise fail(f"[thresholds] {key} = {value!r}: must be a number{off}")
+        v = float(value)
+        if not math.isfinite(v) or v > 1.0 or v < low or (open_low and v == low):
+            lo = f"{'>' if open_low else '>='} {low:g}"
+            raise fail(f"[thresholds] {key} = {value!r}: must be {lo} and <= 1")
+        values[attr] = v
+
+    description = data.get("description", base.description if base else "")
+    return Policy(
+        severities=severities,
+        description=description,
+        source=source,
+        **values,  # type: ignore[arg-type]
+    )
