@@ -1,0 +1,156 @@
+"""Stall detector: notice when DPO is not learning and say why it probably isn't.
+
+A DPO run whose loss sits at its zero-margin value (ln 2 for sigmoid/robust) with near-zero reward
+margins, or whose gradient is exactly zero, is training on nothing: identical pairs forced through,
+pairs that became identical after truncation, loss masks that cover nothing, a learning rate of 0.
+Other stacks keep printing 0.6931 for hours; this turns it into one warning plus a
+`{"event": "stall", ...}` line in metrics.jsonl, with the flag counts that point at the cause.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError
+
+LN2 = math.log(2.0)
+
+# Flags whose pairs carry no (or a misleading) preference signal when forced through a policy.
+SIGNAL_FREE_FLAGS: tuple[str, ...] = (
+    F.IDENTICAL,
+    F.WHITESPACE_ONLY,
+    F.IDENTICAL_AFTER_TRUNCATION,
+    F.NO_COMPLETION_TOKENS,
+    F.EMPTY_CHOSEN,
+    F.EMPTY_REJECTED,
+    F.CONFLICTING_PAIR,
+    F.NEAR_DUPLICATE,
+    F.DUPLICATE_PAIR,
+)
+
+
+class TrainingStalled(PrefdataError):
+    """Raised with --fail-on-stall. Exit code 1: a finding, not a usage error."""
+
+    exit_code = 1
+
+
+@dataclass
+class StallDetector:
+    """Counts consecutive stalled optimizer steps; fires once per stall after `steps` of them.
+
+    A step is stalled when the loss is within `loss_tol` of `zero_margin_loss` (what the loss is when
+    chosen and rejected score alike) and the mean |reward margin| is below `margin_tol`, or when the
+    gradient norm is (numerically) zero.
+    """
+
+    steps: int = 20
+    zero_margin_loss: float = LN2
+    loss_tol: float = 1e-3
+    margin_tol: float = 1e-3
+    grad_tol: float = 1e-12
+    flag_counts: dict[str, int] = field(default_factory=dict)
+    identical_pairs: int | None = None  # rows whose chosen_ids == rejected_ids in the training data
+    num_pairs: int | None = None
+    lr: float | None = None
+    _run: int = 0
+    _fired: bool = False
+    _window: deque = field(default_factory=lambda: deque(maxlen=1))
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"stall steps must be >= 1, got {self.steps}")
+        self._window = deque(maxlen=self.steps)
+
+    def is_stalled_step(self, loss: float, mean_abs_margin: float, grad_norm: float) -> bool:
+        flat_loss = abs(loss - self.zero_margin_loss) <= self.loss_tol and mean_abs_margin <= self.margin_tol
+        no_gradient = math.isfinite(grad_norm) and grad_norm <= self.grad_tol
+        return flat_loss or no_gradient
+
+    def update(self, step: int, loss: float, mean_abs_margin: float, grad_norm: float, lr: float) -> dict[str, Any] | None:
+        """Feed one optimizer step; returns the stall event the first time the run reaches `steps`."""
+        if not self.is_stalled_step(loss, mean_abs_margin, grad_norm):
+            self._run = 0
+            self._fired = False  # a later, separate stall is reported again
+            self._window.clear()
+            return None
+        self._run += 1
+        self._window.append((loss, mean_abs_margin, grad_norm, lr))
+        if self._run < self.steps or self._fired:
+            return None
+        self._fired = True
+        return self._event(step)
+
+    def _event(self, step: int) -> dict[str, Any]:
+        n = len(self._window)
+        mean_loss = sum(w[0] for w in self._window) / n
+        mean_margin = sum(w[1] for w in self._window) / n
+        max_grad = max(w[2] for w in self._window)
+        max_lr = max(w[3] for w in self._window)
+        causes = self.likely_causes(max_grad, max_lr)
+        counts = {name: int(self.flag_counts.get(name, 0)) for name in SIGNAL_FREE_FLAGS if self.flag_counts.get(name)}
+        event: dict[str, Any] = {
+            "event": "stall",
+            "step": step,
+            "stalled_steps": self._run,
+            "loss": mean_loss,
+            "zero_margin_loss": self.zero_margin_loss,
+            "mean_abs_margin": mean_margin,
+            "max_grad_norm": max_grad,
+            "max_lr": max_lr,
+            "likely_causes": causes,
+            "flag_counts": dict(self.flag_counts),
+            "signal_free_flag_counts": counts,
+        }
+        if self.identical_pairs is not None:
+            event["identical_pairs"] = self.identical_pairs
+            event["num_pairs"] = self.num_pairs
+        event["message"] = format_stall_message(event)
+        return event
+
+    def likely_causes(self, max_grad: float, max_lr: float) -> list[str]:
+        causes: list[str] = []
+        if self.identical_pairs:
+            causes.append(
+                f"{self.identical_pairs} of {self.num_pairs} training pairs have identical chosen and rejected "
+                "token ids: they carry no preference signal (identical / whitespace_only / "
+                "identical_after_truncation pairs forced through by the policy)"
+            )
+        forced = [name for name in (F.IDENTICAL, F.WHITESPACE_ONLY, F.IDENTICAL_AFTER_TRUNCATION) if self.flag_counts.get(name)]
+        if forced:
+            causes.append("the manifest counts " + ", ".join(f"{self.flag_counts[n]} {n}" for n in forced) + " pairs")
+        if self.flag_counts.get(F.NO_COMPLETION_TOKENS):
+            causes.append(f"{self.flag_counts[F.NO_COMPLETION_TOKENS]} pairs have a half with no completion tokens")
+        if max_lr <= 0.0:
+            causes.append("the learning rate is 0: the policy never moves away from the reference")
+        if max_grad <= self.grad_tol:
+            causes.append(
+                "the gradient is zero: loss masks cover no tokens, parameters are frozen (requires_grad False, "
+                "a LoRA adapter on no modules), or the loss does not reach the model"
+            )
+        causes.append(
+            "the policy still equals the reference (stored ref log-probs from this same model and a learning "
+            "rate, beta or step count too small to move it)"
+        )
+        causes.append("loss masks that select the prompt or padding instead of the completion, in one half or both")
+        return causes
+
+
+def format_stall_message(event: dict[str, Any]) -> str:
+    lines = [
+        f"training stalled: for {event['stalled_steps']} steps (up to step {event['step']}) the loss stayed at "
+        f"{event['loss']:.4f} (zero-margin value {event['zero_margin_loss']:.4f}) with mean |margin| "
+        f"{event['mean_abs_margin']:.2e} and grad norm <= {event['max_grad_norm']:.2e}.",
+        "Likely causes:",
+    ]
+    lines += [f"  - {cause}" for cause in event["likely_causes"]]
+    counts = event.get("flag_counts") or {}
+    if counts:
+        lines.append("Flag counts from the manifest: " + ", ".join(f"{k}={v}" for k, v in sorted(counts.items())))
+    else:
+        lines.append("Flag counts from the manifest: none recorded")
+    return "\n".join(lines)
