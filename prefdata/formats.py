@@ -1,0 +1,460 @@
+"""Turn one raw record into a canonical `Pair`, detecting its input shape per row.
+
+Shapes (DESIGN.md): explicit strings, conversational (TRL), implicit-prompt HH transcripts,
+conversational implicit prompt (UltraFeedback-binarized), ShareGPT (LLaMA-Factory), OpenAI/Azure
+DPO, pre-tokenized, and LLaMA-Factory's alpaca preference rows (`instruction`/`input`).
+
+A row that cannot be used raises RecordError with a one-line reason naming the field; a valid
+object that is no preference data at all (KTO, SFT, prompt-only rows) raises UnknownShapeError.
+This runs per row, so it uses plain type checks and dict lookups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefdata import flags
+from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.records import Message, Pair, RawRecord
+
+HH_ASSISTANT = "\n\nAssistant:"
+HH_HUMAN = "\n\nHuman:"
+MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32/int64; larger values are garbage
+
+# Role names as they appear in the wild, mapped to the four chat-template roles.
+ROLE_ALIASES: dict[str, str] = {
+    "system": "system",
+    "developer": "system",  # OpenAI's newer name for system
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "gpt": "assistant",
+    "bot": "assistant",
+    "model": "assistant",  # Gemini
+    "function_call": "assistant",  # ShareGPT: the assistant calling a tool
+    "tool": "tool",
+    "observation": "tool",  # ShareGPT: the tool's answer
+    "function": "tool",
+    "ipython": "tool",  # Llama 3
+}
+
+_PREFERENCE_KEYS = ("chosen", "rejected", "preferred_output", "non_preferred_output")
+_CONSUMED = {
+    "explicit": frozenset({"prompt", "chosen", "rejected"}),
+    "alpaca": frozenset({"instruction", "input", "chosen", "rejected"}),
+    "sharegpt": frozenset({"conversations", "chosen", "rejected", "system"}),
+    "openai": frozenset({"input", "preferred_output", "non_preferred_output"}),
+    "pretokenized": frozenset(
+        {"prompt_ids", "chosen_ids", "rejected_ids", "prompt", "chosen", "rejected"}
+    ),
+}
+
+
+def normalize_record(raw: RawRecord) -> Pair:
+    """The canonical pair of one record, or RecordError/UnknownShapeError with a one-line reason."""
+    if raw.error is not None:
+        raise RecordError(raw.error)
+    row = raw.value
+    if type(row) is not dict:
+        raise RecordError(f"record is a {type(row).__name__}, not an object")
+    if "chosen_ids" in row or "rejected_ids" in row:
+        return _pretokenized(raw, row)
+    if "preferred_output" in row or "non_preferred_output" in row:
+        return _openai(raw, row)
+    if "conversations" in row and ("chosen" in row or "rejected" in row):
+        return _sharegpt(raw, row)
+    if "chosen" not in row or "rejected" not in row:
+        if any(key in row for key in _PREFERENCE_KEYS):
+            missing = "rejected" if "chosen" in row else "chosen"
+            raise RecordError(f"missing field {missing!r}")
+        raise UnknownShapeError(_unknown_shape(row))
+    chosen, rejected = row["chosen"], row["rejected"]
+    prompt = row.get("prompt")
+    if type(prompt) is list:
+        return _conversational(raw, row)
+    if type(chosen) is str and type(rejected) is str:
+        if "prompt" in row:
+            return _explicit(raw, row)
+        if "instruction" in row:
+            return _alpaca(raw, row)
+        return _hh(raw, row, chosen, rejected)
+    if type(chosen) is list and type(rejected) is list:
+        return _conversational_implicit(raw, row)
+    # Report the first field with a wrong type.
+    for key in ("chosen", "rejected"):
+        value = row[key]
+        if type(value) not in (str, list):
+            raise RecordError(_type_error(key, value, "a string or a list of messages"))
+    raise RecordError("fields 'chosen' and 'rejected' mix a string and a list of messages")
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _unknown_shape(row: dict[str, Any]) -> str:
+    keys = ", ".join(repr(k) for k in list(row)[:8]) or "none"
+    hint = ""
+    if "label" in row or "completion" in row:
+        hint = " (looks like unpaired KTO data)"
+    elif "messages" in row or "conversations" in row or "text" in row:
+        hint = " (looks like SFT data)"
+    elif "prompt" in row:
+        hint = " (prompt-only row)"
+    return f"not preference data{hint}: no chosen/rejected fields; keys: {keys}"
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _type_error(field: str, value: Any, expected: str) -> str:
+    return f"field {field!r} must be {expected}, got {_type_name(value)}"
+
+
+def _string(row: dict[str, Any], key: str) -> str:
+    value = row.get(key)
+    if type(value) is not str:
+        if key not in row:
+            raise RecordError(f"missing field {key!r}")
+        raise RecordError(_type_error(key, value, "a string"))
+    return value
+
+
+def _extra(row: dict[str, Any], consumed: frozenset[str]) -> dict[str, Any]:
+    return {key: value for key, value in row.items() if key not in consumed}
+
+
+def _content(value: Any, field: str) -> str:
+    if type(value) is str:
+        return value
+    if type(value) is list:  # OpenAI content parts
+        texts = []
+        for i, part in enumerate(value):
+            if type(part) is not dict or part.get("type", "text") != "text":
+                kind = part.get("type") if type(part) is dict else _type_name(part)
+                raise RecordError(f"field '{field}[{i}]': unsupported content part {kind!r}")
+            text = part.get("text")
+            if type(text) is not str:
+                raise RecordError(_type_error(f"{field}[{i}].text", text, "a string"))
+            texts.append(text)
+        return "".join(texts)
+    if value is None:
+        raise RecordError(f"field {field!r} is null")
+    raise RecordError(_type_error(field, value, "a string"))
+
+
+def _message(item: Any, field: str) -> Message:
+    if type(item) is not dict:
+        raise RecordError(_type_error(field, item, "a message object"))
+    role = item.get("role", item.get("from"))
+    if role is None:
+        raise RecordError(f"field {field!r}: message has no role")
+    if type(role) is not str:
+        raise RecordError(_type_error(f"{field}.role", role, "a string"))
+    mapped = ROLE_ALIASES.get(role) or ROLE_ALIASES.get(role.strip().lower())
+    if mapped is None:
+        raise RecordError(f"field {field!r}: unknown role {role[:40]!r}")
+    if "content" in item:
+        content = _content(item["content"], f"{field}.content")
+    elif "value" in item:
+        content = _content(item["value"], f"{field}.value")
+    else:
+        raise RecordError(f"field {field!r}: message has no content")
+    return {"role": mapped, "content": content}
+
+
+def _messages(value: Any, field: str, single_ok: bool = False) -> list[Message]:
+    """Validated messages with only role/content keys and normalized roles."""
+    if single_ok and type(value) is dict:
+        return [_message(value, field)]
+    if type(value) is not list:
+        if value is None:
+            raise RecordError(f"field {field!r} is null")
+        raise RecordError(_type_error(field, value, "a list of messages"))
+    if not value:
+        raise RecordError(f"field {field!r} is an empty list of messages")
+    return [_message(item, f"{field}[{i}]") for i, item in enumerate(value)]
+
+
+def _completion_messages(value: Any, field: str) -> list[Message]:
+    """A completion next to a message-list prompt: messages, one message, or a plain string."""
+    if type(value) is str:
+        return [{"role": "assistant", "content": value}]
+    return _messages(value, field, single_ok=True)
+
+
+def _require_assistant(messages: list[Message], field: str) -> None:
+    for message in messages:
+        if message["role"] == "assistant":
+            return
+    raise RecordError(f"field {field!r} has no assistant message")
+
+
+def _render(messages: list[Message]) -> str:
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+def _completion_text(messages: list[Message]) -> str:
+    if len(messages) == 1 and messages[0]["role"] == "assistant":
+        return messages[0]["content"]
+    return _render(messages)
+
+
+def _assistant_turns(messages: list[Message]) -> int:
+    return sum(1 for m in messages if m["role"] == "assistant")
+
+
+def _message_pair(
+    raw: RawRecord,
+    row: dict[str, Any],
+    shape: str,
+    consumed: frozenset[str],
+    prompt: list[Message],
+    chosen: list[Message],
+    rejected: list[Message],
+    fields: tuple[str, str] = ("chosen", "rejected"),
+) -> Pair:
+    _require_assistant(chosen, fields[0])
+    _require_assistant(rejected, fields[1])
+    pair = Pair(
+        source_file=raw.source_file,
+        source_line=raw.source_line,
+        prompt=_render(prompt),
+        chosen=_completion_text(chosen),
+        rejected=_completion_text(rejected),
+        prompt_messages=prompt,
+        chosen_messages=chosen,
+        rejected_messages=rejected,
+        extra=_extra(row, consumed),
+        shape=shape,
+    )
+    if _assistant_turns(chosen) > 1 or _assistant_turns(rejected) > 1:
+        pair.flags.append(flags.MULTI_TURN_COMPLETION)
+    return pair
+
+
+# ---------------------------------------------------------------------------------------------
+# Shapes
+
+
+def _explicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    prompt = row["prompt"]
+    if type(prompt) is not str:
+        raise RecordError(_type_error("prompt", prompt, "a string or a list of messages"))
+    return Pair(
+        source_file=raw.source_file,
+        source_line=raw.source_line,
+        prompt=prompt,
+        chosen=row["chosen"],
+        rejected=row["rejected"],
+        extra=_extra(row, _CONSUMED["explicit"]),
+        shape="explicit",
+    )
+
+
+def _alpaca(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    instruction = _string(row, "instruction")
+    extra_input = row.get("input", "")
+    if extra_input is None:
+        extra_input = ""
+    if type(extra_input) is not str:
+        raise RecordError(_type_error("input", extra_input, "a string"))
+    prompt = f"{instruction}\n{extra_input}" if extra_input else instruction
+    return Pair(
+        source_file=raw.source_file,
+        source_line=raw.source_line,
+        prompt=prompt,
+        chosen=row["chosen"],
+        rejected=row["rejected"],
+        extra=_extra(row, _CONSUMED["alpaca"]),
+        shape="alpaca",
+    )
+
+
+def _common_prefix_len(a: str, b: str) -> int:
+    """Length of the longest common prefix, by binary search over C-speed slice compares."""
+    low, high = 0, min(len(a), len(b))
+    if a[:high] == b[:high]:
+        return high
+    while low < high:  # invariant: a[:low] == b[:low], a[:high+1] != b[:high+1]
+        mid = (low + high + 1) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def split_hh(chosen: str, rejected: str) -> tuple[str, str, str, bool]:
+    """Split two HH-RLHF transcripts into (prompt, chosen, rejected, multi_turn).
+
+    The prompt is the shared prefix cut at its last "\\n\\nAssistant:" marker, so the cut never
+    lands mid-word; the prompt keeps the marker and each completion starts right after it.
+    `multi_turn` is True when the transcripts diverge before their last assistant turn.
+    """
+    shared = _common_prefix_len(chosen, rejected)
+    cut = chosen.rfind(HH_ASSISTANT, 0, shared)
+    if cut < 0 or cut + len(HH_ASSISTANT) > shared:
+        raise RecordError(
+            "chosen and rejected transcripts share no '\\n\\nAssistant:' turn to split the prompt at"
+        )
+    end = cut + len(HH_ASSISTANT)
+    chosen_part, rejected_part = chosen[end:], rejected[end:]
+    multi_turn = any(
+        HH_ASSISTANT in part or HH_HUMAN in part for part in (chosen_part, rejected_part)
+    )
+    return chosen[:end], chosen_part, rejected_part, multi_turn
+
+
+def _hh(raw: RawRecord, row: dict[str, Any], chosen: str, rejected: str) -> Pair:
+    if HH_ASSISTANT not in chosen:
+        raise RecordError(
+            "missing field 'prompt' (and 'chosen' is not a Human/Assistant transcript)"
+        )
+    prompt, chosen_part, rejected_part, multi_turn = split_hh(chosen, rejected)
+    pair = Pair(
+        source_file=raw.source_file,
+        source_line=raw.source_line,
+        prompt=prompt,
+        chosen=chosen_part,
+        rejected=rejected_part,
+        extra=_extra(row, _CONSUMED["explicit"]),
+        shape="hh",
+    )
+    if multi_turn:
+        pair.flags.append(flags.MULTI_TURN_COMPLETION)
+    return pair
+
+
+def _conversational(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    prompt = _messages(row["prompt"], "prompt")
+    chosen = _completion_messages(row["chosen"], "chosen")
+    rejected = _completion_messages(row["rejected"], "rejected")
+    return _message_pair(
+        raw, row, "conversational", _CONSUMED["explicit"], prompt, chosen, rejected
+    )
+
+
+def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    """Full conversations in chosen/rejected: the prompt is their shared leading messages.
+
+    The split is moved back so each completion starts at an assistant turn; a `prompt` string
+    column (UltraFeedback-binarized) is not used for splitting, only as the user turn when the
+    two lists hold nothing but completions.
+    """
+    chosen = _messages(row["chosen"], "chosen")
+    rejected = _messages(row["rejected"], "rejected")
+    limit = min(len(chosen), len(rejected))
+    shared = 0
+    while shared < limit and chosen[shared] == rejected[shared]:
+        shared += 1
+    # The completions must start at an assistant turn in both lists.
+    while shared > 0 and not (
+        shared < len(chosen)
+        and shared < len(rejected)
+        and chosen[shared]["role"] == "assistant"
+        and rejected[shared]["role"] == "assistant"
+    ):
+        shared -= 1
+    prompt_text = row.get("prompt")
+    if shared == 0:
+        if type(prompt_text) is str and prompt_text:
+            prompt = [{"role": "user", "content": prompt_text}]
+            return _message_pair(
+                raw, row, "conversational", _CONSUMED["explicit"], prompt, chosen, rejected
+            )
+        raise RecordError(
+            "fields 'chosen' and 'rejected' share no leading prompt messages before an assistant turn"
+        )
+    if prompt_text is not None and type(prompt_text) is not str:
+        raise RecordError(_type_error("prompt", prompt_text, "a string or a list of messages"))
+    prompt = chosen[:shared]
+    chosen, rejected = chosen[shared:], rejected[shared:]
+    return _message_pair(
+        raw, row, "conversational_implicit", _CONSUMED["explicit"], prompt, chosen, rejected
+    )
+
+
+def _sharegpt(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    prompt = _messages(row["conversations"], "conversations")
+    system = row.get("system")
+    if system is not None and type(system) is not str:
+        raise RecordError(_type_error("system", system, "a string"))
+    if system:
+        prompt = [{"role": "system", "content": system}, *prompt]
+    for key in ("chosen", "rejected"):
+        if key not in row:
+            raise RecordError(f"missing field {key!r}")
+    chosen = _messages(row["chosen"], "chosen", single_ok=True)
+    rejected = _messages(row["rejected"], "rejected", single_ok=True)
+    return _message_pair(raw, row, "sharegpt", _CONSUMED["sharegpt"], prompt, chosen, rejected)
+
+
+def _openai(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    for key in ("input", "preferred_output", "non_preferred_output"):
+        if key not in row:
+            raise RecordError(f"missing field {key!r}")
+    source = row["input"]
+    if type(source) is not dict:
+        raise RecordError(_type_error("input", source, "an object with 'messages'"))
+    if "messages" not in source:
+        raise RecordError("missing field 'input.messages'")
+    prompt = _messages(source["messages"], "input.messages")
+    chosen = _messages(row["preferred_output"], "preferred_output", single_ok=True)
+    rejected = _messages(row["non_preferred_output"], "non_preferred_output", single_ok=True)
+    return _message_pair(
+        raw,
+        row,
+        "openai",
+        _CONSUMED["openai"],
+        prompt,
+        chosen,
+        rejected,
+        fields=("preferred_output", "non_preferred_output"),
+    )
+
+
+def _ids(row: dict[str, Any], key: str) -> list[int]:
+    value = row.get(key)
+    if type(value) is not list:
+        if key not in row:
+            raise RecordError(f"missing field {key!r}")
+        raise RecordError(_type_error(key, value, "a list of token ids"))
+    for i, token in enumerate(value):
+        if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
+            raise RecordError(f"field '{key}[{i}]' is not a token id (non-negative int): {token!r:.40}")
+    return value
+
+
+def _pretokenized(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    ids = {key: _ids(row, key) for key in ("prompt_ids", "chosen_ids", "rejected_ids")}
+    # Text next to the ids (TRL keeps it) is used for text-level checks; otherwise empty.
+    texts = {}
+    for key in ("prompt", "chosen", "rejected"):
+        value = row.get(key, "")
+        texts[key] = value if type(value) is str else ""
+    return Pair(
+        source_file=raw.source_file,
+        source_line=raw.source_line,
+        prompt=texts["prompt"],
+        chosen=texts["chosen"],
+        rejected=texts["rejected"],
+        prompt_ids=ids["prompt_ids"],
+        chosen_ids=ids["chosen_ids"],
+        rejected_ids=ids["rejected_ids"],
+        extra=_extra(row, _CONSUMED["pretokenized"]),
+        shape="pretokenized",
+    )
