@@ -96,7 +96,7 @@ def _multi_message(messages: list[Message] | None) -> bool:
 def _transcript(messages: list[Message]) -> str:
     # \x02/\x03 (start/end of text) do not occur in chat text by accident and are not whitespace;
     # they keep role markers apart from content that happens to look like "assistant:".
-    return "".join(f"\x02{m.get('role', '')}\x03 {m.get('content') or ''}" for m in messages)
+    return "".join(f"\n\x02{m.get('role', '')}\x03\n{m.get('content') or ''}" for m in messages)
 
 
 def completion_content(pair: Pair, which: str) -> tuple[str, bool]:
