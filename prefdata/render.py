@@ -259,7 +259,7 @@ def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
             f"rejected {_pct(trunc['rejected_rate'])} (any: {_pct(trunc['any_rate'])} of {trunc['rows']:,} tokenized pairs)."
         )
     else:
-        out.append("- Truncation: not measured (no tokenizer).")
+        out.append(f"- Truncation: not measured ({trunc.get('reason', 'no tokenizer')}).")
     if bias.get("pairs"):
         out.append(
             f"- Length bias ({bias['unit']}): chosen longer in {_pct(bias['chosen_longer'])}, rejected longer in "
@@ -575,7 +575,7 @@ def _html_distributions(report: Report) -> list[str]:
     if bias.get("pairs"):
         limit = bias.get("limit")
         marker = (
-            f'<span style="position:absolute;left:{limit * 100:.1f}%;top:-3px;bottom:-3px;border-left:2px dashed #c01048" title="limit"></span>'
+            f'<span style="position:absolute;left:{limit * 100:.1f}%;top:-3px;bottom:-3px;border-left:2px dashed #1d2330" title="limit"></span>'
             if limit is not None
             else ""
         )
@@ -600,7 +600,7 @@ def _html_distributions(report: Report) -> list[str]:
         )
         out.append(f'<div class="plot"><h3>Truncation</h3><div class="q">share of {trunc["rows"]:,} tokenized pairs cut by the length limits</div>{bars}</div>')
     else:
-        out.append('<div class="plot"><h3>Truncation</h3><div class="q">not measured: no tokenizer was given</div></div>')
+        out.append(f'<div class="plot"><h3>Truncation</h3><div class="q">not measured: {_e(trunc.get("reason", "no tokenizer"))}</div></div>')
     sim = report.get("similarity", {})
     if sim.get("rows_measured"):
         hist = sim["histogram"]
@@ -673,7 +673,14 @@ def github_annotations(report: Report, max_annotations: int = GITHUB_ANNOTATION_
     else:
         rows = list(report.get("flagged_rows", []))
         flag_of = lambda r: r.get("flags") or []  # noqa: E731
-    errors, warnings, rest = [], [], 0
+    # Exceeded limits first: they say the most, and GitHub's cap of errors would hide them otherwise.
+    errors = [
+        f"::error title={_gh_escape_property('prefdata: ' + f['name'])}::{_gh_escape_data(_threshold_line(f).replace('`', ''))}"
+        for f in _thresholds(report)
+        if f.get("exceeded") and (not baseline or f["name"] in baseline.get("new_thresholds_exceeded", []))
+    ][:max_annotations]
+    warnings: list[str] = []
+    rest = 0
     for row in rows:
         level = "error" if row.get("severity") == "error" else "warning"
         bucket = errors if level == "error" else warnings
@@ -686,9 +693,6 @@ def github_annotations(report: Report, max_annotations: int = GITHUB_ANNOTATION_
     else:
         rest += max(0, report.get("flagged_rows_total", 0) - len(rows))
     lines = errors + warnings
-    for f in _thresholds(report):
-        if f.get("exceeded") and (not baseline or f["name"] in baseline.get("new_thresholds_exceeded", [])):
-            lines.append(f"::error title={_gh_escape_property('prefdata: ' + f['name'])}::{_gh_escape_data(_threshold_line(f).replace('`', ''))}")
     if rest:
         lines.append(f"::notice title=prefdata::{rest:,} more flagged rows are not annotated (GitHub shows at most {max_annotations} errors and {max_annotations} warnings per step); see the job summary or report")
     return lines

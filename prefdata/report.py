@@ -10,16 +10,20 @@ The report is deterministic: the same input gives the same dict apart from `gene
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
+import struct
 import time
 from array import array
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+import xxhash
 
 from prefdata import __version__
-from prefdata.checks import normalize_whitespace, similarity
+from prefdata.checks import completion_content, ids_mode, similarity
+from prefdata.dataset_checks import pair_digests
+from prefdata.records import Pair
 
 if TYPE_CHECKING:  # pipeline imports this module lazily; avoid an import cycle at runtime
     from prefdata.pipeline import CheckedRow
@@ -38,28 +42,24 @@ LENGTH_HISTOGRAM_BINS = 24
 SIMILARITY_BINS = 20
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 QUARANTINE_SEVERITY = "error"  # a record that cannot be read is always worth failing a check over
+_PACK3 = struct.Struct("<3Q").pack
 
 
 # ----------------------------------------------------------------------------- hashing / excerpts
 
 
-def content_hash(prompt: str, chosen: str, rejected: str, ids: Iterable[Iterable[int]] | None = None) -> str:
-    """Stable 16-hex-digit hash of a pair's content (whitespace-normalized text, plus ids when given).
-
-    It identifies a row independently of its position, so a baseline can tell new findings from old.
-    """
-    digest = hashlib.blake2b(digest_size=8)
-    for text in (prompt, chosen, rejected):
-        digest.update(normalize_whitespace(text).encode("utf-8"))
-        digest.update(b"\x00")
-    for seq in ids or ():
-        digest.update(array("q", seq).tobytes())
-        digest.update(b"\x01")
-    return digest.hexdigest()
+def _pair_keys(pair: Pair) -> tuple[int, int]:
+    """(prompt key, pair key): the same whitespace-normalized digests the dataset-wide checks use,
+    so "duplicate" means the same thing in the report as in the `duplicate_pair` flag."""
+    prompt, chosen, rejected = pair_digests(pair)
+    return prompt, xxhash.xxh3_64_intdigest(_PACK3(prompt, chosen, rejected))
 
 
-def _hash64(text: str) -> int:
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little")
+def content_hash(pair: Pair) -> str:
+    """Stable 16-hex-digit hash of a pair's content (whitespace-normalized prompt, chosen, rejected).
+
+    It identifies a row independently of its position, so a baseline can tell new findings from old."""
+    return f"{_pair_keys(pair)[1]:016x}"
 
 
 def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str:
@@ -71,12 +71,12 @@ def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str:
 
 
 def row_hash(row: "CheckedRow") -> str:
-    pair = row.pair
-    if pair is None:  # quarantined: hash what was read
-        raw = row.raw.raw_text if row.raw.raw_text is not None else repr(row.raw.value)
-        return hashlib.blake2b(f"{raw}\x00{row.error}".encode("utf-8"), digest_size=8).hexdigest()
-    ids = (pair.prompt_ids, pair.chosen_ids, pair.rejected_ids) if pair.is_pretokenized else None
-    return content_hash(pair.prompt, pair.chosen, pair.rejected, ids)
+    if row.pair is not None:
+        return content_hash(row.pair)
+    # Quarantined: hash what was read (the same broken line gets the same hash wherever it moves).
+    raw = row.raw.raw_text if row.raw.raw_text is not None else repr(row.raw.value)
+    digest = xxhash.xxh3_64_intdigest((raw + "\x00" + str(row.error)).encode("utf-8", "surrogatepass"))
+    return f"{digest:016x}"
 
 
 # ----------------------------------------------------------------------------- distributions
@@ -109,11 +109,14 @@ class IntDistribution:
         self.counts: Counter[int] = Counter()
         self.n = 0
         self.total = 0
+        self.max = 0  # exact, although large values are bucketed
 
     def add(self, value: int) -> None:
         self.counts[_bucket(value)] += 1
         self.n += 1
         self.total += value
+        if value > self.max:
+            self.max = value
 
     def quantile(self, q: float) -> int:
         """Nearest-rank quantile."""
@@ -129,7 +132,7 @@ class IntDistribution:
         if self.n == 0:
             return {"count": 0}
         values = sorted(self.counts)
-        lo, hi = values[0], values[-1]
+        lo, hi = values[0], self.max
         p99 = self.quantile(0.99)
         # A few huge outliers would squash every other bar into one: cap the range at p99 then,
         # and count what lies beyond in `overflow`.
@@ -167,7 +170,7 @@ class SimilaritySample:
         self.heap: list[tuple[int, float]] = []  # (-hash, similarity): a max-heap on hash
         self.seen = 0
 
-    def offer(self, key: int, chosen: str, rejected: str) -> None:
+    def offer(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
         self.seen += 1
         if len(self.heap) < self.k:
             heapq.heappush(self.heap, (-key, similarity(chosen, rejected)))
@@ -214,8 +217,13 @@ def _share(part: int, whole: int) -> float:
 class ReportBuilder:
     """Accumulates the report over a stream of CheckedRow objects (one per input record)."""
 
-    def __init__(self, policy: Any = None, *, examples_per_flag: int = EXAMPLES_PER_FLAG) -> None:
+    def __init__(
+        self, policy: Any = None, *, examples_per_flag: int = EXAMPLES_PER_FLAG, truncation_known: bool = True
+    ) -> None:
         self.policy = policy
+        # False when re-checking stored rows: their ids are already truncated and the lengths
+        # before truncation are gone, so truncation rates cannot be measured.
+        self.truncation_known = truncation_known
         self.examples_per_flag = examples_per_flag
         self.rows = 0
         self.outcomes: Counter[str] = Counter({"kept": 0, "dropped": 0, "quarantined": 0})
@@ -327,18 +335,14 @@ class ReportBuilder:
     def _add_dataset_keys(self, ordinal: int, row: "CheckedRow") -> None:
         pair = row.pair
         assert pair is not None
-        if pair.is_pretokenized and not (pair.prompt or pair.chosen or pair.rejected):
-            prompt_text = "ids:" + ",".join(map(str, pair.prompt_ids or ()))
-            pair_key = int(row_hash(row), 16)
-        else:
-            prompt_text = normalize_whitespace(pair.prompt)
-            pair_key = _hash64(
-                f"{prompt_text}\x00{normalize_whitespace(pair.chosen)}\x00{normalize_whitespace(pair.rejected)}"
-            )
+        prompt_key, pair_key = _pair_keys(pair)
         self.pair_row.append(ordinal)
-        self.prompt_key.append(_hash64(prompt_text))
+        self.prompt_key.append(prompt_key)
         self.pair_key.append(pair_key)
-        self.similarity.offer(pair_key, pair.chosen, pair.rejected)
+        if ids_mode(pair):
+            self.similarity.offer(pair_key, pair.chosen_ids or [], pair.rejected_ids or [])
+        else:
+            self.similarity.offer(pair_key, completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0])
 
     def _add_lengths(self, row: "CheckedRow") -> None:
         pair = row.pair
@@ -449,7 +453,9 @@ class ReportBuilder:
             "dataset": self._dataset_section(),
             "lengths": {
                 "unit": unit,
-                "measured": "before truncation" if tokens else "characters of the normalized text",
+                "measured": ("before truncation" if self.truncation_known else "as stored")
+                if tokens
+                else "characters of the normalized text",
                 **{name: dist.to_dict() for name, dist in lengths_src.items()},
             },
             "truncation": self._truncation_section(),
@@ -558,8 +564,10 @@ class ReportBuilder:
 
     def _truncation_section(self) -> dict[str, Any]:
         n = self.tokenized_rows
+        if not self.truncation_known:
+            return {"available": False, "rows": n, "reason": "stored ids are already truncated"}
         if not n:
-            return {"available": False, "rows": 0}
+            return {"available": False, "rows": 0, "reason": "no tokenizer"}
         return {
             "available": True,
             "rows": n,
