@@ -198,12 +198,30 @@ def _type_name(value: Any) -> str:
     return "a JSON number"
 
 
-def _record(name: str, line: int, value: Any, text: str | None) -> RawRecord:
-    """A decoded value; anything but an object is a record error."""
+# A \uD800-\uDFFF escape: valid JSON syntax, but alone it decodes to a lone surrogate that no
+# tokenizer or Arrow column can encode. Escaped pairs (emoji) are fine and combine when decoded.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (ValueError, RecursionError):
+        return False
+    return False
+
+
+def _record(name: str, line: int, value: Any, text: str) -> RawRecord:
+    """A decoded value with its full source text; anything but an object is a record error."""
     if type(value) is dict:
-        return RawRecord(name, line, value=value, raw_text=text)
+        if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
+            error = "invalid JSON string: lone surrogate escape (\\uD800-\\uDFFF)"
+            return RawRecord(name, line, error=error, raw_text=_clip(text))
+        return RawRecord(name, line, value=value, raw_text=_clip(text))
     return RawRecord(
-        name, line, error=f"record is {_type_name(value)}, not a JSON object", raw_text=text
+        name, line, error=f"record is {_type_name(value)}, not a JSON object", raw_text=_clip(text)
     )
 
 
@@ -296,7 +314,7 @@ def _iter_json_document(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
     except (ValueError, RecursionError) as exc:
         yield RawRecord(name, 1, error=_decode_error(exc), raw_text=_clip(text))
         return
-    yield _record(name, 1, value, _clip(text))
+    yield _record(name, 1, value, text)
 
 
 def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
@@ -345,7 +363,7 @@ def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
             except (ValueError, RecursionError) as exc:
                 yield RawRecord(name, line_no, error=_decode_error(exc), raw_text=_clip(text))
                 continue
-            yield _record(name, line_no, value, _clip(text))
+            yield _record(name, line_no, value, text)
 
 
 def _overlong_line(fh: BinaryIO, name: str, line_no: int, start: bytes) -> RawRecord:
@@ -581,7 +599,7 @@ def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                         raw_text=_clip(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")),
                     )
                 else:
-                    yield _record(name, index, value, _clip(text))
+                    yield _record(name, index, value, text)
                 stream.pos = end
             if not stream.skip_ws():
                 continue  # reported as truncated at the top of the loop
