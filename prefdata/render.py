@@ -391,6 +391,10 @@ def _card(key: str, value: Any, sub: str = "", cls: str = "") -> str:
     return f'<div class="card {cls}"><div class="k">{_e(key)}</div><div class="v">{_e(_num(value))}</div><div class="s">{_e(sub)}</div></div>'
 
 
+def _sev_class(severity: str | None) -> str:
+    return {"error": "e", "warn": "w"}.get(severity or "", "")
+
+
 def _sev(severity: str | None) -> str:
     return f'<span class="badge {_e(severity or "none")}">{_e(severity or "—")}</span>'
 
@@ -417,7 +421,7 @@ def render_html(report: Report) -> str:
         _card("rows in", rows_in),
         _card("kept", acc.get("rows_out", 0), share(acc.get("rows_out"))),
         _card("dropped", acc.get("rows_dropped", 0), share(acc.get("rows_dropped"))),
-        _card("quarantined", acc.get("rows_quarantined", 0), share(acc.get("rows_quarantined")), "e" if acc.get("rows_quarantined") else ""),
+        _card("quarantined", acc.get("rows_quarantined", 0), share(acc.get("rows_quarantined")), _sev_class(report.get("quarantine", {}).get("severity")) if acc.get("rows_quarantined") else ""),
         _card("errors", report.get("errors", 0), "findings at error severity", "e" if report.get("errors") else ""),
         _card("warnings", report.get("warnings", 0), "rows at warn severity", "w" if report.get("warnings") else ""),
         "</section>",

@@ -41,7 +41,9 @@ MAX_FLAGGED_ROWS = 200_000  # content hashes of flagged rows kept for baseline c
 LENGTH_HISTOGRAM_BINS = 24
 SIMILARITY_BINS = 20
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-QUARANTINE_SEVERITY = "error"  # a record that cannot be read is always worth failing a check over
+# A record that cannot be read fails `validate` (a PR must not bring one in); `prepare` sets it aside
+# in quarantine.jsonl and goes on, so there it is a warning.
+QUARANTINE_SEVERITY = {"validate": "error", "prepare": "warn"}
 _PACK3 = struct.Struct("<3Q").pack
 
 
@@ -218,9 +220,16 @@ class ReportBuilder:
     """Accumulates the report over a stream of CheckedRow objects (one per input record)."""
 
     def __init__(
-        self, policy: Any = None, *, examples_per_flag: int = EXAMPLES_PER_FLAG, truncation_known: bool = True
+        self,
+        policy: Any = None,
+        *,
+        examples_per_flag: int = EXAMPLES_PER_FLAG,
+        truncation_known: bool = True,
+        quarantine_severity: str | None = None,
     ) -> None:
         self.policy = policy
+        # None: decided in build() from meta["command"] (see QUARANTINE_SEVERITY), "error" otherwise.
+        self.quarantine_severity = quarantine_severity
         # False when re-checking stored rows: their ids are already truncated and the lengths
         # before truncation are gone, so truncation rates cannot be measured.
         self.truncation_known = truncation_known
@@ -278,7 +287,6 @@ class ReportBuilder:
         self._add_lengths(row)
 
     def _add_quarantined(self, row: "CheckedRow") -> None:
-        self.severities[QUARANTINE_SEVERITY] += 1
         reason = row.error or "unreadable record"
         location = {"source_file": row.raw.source_file, "source_line": row.raw.source_line}
         entry = self.quarantine_reasons.get(reason)
@@ -292,7 +300,7 @@ class ReportBuilder:
             entry[0] += 1
             if len(entry[1]) < LINES_PER_REASON:
                 entry[1].append(location)
-        self._remember_flagged(row, [], QUARANTINE_SEVERITY)
+        self._remember_flagged(row, [], None)  # severity filled in by build()
 
     def _add_flagged(self, row: "CheckedRow") -> None:
         pair = row.pair
@@ -401,6 +409,11 @@ class ReportBuilder:
     def build(self, accounting: Mapping[str, int] | None = None, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
         meta = dict(meta or {})
         policy = self.policy
+        q_severity = self.quarantine_severity or QUARANTINE_SEVERITY.get(meta.get("command") or "", "error")
+        for entry in self.flagged:
+            if entry["outcome"] == "quarantined":
+                entry["severity"] = q_severity
+        severities = self.severities + Counter({q_severity: self.outcomes["quarantined"]})
         pairs = len(self.pair_row)
         accounting = dict(accounting or {})
         accounting.setdefault("rows_in", self.rows)
@@ -428,10 +441,10 @@ class ReportBuilder:
             }
             for flag, count in sorted(self.flag_counts.items(), key=lambda kv: (-kv[1], kv[0]))
         }
-        findings = self._findings(flags, pairs, length_bias)
+        findings = self._findings(flags, pairs, length_bias, q_severity)
         # Rows at error severity (quarantined records included) plus each exceeded threshold.
-        errors = self.severities["error"] + sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
-        warnings = self.severities["warn"]
+        errors = severities["error"] + sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
+        warnings = severities["warn"]
         report: dict[str, Any] = {
             "schema_version": SCHEMA_VERSION,
             "prefdata_version": __version__,
@@ -440,7 +453,7 @@ class ReportBuilder:
             "input": meta.pop("input", None),
             "tokenizer": meta.pop("tokenizer", None),
             "policy": _policy_section(policy),
-            "status": "fail" if errors else ("warn" if (warnings or self.severities["drop"]) else "pass"),
+            "status": "fail" if errors else ("warn" if (warnings or severities["drop"]) else "pass"),
             "errors": errors,
             "warnings": warnings,
             "accounting": accounting,
@@ -449,7 +462,7 @@ class ReportBuilder:
             "rows_flagged": self.flagged_rows_any,
             "findings": findings,
             "flags": flags,
-            "quarantine": self._quarantine_section(),
+            "quarantine": self._quarantine_section(q_severity),
             "dataset": self._dataset_section(),
             "lengths": {
                 "unit": unit,
@@ -469,7 +482,9 @@ class ReportBuilder:
             report["meta"] = meta
         return report
 
-    def _findings(self, flags: dict[str, Any], pairs: int, length_bias: dict[str, Any]) -> list[dict[str, Any]]:
+    def _findings(
+        self, flags: dict[str, Any], pairs: int, length_bias: dict[str, Any], q_severity: str
+    ) -> list[dict[str, Any]]:
         """Everything that can fail a check: flags at error severity, quarantine, exceeded thresholds."""
         findings: list[dict[str, Any]] = []
         for flag, info in flags.items():
@@ -478,7 +493,7 @@ class ReportBuilder:
         quarantined = self.outcomes["quarantined"]
         if quarantined:
             findings.append(
-                {"kind": "quarantine", "name": "quarantined", "severity": QUARANTINE_SEVERITY, "count": quarantined}
+                {"kind": "quarantine", "name": "quarantined", "severity": q_severity, "count": quarantined}
             )
         # Same meaning as policy.dataset_limit_findings: flagged = any warn-or-worse flag (ignored flags
         # are already removed), length bias = share of pairs whose chosen half is longer.
@@ -495,11 +510,11 @@ class ReportBuilder:
         findings.sort(key=lambda f: (order.get(f["severity"], 3), -f.get("count", 0), f["name"]))
         return findings
 
-    def _quarantine_section(self) -> dict[str, Any]:
+    def _quarantine_section(self, q_severity: str) -> dict[str, Any]:
         reasons = sorted(self.quarantine_reasons.items(), key=lambda kv: (-kv[1][0], kv[0]))
         return {
             "count": self.outcomes["quarantined"],
-            "severity": QUARANTINE_SEVERITY,
+            "severity": q_severity,
             "reasons": [{"reason": reason, "count": count, "rows": rows} for reason, (count, rows) in reasons],
             "other_reasons_count": self.quarantine_other,
         }

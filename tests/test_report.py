@@ -327,3 +327,13 @@ def test_quarantined_rows_in_baseline_comparison():
     assert diff["new_flagged_rows"] == 1 and diff["regressions"] == 1
     assert diff["new_rows"][0]["new_flags"] == ["quarantined"]
     assert diff["flag_deltas"]["quarantined"] == {"before": 1, "after": 2, "delta": 1}
+
+
+def test_quarantine_is_a_warning_in_prepare_reports():
+    builder = ReportBuilder(load_policy(None))
+    for r in (row(1), quarantined(2)):
+        builder.add(r)
+    prepared = builder.build({}, {"command": "prepare"})
+    assert prepared["quarantine"]["severity"] == "warn" and prepared["errors"] == 0 and prepared["status"] == "warn"
+    validated = builder.build({}, {"command": "validate"})
+    assert validated["errors"] == 1 and validated["flagged_rows"][0]["severity"] == "error"
