@@ -646,7 +646,7 @@ def _workspace_path(path: str | None) -> str | None:
         return p.as_posix()
 
 
-def _annotation(level: str, row: Mapping[str, Any], flags: list[str]) -> str:
+def _annotation(level: str, row: Mapping[str, Any], flags: list[str], source_root: str | None = None) -> str:
     if row.get("error"):
         title = "prefdata: quarantined record"
         message = str(row["error"])
@@ -656,7 +656,10 @@ def _annotation(level: str, row: Mapping[str, Any], flags: list[str]) -> str:
         if row.get("excerpt"):
             message += f" (prompt: {row['excerpt']})"
     props = []
-    file = _workspace_path(row.get("source_file"))
+    source = row.get("source_file")
+    if source and source_root and not Path(source).is_absolute():
+        source = str(Path(source_root) / source)  # files of a directory input are relative to it
+    file = _workspace_path(source)
     if file:
         props.append(f"file={_gh_escape_property(file)}")
         props.append(f"line={int(row.get('source_line') or 1)}")
@@ -689,7 +692,8 @@ def github_annotations(report: Report, max_annotations: int = GITHUB_ANNOTATION_
         level = "error" if row.get("severity") == "error" else "warning"
         bucket = errors if level == "error" else warnings
         if len(bucket) < max_annotations:
-            bucket.append(_annotation(level, row, [f for f in flag_of(row) if f != "quarantined"]))
+            flags = [f for f in flag_of(row) if f != "quarantined"]
+            bucket.append(_annotation(level, row, flags, (report.get("meta") or {}).get("source_root")))
         else:
             rest += 1
     if baseline:

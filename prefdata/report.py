@@ -468,7 +468,7 @@ class ReportBuilder:
                 "unit": unit,
                 "measured": ("before truncation" if self.truncation_known else "as stored")
                 if tokens
-                else "characters of the normalized text",
+                else "normalized text",
                 **{name: dist.to_dict() for name, dist in lengths_src.items()},
             },
             "truncation": self._truncation_section(),

@@ -99,12 +99,16 @@ def validate(
         "tokenizer": str(tokenizer) if tokenizer else None,
         "input_kind": "prepared" if prepared else "raw",
         "against": str(against) if against is not None else None,
+        # Rows of a directory input name their file relative to it; annotations need the full path.
+        "source_root": str(input) if input_path.is_dir() and not prepared else None,
         "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
     }
     if prepared:
         manifest = read_manifest(input_path)
         meta["tokenizer"] = meta["tokenizer"] or (manifest.get("tokenizer") or {}).get("path")
         meta["prepared_accounting"] = manifest.get("row_accounting")
+        raw = (manifest.get("config") or {}).get("raw")
+        meta["source_root"] = raw if raw and Path(raw).is_dir() else None
         meta["note"] = "re-checked the stored rows; token-level checks use the stored (already truncated) ids"
     report = builder.build(None, meta)
     if base is not None:
@@ -276,7 +280,8 @@ def _emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
     from prefdata import render
 
     if fmt == "github":
-        text = "\n".join(render.github_annotations(report)) + "\n"
+        annotations = render.github_annotations(report)
+        text = "".join(line + "\n" for line in annotations)
         sys.stdout.write(text)  # GitHub reads workflow commands from stdout only
         sys.stdout.write(render.render_text(report))
         render.write_step_summary(render.render_markdown(report))

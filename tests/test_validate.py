@@ -279,3 +279,13 @@ def test_output_into_input_is_refused(tmp_path):
         run(data, format="json", output=str(data))
     with pytest.raises(PrefdataError):
         run(tmp_path, format="json", output=str(tmp_path / "report.json"))
+
+
+def test_annotations_name_files_of_a_directory_input_from_the_repo_root(tmp_path, monkeypatch, capsys):
+    (tmp_path / "data").mkdir()
+    write_jsonl(tmp_path / "data" / "train.jsonl", clean_rows(6) + [{"prompt": "p", "chosen": "x", "rejected": "x"}])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    run("data", policy=PR_POLICY, format="github")
+    assert "::error file=data/train.jsonl,line=7,title=prefdata%3A identical::" in capsys.readouterr().out
