@@ -126,7 +126,7 @@ def text_flags(pair: Pair, policy: Policy) -> list[str]:
     Ignored flags are still reported here; `apply_policy` removes them.
     """
     found: list[str] = []
-    if ids_mode(pair):
+    if pair.chosen_ids is not None and not pair.chosen and not pair.rejected:  # ids_mode, inlined
         prompt_ids = pair.prompt_ids or []
         chosen: str | Sequence[int] = list(pair.chosen_ids or [])
         rejected: str | Sequence[int] = list(pair.rejected_ids or [])
@@ -141,9 +141,15 @@ def text_flags(pair: Pair, policy: Policy) -> list[str]:
             found.insert(0, F.IDENTICAL)
             return found
     else:
-        chosen, chosen_blank = completion_content(pair, "chosen")
-        rejected, rejected_blank = completion_content(pair, "rejected")
-        if _is_blank(pair.prompt):
+        if pair.chosen_messages is None and pair.rejected_messages is None:  # plain text: inline
+            chosen, rejected = pair.chosen, pair.rejected
+            chosen_blank = not chosen or chosen.isspace()
+            rejected_blank = not rejected or rejected.isspace()
+        else:
+            chosen, chosen_blank = completion_content(pair, "chosen")
+            rejected, rejected_blank = completion_content(pair, "rejected")
+        prompt = pair.prompt
+        if not prompt or prompt.isspace():
             found.append(F.EMPTY_PROMPT)
         if chosen_blank:
             found.append(F.EMPTY_CHOSEN)

@@ -48,17 +48,17 @@ def ids_digest(ids: Sequence[int]) -> int:
 
 def pair_digests(pair: Pair) -> tuple[int, int, int]:
     """(prompt, chosen, rejected) digests of one pair; see the module doc for what is hashed."""
-    if ids_mode(pair):
+    if pair.chosen_ids is not None and ids_mode(pair):
         return (
             ids_digest(pair.prompt_ids or []),
             ids_digest(pair.chosen_ids or []),
             ids_digest(pair.rejected_ids or []),
         )
-    return (
-        text_digest(pair.prompt),
-        text_digest(completion_content(pair, "chosen")[0]),
-        text_digest(completion_content(pair, "rejected")[0]),
-    )
+    if pair.chosen_messages is None and pair.rejected_messages is None:
+        chosen, rejected = pair.chosen, pair.rejected
+    else:
+        chosen, rejected = completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
+    return _xxh(squeeze_whitespace(pair.prompt)), _xxh(squeeze_whitespace(chosen)), _xxh(squeeze_whitespace(rejected))
 
 
 class U64Table:
