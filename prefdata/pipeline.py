@@ -11,7 +11,7 @@ import itertools
 import json
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -139,13 +139,15 @@ def iter_checked_rows(
             raise PrefdataError(f"{raw_path} does not look like preference data ({first_problem})")
 
         pairs = [item for item in normalized if isinstance(item, Pair)]
-        tokenized = _tokenize(pairs, pair_tokenizer, settings)
-        tokenized_iter = iter(tokenized)
+        tokenized = iter(_tokenize(pairs, pair_tokenizer, settings))
         for raw, item in zip(chunk, normalized):
             if not isinstance(item, Pair):
                 yield CheckedRow(raw, None, None, [], None, "quarantined", error=item)
                 continue
-            token_pair = next(tokenized_iter)
+            token_pair = next(tokenized)
+            if isinstance(token_pair, RecordError):  # e.g. the chat template refuses the roles
+                yield CheckedRow(raw, None, None, [], None, "quarantined", error=str(token_pair))
+                continue
             found = list(item.flags) + text_flags(item, policy)
             if token_pair is not None:
                 found = token_flags(token_pair, found)
@@ -165,9 +167,9 @@ def iter_checked_rows(
 
 def _tokenize(
     pairs: list[Pair], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings
-) -> list[TokenizedPair | None]:
+) -> list[TokenizedPair | RecordError | None]:
     if pair_tokenizer is not None:
-        return list(pair_tokenizer.tokenize_pairs(pairs))
+        return pair_tokenizer.tokenize_pairs_or_errors(pairs)
     # Without a tokenizer only pre-tokenized rows get token-level checks.
     return [
         truncate_pair(p.prompt_ids, p.chosen_ids, p.rejected_ids, settings, None) if p.is_pretokenized else None

@@ -109,7 +109,7 @@ def test_same_content_whatever_the_batch_size(tmp_path, tiny_tokenizer_dir):
     "make_input, message",
     [
         (lambda d: d / "missing.jsonl", "does not exist|not found|no such"),
-        (lambda d: (d / "empty.jsonl").write_text("") and d / "empty.jsonl", "empty|no records"),
+        (lambda d: (d / "empty.jsonl").write_text("") * 0 or d / "empty.jsonl", "empty|no records"),
     ],
 )
 def test_input_errors_are_one_line(tmp_path, tiny_tokenizer_dir, make_input, message):
