@@ -216,6 +216,7 @@ def train(
     window = _Window()
     planned_epoch, batches = -1, []
     rng_at_step_start = _rng_state()
+    loop_started = time.perf_counter()
     try:
         while step < total_steps:
             epoch, step_in_epoch = divmod(step, steps_per_epoch)
@@ -266,7 +267,7 @@ def train(
                     )
 
             if step % log_every == 0 or step == total_steps:
-                line = window.flush(step, step / steps_per_epoch)
+                line = window.flush(step, step / steps_per_epoch, time.perf_counter() - loop_started)
                 result.last_metrics = line
                 if is_main:
                     _append_jsonl(metrics_path, line)
@@ -570,13 +571,14 @@ class _Window:
         self.seconds += seconds
         self.grad_norm, self.lr = grad_norm, lr
 
-    def flush(self, step: int, epoch: float) -> dict[str, float]:
+    def flush(self, step: int, epoch: float, elapsed_s: float) -> dict[str, float]:
         line: dict[str, Any] = {"step": step, "epoch": round(epoch, 6)}
         means = _Sums.means(self.sums)
         line.update({k: v for k, v in means.items() if k != "abs_margin"})
         line["grad_norm"] = self.grad_norm
         line["lr"] = self.lr
         line["tokens_per_s"] = float(self.sums[9]) / self.seconds if self.seconds > 0 else 0.0
+        line["elapsed_s"] = round(elapsed_s, 4)  # since this process entered the loop (resets on resume)
         self.__init__()
         return line
 

@@ -133,7 +133,7 @@ def test_identical_pairs_forced_through_trigger_the_stall_detector(tmp_path, tin
     assert "training stalled" in err and "identical=8" in err
 
     with pytest.raises(TrainingStalled) as excinfo:
-        train(out, model=tiny_model_dir, output=tmp_path / "run2", max_steps=6, stall_steps=4, save_every=None,
+        train(out, model=tiny_model_dir, output=tmp_path / "run2", max_steps=4, stall_steps=4, save_every=None,
               fail_on_stall=True, **FAST)
     assert excinfo.value.exit_code == 1 and "\n" not in str(excinfo.value)
 
