@@ -60,6 +60,19 @@ class TrainResult:
     stall_events: list[dict[str, Any]] = field(default_factory=list)
     resumed_from_step: int | None = None
 
+    def summary(self) -> str:
+        """What the CLI prints at the end: where the model and metrics are, and how it went."""
+        parts = [f"trained {self.steps} steps ({self.epochs:.2f} epochs)"]
+        if self.resumed_from_step is not None:
+            parts.append(f"resumed from step {self.resumed_from_step}")
+        if self.last_metrics:
+            parts.append(f"loss {self.last_metrics['loss']:.4f}, reward accuracy {self.last_metrics['rewards/accuracies']:.2f}")
+        if self.eval_metrics:
+            parts.append(f"eval loss {self.eval_metrics['eval/loss']:.4f}")
+        if self.stall_events:
+            parts.append(f"{len(self.stall_events)} stall warning(s)")
+        return "; ".join(parts) + f"\nmodel: {self.output_dir}\nmetrics: {self.metrics_path}"
+
 
 @dataclass
 class PairData:
