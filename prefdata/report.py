@@ -68,7 +68,7 @@ def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str:
     """One line, at most `limit` characters, for tables and annotations."""
     if not text:
         return ""
-    flat = " ".join(text.split())
+    flat = " ".join(text[: limit * 4].split())  # cut first: excerpts of long texts stay cheap
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -114,7 +114,7 @@ class IntDistribution:
         self.max = 0  # exact, although large values are bucketed
 
     def add(self, value: int) -> None:
-        self.counts[_bucket(value)] += 1
+        self.counts[value if value < 4096 else _bucket(value)] += 1
         self.n += 1
         self.total += value
         if value > self.max:
@@ -174,10 +174,19 @@ class SimilaritySample:
 
     def offer(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
         self.seen += 1
+        if self.wants(key):
+            self.put(key, chosen, rejected)
+
+    def wants(self, key: int) -> bool:
+        """Whether a row with this hash enters the sample (checked before computing anything)."""
+        return len(self.heap) < self.k or -self.heap[0][0] > key
+
+    def put(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
+        item = (-key, similarity(chosen, rejected))
         if len(self.heap) < self.k:
-            heapq.heappush(self.heap, (-key, similarity(chosen, rejected)))
-        elif -self.heap[0][0] > key:
-            heapq.heapreplace(self.heap, (-key, similarity(chosen, rejected)))
+            heapq.heappush(self.heap, item)
+        else:
+            heapq.heapreplace(self.heap, item)
 
     def to_dict(self, threshold: float | None) -> dict[str, Any]:
         values = sorted(v for _, v in self.heap)
@@ -347,27 +356,32 @@ class ReportBuilder:
         self.pair_row.append(ordinal)
         self.prompt_key.append(prompt_key)
         self.pair_key.append(pair_key)
-        if ids_mode(pair):
-            self.similarity.offer(pair_key, pair.chosen_ids or [], pair.rejected_ids or [])
-        else:
-            self.similarity.offer(pair_key, completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0])
+        sample = self.similarity
+        sample.seen += 1
+        if sample.wants(pair_key):  # most rows stop here: the similarity is computed for few
+            if ids_mode(pair):
+                sample.put(pair_key, pair.chosen_ids or [], pair.rejected_ids or [])
+            else:
+                sample.put(pair_key, completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0])
 
     def _add_lengths(self, row: "CheckedRow") -> None:
         pair = row.pair
         assert pair is not None
-        prompt_c, chosen_c, rejected_c = len(pair.prompt), len(pair.chosen), len(pair.rejected)
-        self.chars["prompt"].add(prompt_c)
-        self.chars["chosen"].add(chosen_c)
-        self.chars["rejected"].add(rejected_c)
+        chars = self.chars
+        chosen_c, rejected_c = len(pair.chosen), len(pair.rejected)
+        chars["prompt"].add(len(pair.prompt))
+        chars["chosen"].add(chosen_c)
+        chars["rejected"].add(rejected_c)
         self.bias["chars"][_compare(chosen_c, rejected_c)] += 1
         tok = row.tokenized
         if tok is None:
             return
         self.tokenized_rows += 1
         # Lengths before truncation describe the data; truncation rates say what the limits cut.
-        self.tokens["prompt"].add(tok.prompt_len_full)
-        self.tokens["chosen"].add(tok.chosen_len_full)
-        self.tokens["rejected"].add(tok.rejected_len_full)
+        tokens = self.tokens
+        tokens["prompt"].add(tok.prompt_len_full)
+        tokens["chosen"].add(tok.chosen_len_full)
+        tokens["rejected"].add(tok.rejected_len_full)
         self.bias["tokens"][_compare(tok.chosen_len_full, tok.rejected_len_full)] += 1
         cut_prompt = len(tok.prompt_ids) < tok.prompt_len_full
         cut_chosen = len(tok.chosen_ids) < tok.chosen_len_full
