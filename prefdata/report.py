@@ -248,7 +248,7 @@ class ReportBuilder:
         self.severities: Counter[str] = Counter()
         self.flag_counts: Counter[str] = Counter()
         self.flag_examples: dict[str, list[dict[str, Any]]] = {}
-        self.flagged: list[dict[str, Any]] = []
+        self.flagged: list[tuple[Any, ...]] = []  # see _flagged_rows() for the fields
         self.flagged_total = 0
         self.flagged_rows_any = 0  # rows with at least one flag (for max_flagged_share)
         self.quarantine_reasons: dict[str, list[Any]] = {}  # reason -> [count, [locations]]
@@ -335,19 +335,10 @@ class ReportBuilder:
         self.flagged_total += 1
         if len(self.flagged) >= MAX_FLAGGED_ROWS:
             return
-        entry: dict[str, Any] = {
-            "hash": row_hash(row),
-            "source_file": row.raw.source_file,
-            "source_line": row.raw.source_line,
-            "flags": flags,
-            "severity": severity,
-            "outcome": row.outcome,
-        }
-        if row.pair is None:
-            entry["error"] = row.error
-        else:
-            entry["excerpt"] = excerpt(row.pair.prompt, 60)
-        self.flagged.append(entry)
+        # A tuple, not a dict: a large dirty dataset keeps many of these until build().
+        detail = row.error if row.pair is None else excerpt(row.pair.prompt, 60)
+        file_id = self.files[row.raw.source_file]
+        self.flagged.append((row_hash(row), file_id, row.raw.source_line, tuple(flags), severity, row.outcome, detail))
 
     def _add_dataset_keys(self, ordinal: int, row: "CheckedRow") -> None:
         pair = row.pair
@@ -424,9 +415,7 @@ class ReportBuilder:
         meta = dict(meta or {})
         policy = self.policy
         q_severity = self.quarantine_severity or QUARANTINE_SEVERITY.get(meta.get("command") or "", "error")
-        for entry in self.flagged:
-            if entry["outcome"] == "quarantined":
-                entry["severity"] = q_severity
+        flagged_rows = self._flagged_rows(q_severity)
         severities = self.severities + Counter({q_severity: self.outcomes["quarantined"]})
         pairs = len(self.pair_row)
         accounting = dict(accounting or {})
@@ -488,7 +477,7 @@ class ReportBuilder:
             "truncation": self._truncation_section(),
             "length_bias": {**length_bias, "limit": getattr(policy, "length_bias_limit", None)},
             "similarity": self.similarity.to_dict(getattr(policy, "near_duplicate_threshold", None)),
-            "flagged_rows": self.flagged,
+            "flagged_rows": flagged_rows,
             "flagged_rows_total": self.flagged_total,
             "flagged_rows_complete": self.flagged_total == len(self.flagged),
         }
@@ -523,6 +512,24 @@ class ReportBuilder:
         order = {"error": 0, "drop": 1, "warn": 2, None: 3}
         findings.sort(key=lambda f: (order.get(f["severity"], 3), -f.get("count", 0), f["name"]))
         return findings
+
+    def _flagged_rows(self, q_severity: str) -> list[dict[str, Any]]:
+        files = self._file_names()
+        rows = []
+        for digest, file_id, line, flags, severity, outcome, detail in self.flagged:
+            quarantined = outcome == "quarantined"
+            rows.append(
+                {
+                    "hash": digest,
+                    "source_file": files[file_id],
+                    "source_line": line,
+                    "flags": list(flags),
+                    "severity": q_severity if quarantined else severity,
+                    "outcome": outcome,
+                    ("error" if quarantined else "excerpt"): detail,
+                }
+            )
+        return rows
 
     def _quarantine_section(self, q_severity: str) -> dict[str, Any]:
         reasons = sorted(self.quarantine_reasons.items(), key=lambda kv: (-kv[1][0], kv[0]))
