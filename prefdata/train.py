@@ -383,15 +383,24 @@ def _seed_everything(seed: int) -> None:
 
 
 def _rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """RNG states as tensors and plain lists, so checkpoints load with weights_only=True (no pickle)."""
+    version, py_state, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {"version": version, "state": list(py_state), "gauss": gauss},
+        "numpy": {"kind": kind, "keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached)},
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def _set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py = state["python"]
+    random.setstate((py["version"], tuple(py["state"]), py["gauss"]))
+    npy = state["numpy"]
+    np.random.set_state((npy["kind"], np.array(npy["keys"], dtype=np.uint32), npy["pos"], npy["has_gauss"], npy["cached"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -737,7 +746,7 @@ def _load_checkpoint(path: Path, policy, optimizer, scheduler, config: dict[str,
         raise PrefdataError(f"checkpoint {path} does not match the model ({missing.unexpected_keys[0]} unexpected)")
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
-    _set_rng_state(torch.load(path / "rng.pt", weights_only=False))
+    _set_rng_state(torch.load(path / "rng.pt", weights_only=True))
     return int(state["step"])
 
 
