@@ -37,6 +37,8 @@ from prefdata.records import Message, Pair, TokenizedPair
 # re-tokenizes (see `_boundary_mismatches`).
 BOUNDARY_WINDOW_CHARS = 48
 
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+
 
 @dataclass
 class TokenizeSettings:
@@ -69,11 +71,22 @@ class TokenizeSettings:
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
-    """Load a fast Hugging Face tokenizer from a local directory (or a name the HF cache knows)."""
+    """Load a fast Hugging Face tokenizer from a local directory (or a name already in the HF cache)."""
+    path = str(path)
+    if os.path.isdir(path):
+        if not any(os.path.exists(os.path.join(path, name)) for name in _TOKENIZER_FILES):
+            raise PrefdataError(f"no tokenizer files ({', '.join(_TOKENIZER_FILES)}) in {path}")
+    elif os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1:
+        raise PrefdataError(f"tokenizer directory not found: {path}")
     try:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=trust_remote_code)
+        # A name that is not a local directory is only looked up in the local HF cache: preparing
+        # data never downloads anything.
+        local_only = not os.path.isdir(path)
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(path), trust_remote_code=trust_remote_code, local_files_only=local_only
+        )
     except Exception as exc:  # any loading failure is a usage error: one line, no traceback
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PrefdataError(f"cannot load tokenizer from {path}: {first}") from None
