@@ -289,3 +289,17 @@ def test_annotations_name_files_of_a_directory_input_from_the_repo_root(tmp_path
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     run("data", policy=PR_POLICY, format="github")
     assert "::error file=data/train.jsonl,line=7,title=prefdata%3A identical::" in capsys.readouterr().out
+
+
+def test_prepared_out_keeps_flags_only_the_original_tokenization_knows(tmp_path, tiny_tokenizer_dir):
+    from datasets import load_from_disk
+
+    from prefdata.pipeline import prepare
+
+    raw = write_jsonl(tmp_path / "raw.jsonl", clean_rows(12))
+    out = tmp_path / "OUT"
+    prepare(str(raw), str(out), tokenizer=tiny_tokenizer_dir, max_length=24, progress=False)
+    stored = sum(F.COMPLETION_TRUNCATED in flags for flags in load_from_disk(str(out))["flags"])
+    assert stored > 0
+    report = run(out).report
+    assert report["flags"][F.COMPLETION_TRUNCATED]["count"] == stored
