@@ -11,16 +11,11 @@ A file may set keys for every command at its top level and per command in a tabl
 
 from __future__ import annotations
 
-import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 from prefdata.errors import PrefdataError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 COMMANDS = ("prepare", "validate", "refs", "train", "show")
 

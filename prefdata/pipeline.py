@@ -75,15 +75,42 @@ def _progress(iterable: Iterable[Any], enabled: bool, desc: str) -> Iterable[Any
 
 def build_leak_index(against: str | Path) -> PromptLeakIndex:
     """Prompts of another dataset (e.g. the eval split), for the `prompt_leak` check."""
-    prompts = []
+    prompts: list[str | list[int]] = []
     for raw in iter_raw_records(against):
         if raw.error is not None:
             continue
         try:
-            prompts.append(normalize_record(raw).prompt)
+            pair = normalize_record(raw)
         except RecordError:
             continue
+        prompts.append(pair.prompt if pair.prompt or not pair.is_pretokenized else (pair.prompt_ids or []))
     return PromptLeakIndex(prompts)
+
+
+class PairChecker:
+    """The per-pair check sequence that `prepare` and `validate` share, in one place.
+
+    Holds the dataset-wide hash tables, so one instance must see the rows in input order.
+    """
+
+    def __init__(self, policy: Policy, leak_index: PromptLeakIndex | None = None):
+        self.policy = policy
+        self.leak_index = leak_index
+        self.dataset_checks = DatasetWideChecks()
+
+    def check(
+        self, pair: Pair, tokenized: TokenizedPair | None, extra_flags: Iterable[str] = ()
+    ) -> tuple[list[str], str | None, str]:
+        """(flags kept by the policy, worst severity, outcome "kept" | "dropped")."""
+        found = list(pair.flags) + text_flags(pair, self.policy)
+        if tokenized is not None:
+            found = token_flags(tokenized, found)
+        found += self.dataset_checks.observe(pair)
+        if self.leak_index is not None and self.leak_index.contains_pair(pair):
+            found.append(F.PROMPT_LEAK)
+        found.extend(extra_flags)
+        kept, severity = apply_policy(found, self.policy)
+        return kept, severity, "dropped" if severity in ("drop", "error") else "kept"
 
 
 def iter_checked_rows(
@@ -108,8 +135,7 @@ def iter_checked_rows(
     if pair_tokenizer is None and tokenizer_path is not None:
         pair_tokenizer = PairTokenizer(tokenizer_path, settings, trust_remote_code=trust_remote_code)
         pair_tokenizer.setup()
-    dataset_checks = DatasetWideChecks()
-    leak_index = build_leak_index(against) if against is not None else None
+    checker = PairChecker(policy, build_leak_index(against) if against is not None else None)
 
     records = _progress(iter_raw_records(raw_path), progress, "checking")
     seen_pairs = 0
@@ -148,14 +174,7 @@ def iter_checked_rows(
             if isinstance(token_pair, RecordError):  # e.g. the chat template refuses the roles
                 yield CheckedRow(raw, None, None, [], None, "quarantined", error=str(token_pair))
                 continue
-            found = list(item.flags) + text_flags(item, policy)
-            if token_pair is not None:
-                found = token_flags(token_pair, found)
-            found += dataset_checks.observe(item)
-            if leak_index is not None and leak_index.contains(item.prompt):
-                found.append(F.PROMPT_LEAK)
-            kept_flags, severity = apply_policy(found, policy)
-            outcome = "dropped" if severity in ("drop", "error") else "kept"
+            kept_flags, severity, outcome = checker.check(item, token_pair)
             yield CheckedRow(raw, item, token_pair, kept_flags, severity, outcome)
 
     if seen_pairs == 0:

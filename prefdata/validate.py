@@ -160,9 +160,7 @@ def iter_prepared_rows(
     non-finite reference log-probs. Flags that need the original tokenization are taken as stored."""
     import datasets
 
-    from prefdata.checks import apply_policy, text_flags, token_flags
-    from prefdata.dataset_checks import DatasetWideChecks
-    from prefdata.pipeline import CheckedRow
+    from prefdata.pipeline import CheckedRow, PairChecker
     from prefdata.records import Pair, RawRecord, TokenizedPair
 
     try:
@@ -174,8 +172,7 @@ def iter_prepared_rows(
     )
     if missing:
         raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
-    leak_index = _leak_index(against) if against is not None else None
-    dataset_checks = DatasetWideChecks()
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None)
     has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
     batches = dataset.iter(batch_size=batch_size)
     if progress:
@@ -209,18 +206,11 @@ def iter_prepared_rows(
                 rejected_len_full=len(rejected_ids),
                 flags=[f for f in stored if f in _STORED_TOKEN_FLAGS],
             )
-            found = list(pair.flags) + text_flags(pair, policy)
-            found = token_flags(tokenized, found)
-            found += dataset_checks.observe(pair)
-            if leak_index is not None and leak_index.contains_pair(pair):
-                found.append(F.PROMPT_LEAK)
-            if has_refs and not all(
+            non_finite = has_refs and not all(
                 v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
-            ):
-                found.append(F.NON_FINITE_REF_LOGPS)
-            kept, severity = apply_policy(found, policy)
+            )
+            kept, severity, outcome = checker.check(pair, tokenized, [F.NON_FINITE_REF_LOGPS] if non_finite else [])
             raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
-            outcome = "dropped" if severity in ("drop", "error") else "kept"
             yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
 
 
