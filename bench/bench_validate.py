@@ -98,7 +98,8 @@ class PairGenerator:
             if earlier is not None and k < edges[0]:
                 pair = Pair("synthetic.jsonl", row + 1, earlier.prompt, earlier.chosen, earlier.rejected)
                 self.planted.duplicate_rows.add(row)
-            elif earlier is not None and k < edges[1]:
+            elif earlier is not None and k < edges[1] and earlier.chosen.split() != earlier.rejected.split():
+                # (a pair whose halves are equal up to whitespace is its own swap: no conflict)
                 pair = Pair("synthetic.jsonl", row + 1, earlier.prompt, earlier.rejected, earlier.chosen)
                 self.planted.conflict_rows.add(row)
             else:
