@@ -31,29 +31,30 @@ def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
     build_tiny_tokenizer(tokenizer_dir)
     build_tiny_model(model_dir, tokenizer_dir=tokenizer_dir, architecture="qwen2", hidden_size=64, num_layers=2)
 
-    print(f"[2/5] prefdata prepare {examples} {out} --tokenizer {tokenizer_dir} --max-length 256")
-    result = prepare(examples, out, tokenizer=str(tokenizer_dir), max_length=256, overwrite=True, progress=False)
+    # Prepare with the model directory's tokenizer: refs and train check that the fingerprints match.
+    print(f"[2/5] prefdata prepare {examples} {out} --tokenizer {model_dir} --max-length 256")
+    result = prepare(examples, out, tokenizer=str(model_dir), max_length=256, overwrite=True, progress=False)
     print(render_text(result.report))
 
-    print(f"[3/5] prefdata validate {out} --tokenizer {tokenizer_dir}")
-    validated = validate(str(out), tokenizer=str(tokenizer_dir), progress=False, output=str(work / "validate.txt"))
+    print(f"[3/5] prefdata validate {out}")
+    validated = validate(str(out), progress=False, output=str(work / "validate.txt"))
     print(f"      exit code {validated.exit_code} (report in {work / 'validate.txt'})")
 
     print(f"[4/5] prefdata refs {out} --model {model_dir}")
     refs = compute_refs(str(out), model=str(model_dir), device="cpu", progress=False)
-    print(f"      {refs}")
+    print(f"      {refs.summary()}")
 
     print(f"[5/5] prefdata train {out} --model {model_dir} --output {checkpoint} --max-steps {max_steps}")
     trained = train(
         str(out), model=str(model_dir), output=str(checkpoint), max_steps=max_steps, batch_pairs=4,
         lr=1e-3, device="cpu", progress=False, stall_steps=max_steps + 1,
     )
-    print(f"      {trained}")
+    print(f"      {trained.summary()}")
 
     print(f"\ndone in {time.time() - started:.0f}s")
     print(f"  dataset:    {out}/  (datasets.load_from_disk; manifest.json, dropped.jsonl, quarantine.jsonl)")
     print(f"  report:     {out}/report.html  ({out}/report.md)")
-    print(f"  checkpoint: {checkpoint}/final  (metrics: {checkpoint}/metrics.jsonl)")
+    print(f"  model:      {checkpoint}/  (save_pretrained; metrics: {checkpoint}/metrics.jsonl)")
     print(f"  look at a row with its loss masks: prefdata show {out} --row 0")
     return 0
 

@@ -75,8 +75,10 @@ def build_tiny_model(
 ):
     """Build a tiny random-init causal LM (Qwen2 or Llama architecture) and save it.
 
-    When `tokenizer_dir` is given, its tokenizer is saved beside the weights (so refs/train can check
-    the tokenizer fingerprint) and sets the vocabulary size. Returns the model.
+    When `tokenizer_dir` is given, its tokenizer is saved beside the weights and sets the vocabulary
+    size. Prepare with the model directory as `--tokenizer`: transformers 5 loads a tokenizer next to
+    a Qwen2 config as Qwen2Tokenizer (its own normalizer), so its fingerprint differs from the bare
+    tokenizer directory's, and refs/train refuse a mismatch. Returns the model.
     """
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
