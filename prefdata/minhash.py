@@ -233,7 +233,13 @@ class NearDuplicatePrompts:
         doubled = np.concatenate([position, position + k], axis=1)  # empty stays >= 4k
         next_filled = np.minimum.accumulate(doubled[:, ::-1], axis=1)[:, ::-1][:, :k]
         hops = (next_filled - columns).astype(np.uint32)
-        borrowed = np.take_along_axis(mins, next_filled % k, axis=1) + hops * np.uint32(0x9E3779B1)
+        borrowed = np.take_along_axis(mins, next_filled % k, axis=1) ^ (hops * np.uint32(0x9E3779B1))
+        # Non-linear mix: with a plain offset, two sparse prompts whose few values agree mod 256
+        # would agree in every borrowed bin too (the stored 8 bits are the low bits).
+        borrowed *= np.uint32(0x85EBCA6B)
+        borrowed ^= borrowed >> np.uint32(13)
+        borrowed *= np.uint32(0xC2B2AE35)
+        borrowed ^= borrowed >> np.uint32(16)
         np.copyto(mins, borrowed, where=~filled)
 
     def clusters(self) -> list[list[int]]:
@@ -247,29 +253,26 @@ class NearDuplicatePrompts:
         if n < 2:
             return []
         band_keys = sigs.view(np.uint32)  # (n, bands): 4 signature bytes per band
-        us, vs = [], []
+        # Band by band: candidate pairs (neighbours in sort order with equal band keys) are verified
+        # on the whole signature at once and merged into the component labels, so memory stays
+        # O(rows + one band's candidates) even when a large group of prompts collides.
+        labels = np.arange(n, dtype=np.int64)
         for band in range(self.bands):
             column = band_keys[:, band]
             order = np.argsort(column, kind="stable")
-            ordered = column[order]
-            hit = np.flatnonzero(ordered[1:] == ordered[:-1])
-            if hit.size:
-                us.append(order[hit])
-                vs.append(order[hit + 1])
-        if not us:
-            return []
-        u = np.concatenate(us)
-        v = np.concatenate(vs)
-        edges = np.unique(np.minimum(u, v).astype(np.int64) * n + np.maximum(u, v))
-        u, v = edges // n, edges % n
-        # b-bit estimate: equal bytes happen by chance 1/256 of the time for unrelated minima.
-        matches = np.empty(u.size, dtype=np.float64)
-        for lo in range(0, u.size, 1 << 16):
-            hi = lo + (1 << 16)
-            matches[lo:hi] = (sigs[u[lo:hi]] == sigs[v[lo:hi]]).mean(axis=1)
-        estimate = (matches - 1 / 256) / (1 - 1 / 256)
-        keep = estimate >= self._accept
-        labels = _components(n, u[keep], v[keep])
+            hit = np.flatnonzero(column[order[1:]] == column[order[:-1]])
+            if not hit.size:
+                continue
+            u, v = order[hit], order[hit + 1]
+            keep = labels[u] != labels[v]  # already joined: nothing to verify
+            u, v = u[keep], v[keep]
+            accepted = np.zeros(u.size, dtype=bool)
+            for lo in range(0, u.size, 1 << 16):
+                hi = lo + (1 << 16)
+                matches = (sigs[u[lo:hi]] == sigs[v[lo:hi]]).mean(axis=1)
+                # b-bit estimate: equal bytes happen by chance 1/256 of the time for unrelated minima.
+                accepted[lo:hi] = (matches - 1 / 256) / (1 - 1 / 256) >= self._accept
+            labels = _components(labels, u[accepted], v[accepted])
         order = np.lexsort((ids, labels))
         groups = np.split(ids[order], np.flatnonzero(np.diff(labels[order])) + 1)
         result = [sorted(g.tolist()) for g in groups if g.size > 1]
@@ -277,21 +280,24 @@ class NearDuplicatePrompts:
         return result
 
 
-def _components(n: int, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Connected-component label (smallest member index) per node: min-label propagation with
-    pointer jumping, vectorized; converges in a few rounds on real graphs."""
-    labels = np.arange(n, dtype=np.int64)
-    if u.size == 0:
-        return labels
-    while True:
-        low = np.minimum(labels[u], labels[v])
-        before = labels.copy()
-        np.minimum.at(labels, u, low)
-        np.minimum.at(labels, v, low)
+def _components(labels: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Merge edges (u, v) into component labels, where every node points straight at its
+    component's root (its smallest member). Vectorized union-find: hook the larger root under the
+    smaller, then pointer-jump until every node points at a root; repeat until no edge spans two
+    components (a few rounds on real graphs)."""
+    while u.size:
+        root_u, root_v = labels[u], labels[v]
+        spans = root_u != root_v
+        if not spans.any():
+            break
+        root_u, root_v = root_u[spans], root_v[spans]
+        u, v = u[spans], v[spans]
+        low = np.minimum(root_u, root_v)
+        np.minimum.at(labels, root_u, low)
+        np.minimum.at(labels, root_v, low)
         while True:  # pointer jumping: follow labels to their roots
             jumped = labels[labels]
             if np.array_equal(jumped, labels):
                 break
             labels = jumped
-        if np.array_equal(labels, before):
-            return labels
+    return labels

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -120,3 +121,21 @@ def test_signature_memory_is_compact():
     finder.add_batch(list(range(len(prompts))), prompts)
     assert finder.nbytes / len(prompts) < 200  # 64 B signature + 8 B id + exact table slots
     assert finder.distinct_prompts == len(prompts)
+
+
+def test_components_merge_across_calls():
+    from prefdata.minhash import _components
+
+    labels = np.arange(8)
+    labels = _components(labels, np.array([5]), np.array([0]))
+    labels = _components(labels, np.array([7]), np.array([3]))
+    labels = _components(labels, np.array([5]), np.array([7]))
+    assert labels.tolist() == [0, 1, 2, 0, 4, 0, 6, 0]
+    chain = _components(np.arange(6), np.array([4, 3, 2, 1]), np.array([5, 4, 3, 2]))
+    assert chain.tolist() == [0, 1, 1, 1, 1, 1]
+
+
+def test_single_shingle_prompts_do_not_collide_through_densification():
+    rng = random.Random(11)
+    prompts = [" ".join(f"u{rng.randrange(10**6)}" for _ in range(3)) for _ in range(20000)]
+    assert run(prompts, batch=5000) == []
