@@ -20,7 +20,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from prefdata.errors import PrefdataError
 from prefdata.records import RawRecord
@@ -225,9 +225,13 @@ def _record(name: str, line: int, value: Any, text: str) -> RawRecord:
     )
 
 
-def _decode_error(exc: Exception, col_offset: int = 0) -> str:
+def _msg(exc: json.JSONDecodeError) -> str:
+    return exc.msg.removesuffix(" at")  # "Unterminated string starting at" + our " at ..."
+
+
+def _decode_error(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
-        return f"invalid JSON: {exc.msg} at column {exc.colno + col_offset}"
+        return f"invalid JSON: {_msg(exc)} at column {exc.colno}"
     if isinstance(exc, RecursionError):
         return "invalid JSON: nesting too deep"
     return f"invalid JSON: {_one_line(exc)}"
@@ -245,10 +249,11 @@ def _open_binary(file: Path, gz: bool) -> BinaryIO:
 
 
 def _sniff(file: Path, gz: bool, array_name: bool) -> bytes:
-    """The first non-blank line (BOM stripped), to choose between JSON lines and a JSON array.
+    """The start of the first non-blank line (BOM stripped): JSON lines or a JSON array?
 
-    For a `.json` file starting with '[' only that byte is needed: a minified array is one long
-    line that must not be read whole. read1 lets a truncated gzip stream show its beginning.
+    Only a `.json` starting with '{' and a `.jsonl` starting with '[' need the whole first line
+    (does it parse alone?); otherwise the first byte decides, so a minified array or a huge first
+    record is never read whole here. read1 lets a truncated gzip stream show its beginning.
     """
     data = b""
     with _open_binary(file, gz) as fh:
@@ -267,8 +272,8 @@ def _sniff(file: Path, gz: bool, array_name: bool) -> bytes:
                 raise PrefdataError(f"{file}: file is UTF-16 encoded; prefdata reads UTF-8")
             data += part
             head = data.removeprefix(codecs.BOM_UTF8).lstrip()
-            if head.startswith(b"[") and array_name:
-                return head[:1]
+            if head and head[:1] != (b"{" if array_name else b"["):
+                return head[:1]  # the first byte decides; only these two cases need the line
             if head and b"\n" in head:
                 break
     return data.removeprefix(codecs.BOM_UTF8).lstrip().split(b"\n", 1)[0]
@@ -317,26 +322,62 @@ def _iter_json_document(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
     yield _record(name, 1, value, text)
 
 
+class _Truncated(NamedTuple):
+    """End marker from `_read_lines`: the stream broke; `partial` is the unfinished line."""
+
+    reason: str
+    partial: bytes
+
+
+class _Overlong(NamedTuple):
+    start: bytes
+
+
+def _read_lines(fh: BinaryIO) -> Iterator[bytes | _Truncated | _Overlong]:
+    """Lines without their newline, read in chunks with read1.
+
+    read1 hands over everything a truncated gzip stream decoded before it failed (readline would
+    lose what sits in its buffer), so every complete line before the break is read.
+    """
+    carry = b""
+    skipping = False  # inside a line longer than MAX_RECORD_BYTES
+    while True:
+        try:
+            chunk = fh.read1(ARRAY_CHUNK)
+        except _GZIP_ERRORS as exc:
+            yield _Truncated(f"truncated or corrupt gzip stream ({_one_line(exc)})", carry)
+            return
+        if not chunk:
+            if carry and not skipping:
+                yield carry  # a last line without a trailing newline
+            return
+        lines = (carry + chunk).split(b"\n")
+        carry = lines.pop()
+        for line in lines:
+            if skipping:
+                skipping = False  # the newline ending the overlong line
+                continue
+            yield line
+        if len(carry) > MAX_RECORD_BYTES and not skipping:
+            yield _Overlong(carry[:MAX_RAW_TEXT])
+            skipping = True
+        if skipping:
+            carry = b""
+
+
 def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
     decode = _DECODER.decode
     with _open_binary(file, gz) as fh:
         line_no = 0
-        while True:
-            try:
-                line = fh.readline(MAX_RECORD_BYTES)
-            except _GZIP_ERRORS as exc:
-                yield RawRecord(
-                    name, line_no + 1, error=f"truncated or corrupt gzip stream ({_one_line(exc)})"
-                )
-                return
-            if not line:
-                return
+        for line in _read_lines(fh):
             line_no += 1
+            if type(line) is not bytes:
+                yield _broken_line(name, line_no, line)
+                if isinstance(line, _Truncated):
+                    return
+                continue
             if line_no == 1 and line.startswith(codecs.BOM_UTF8):
                 line = line[3:]
-            if len(line) >= MAX_RECORD_BYTES and not line.endswith(b"\n"):
-                yield _overlong_line(fh, name, line_no, line)
-                continue
             if not line.strip():
                 continue  # blank lines are not records
             if NUL in line:
@@ -344,7 +385,7 @@ def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                     name,
                     line_no,
                     error=f"NUL byte at column {line.index(NUL) + 1}",
-                    raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r\n")),
+                    raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
                 )
                 continue
             try:
@@ -354,10 +395,10 @@ def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                     name,
                     line_no,
                     error=f"invalid UTF-8 at byte {exc.start + 1} of the line",
-                    raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r\n")),
+                    raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
                 )
                 continue
-            text = text.rstrip("\r\n")
+            text = text.rstrip("\r")
             try:
                 value = decode(text)
             except (ValueError, RecursionError) as exc:
@@ -366,20 +407,15 @@ def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
             yield _record(name, line_no, value, text)
 
 
-def _overlong_line(fh: BinaryIO, name: str, line_no: int, start: bytes) -> RawRecord:
-    """Skip the rest of a line longer than MAX_RECORD_BYTES without holding it in memory."""
-    try:
-        while True:
-            rest = fh.readline(ARRAY_CHUNK)
-            if not rest or rest.endswith(b"\n"):
-                break
-    except _GZIP_ERRORS:
-        pass
+def _broken_line(name: str, line_no: int, marker: _Truncated | _Overlong) -> RawRecord:
+    if isinstance(marker, _Truncated):
+        text = marker.partial.decode("utf-8", "replace")
+        return RawRecord(name, line_no, error=marker.reason, raw_text=_clip(text) or None)
     return RawRecord(
         name,
         line_no,
         error=f"record longer than {MAX_RECORD_BYTES // (1024 * 1024)} MiB",
-        raw_text=_clip(start[:MAX_RAW_TEXT].decode("utf-8", "replace")),
+        raw_text=_clip(marker.start.decode("utf-8", "replace")),
     )
 
 
@@ -579,7 +615,7 @@ def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                 if stream.eof and end >= len(stream.buf) and stream.gzip_error:
                     error = f"truncated or corrupt gzip stream ({stream.gzip_error})"
                 elif isinstance(result, json.JSONDecodeError):
-                    error = f"invalid JSON: {result.msg} at {stream.where(result.pos)}"
+                    error = f"invalid JSON: {_msg(result)} at {stream.where(result.pos)}"
                 else:
                     error = _decode_error(result) + f" at {stream.where(start)}"
                 yield RawRecord(name, index, error=error, raw_text=_clip(text.strip()))
