@@ -326,3 +326,27 @@ def test_memory_does_not_hold_all_rows(tmp_path):
     path.write_bytes(_jsonl(ROWS) + b"{broken\n")
     iterator = iter_raw_records(path)
     assert next(iterator).value == ROWS[0]
+
+
+@pytest.mark.parametrize("name", ["big.jsonl", "big.json", "big.jsonl.gz", "big.parquet"])
+def test_peak_memory_does_not_grow_with_rows(tmp_path, name):
+    import tracemalloc
+
+    rows = [{"prompt": f"question {i}", "chosen": "c" * 150, "rejected": "r" * 150} for i in range(40_000)]
+    path = tmp_path / name
+    if name.endswith(".parquet"):
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=5000)
+    elif name.endswith(".json"):
+        path.write_text(json.dumps(rows))
+    else:
+        data = _jsonl(rows)
+        path.write_bytes(gzip.compress(data, compresslevel=1) if name.endswith(".gz") else data)
+    del rows
+    tracemalloc.start()
+    try:
+        count = sum(1 for _ in iter_raw_records(path))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert count == 40_000
+    assert peak < 8 * 1024 * 1024  # the file holds ~13 MB of text
