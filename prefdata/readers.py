@@ -78,7 +78,12 @@ def _dataset_dict_files(path: Path) -> list[Path]:
     return files
 
 
-def _walk(directory: Path) -> list[Path]:
+def _walk(directory: Path, seen: set[Path] | None = None) -> list[Path]:
+    seen = set() if seen is None else seen
+    real = directory.resolve()
+    if real in seen:  # a symlink loop: each directory is read once
+        return []
+    seen.add(real)
     if _is_dataset_dir(directory):
         return _dataset_arrow_files(directory)
     if (directory / "dataset_dict.json").is_file():
@@ -88,7 +93,7 @@ def _walk(directory: Path) -> list[Path]:
         if entry.name.startswith("."):  # .git, .cache, editor files
             continue
         if entry.is_dir():
-            files.extend(_walk(entry))
+            files.extend(_walk(entry, seen))
         elif _kind(entry) is not None and entry.name not in _DATASET_META:
             files.append(entry)
         else:

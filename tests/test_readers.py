@@ -350,3 +350,13 @@ def test_peak_memory_does_not_grow_with_rows(tmp_path, name):
         tracemalloc.stop()
     assert count == 40_000
     assert peak < 8 * 1024 * 1024  # the file holds ~13 MB of text
+
+
+def test_directory_symlink_loop_is_read_once(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "x.jsonl").write_bytes(_jsonl(ROWS[:1]))
+    try:
+        (tmp_path / "a" / "loop").symlink_to(tmp_path, target_is_directory=True)
+    except OSError:
+        pytest.skip("symlinks not supported here")
+    assert [r.source_file for r in _read(tmp_path)] == ["a/x.jsonl"]
