@@ -343,6 +343,10 @@ def _conversational(raw: RawRecord, row: dict[str, Any]) -> Pair:
     prompt = _messages(row["prompt"], "prompt")
     chosen = _completion_messages(row["chosen"], "chosen")
     rejected = _completion_messages(row["rejected"], "rejected")
+    # Some exports repeat the prompt at the start of each completion list: keep it once.
+    n = len(prompt)
+    if len(chosen) > n and len(rejected) > n and chosen[:n] == prompt and rejected[:n] == prompt:
+        chosen, rejected = chosen[n:], rejected[n:]
     return _message_pair(
         raw, row, "conversational", _CONSUMED["explicit"], prompt, chosen, rejected
     )

@@ -74,6 +74,18 @@ def test_conversational_prompt_with_string_completions():
     assert pair.shape == "conversational"
 
 
+def test_conversational_prompt_repeated_in_completions_is_kept_once():
+    pair = _pair(
+        {
+            "prompt": [user("Q")],
+            "chosen": [user("Q"), assistant("A")],
+            "rejected": [user("Q"), assistant("B")],
+        }
+    )
+    assert pair.prompt_messages == [user("Q")]
+    assert (pair.chosen_messages, pair.rejected_messages) == ([assistant("A")], [assistant("B")])
+
+
 def test_openai_content_parts_are_joined():
     pair = _pair(
         {
