@@ -1,14 +1,18 @@
-"""Scale benchmark for text-level validation: pair checks + duplicates/conflicts + MinHash prompts.
+"""Scale benchmark for text-level validation: the real `prefdata validate FILE.jsonl`, end to end.
 
     python bench/bench_validate.py --rows 100000 --rows 1000000
 
 Synthetic pairs are generated batch by batch (never all in memory) with planted problems at known
 rates: exact duplicate pairs, swapped (conflicting) pairs, identical and whitespace-only pairs, and
-near-duplicate prompts (one word substituted or inserted into an earlier prompt). Only the checker
-loop (`run_checks`) is timed; generation is excluded. Prints pairs/s (wall and CPU), peak RSS, the
-hash-table sizes, and the recall of every planted kind.
+near-duplicate prompts (one word substituted or inserted into an earlier prompt). They are written to
+a .jsonl file first (not timed; cached under --data-dir), then a child process per size times
+`prefdata.validate.validate(path, format="json", output=..., progress=False)`: reading and parsing
+the JSON lines, normalizing, the pair and dataset-wide checks, the report, MinHash near-duplicate
+prompts and rendering the report. Prints pairs/s (wall and CPU time of the child, all threads), the
+child's peak RSS, the hash-table sizes, and the recall of every planted kind (from the report's
+flagged rows, and from the near-duplicate clusters validate computed).
 
-`run_checks` is the one function to swap for the real `prefdata validate` entry point.
+`--checks-only` adds the old row: only the checks loop (`run_checks`) over in-memory pairs.
 """
 
 from __future__ import annotations
@@ -174,7 +178,159 @@ def run_checks(batches: Iterator[list[Pair]], policy: Policy) -> dict:
             "table_bytes": dataset.stats()["hash_table_bytes"] + near.nbytes}
 
 
-def bench(rows: int, batch_size: int, seed: int) -> dict:
+
+
+# ----------------------------------------------------------------------------- synthetic file
+
+
+def write_dataset(rows: int, batch_size: int, seed: int, data_dir: Path) -> tuple[Path, Path]:
+    """(FILE.jsonl, planted.json) for `rows` synthetic pairs; reused when already written."""
+    import json
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / f"synthetic-{rows}-seed{seed}.jsonl"
+    planted_path = data_dir / f"synthetic-{rows}-seed{seed}.planted.json"
+    if path.is_file() and planted_path.is_file():
+        return path, planted_path
+    gen = PairGenerator(seed)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        done = 0
+        while done < rows:
+            size = min(batch_size, rows - done)
+            fh.writelines(
+                json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}, ensure_ascii=False) + "\n"
+                for p in gen.batch(size)
+            )
+            done += size
+    planted = gen.planted
+    planted_path.write_text(
+        json.dumps(
+            {
+                "duplicate": sorted(planted.duplicate_rows),
+                "conflict": sorted(planted.conflict_rows),
+                "identical": sorted(planted.identical_rows),
+                "whitespace": sorted(planted.whitespace_rows),
+                "near_prompt_pairs": planted.near_prompt_pairs,
+            }
+        ),
+        encoding="utf-8",
+    )
+    tmp.replace(path)
+    return path, planted_path
+
+
+# ----------------------------------------------------------------------------- child: one timed run
+
+
+def child(path: Path, planted_path: Path, report_path: Path) -> None:
+    """Time `validate` end to end in this (fresh) process and print one JSON line of results.
+
+    The near-duplicate clusters and the table sizes are captured by thin wrappers around the
+    methods validate already calls (nothing extra runs inside the timed region)."""
+    import json
+
+    from prefdata import validate as V
+    from prefdata.dataset_checks import DatasetWideChecks as _DWC
+    from prefdata.minhash import NearDuplicatePrompts as _NDP
+    from prefdata.report import ReportBuilder
+
+    captured: dict = {"dataset": []}
+    original_clusters = _NDP.clusters
+    original_init = _DWC.__init__
+    original_build = ReportBuilder.build
+
+    def clusters(self):  # noqa: ANN001
+        result = original_clusters(self)
+        captured["clusters"] = result
+        captured["minhash_bytes"] = self.nbytes
+        return result
+
+    def init(self, *args, **kwargs):  # noqa: ANN001
+        original_init(self, *args, **kwargs)
+        captured["dataset"].append(self)
+
+    def build(self, *args, **kwargs):  # noqa: ANN001
+        captured["report_row_bytes"] = sum(
+            a.itemsize * len(a) for a in (self.file_index, self.line, self.pair_row, self.prompt_key, self.pair_key)
+        )
+        return original_build(self, *args, **kwargs)
+
+    _NDP.clusters, _DWC.__init__, ReportBuilder.build = clusters, init, build
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    w0, c0 = time.perf_counter(), time.process_time()
+    result = V.validate(path, format="json", output=report_path, progress=False)
+    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    report = result.report
+    rows = report["accounting"]["rows_in"]
+    planted = json.loads(planted_path.read_text(encoding="utf-8"))
+    policy = load_policy()
+    flagged: dict[str, set[int]] = {}
+    for entry in report["flagged_rows"]:
+        for flag in entry["flags"]:
+            flagged.setdefault(flag, set()).add(entry["source_line"] - 1)
+
+    def recall(expected: list[int], flag: str) -> float:
+        return len(set(expected) & flagged.get(flag, set())) / len(expected) if expected else float("nan")
+
+    # Row ids in the clusters are record ordinals; every synthetic line is a record, so ordinal = line - 1.
+    cluster_of = {row: i for i, cluster in enumerate(captured.get("clusters", [])) for row in cluster}
+    near_pairs = planted["near_prompt_pairs"]
+    at_threshold = [(a, b) for a, b, j in near_pairs if j >= policy.near_duplicate_prompt_threshold]
+    found = [cluster_of.get(a, -1) == cluster_of.get(b, -2) for a, b in at_threshold]
+    dataset_bytes = sum(d.stats()["hash_table_bytes"] for d in captured["dataset"])
+    out = {
+        "rows": rows,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "pairs_per_s_wall": rows / wall,
+        "pairs_per_s_cpu": rows / cpu,
+        "peak_rss_mib": peak,
+        "rss_before_mib": rss_before,
+        "file_mib": path.stat().st_size / 2**20,
+        "table_mib": (dataset_bytes + captured.get("minhash_bytes", 0) + captured.get("report_row_bytes", 0)) / 2**20,
+        "dataset_table_mib": dataset_bytes / 2**20,
+        "minhash_mib": captured.get("minhash_bytes", 0) / 2**20,
+        "report_rows_mib": captured.get("report_row_bytes", 0) / 2**20,
+        "near_dup_prompt_recall": sum(found) / len(found) if found else float("nan"),
+        "near_dup_prompt_planted": len(near_pairs),
+        "near_dup_prompt_at_threshold": len(at_threshold),
+        "clusters": len(captured.get("clusters", [])),
+        "flagged_rows_complete": report["flagged_rows_complete"],
+        "duplicate_recall": recall(planted["duplicate"], F.DUPLICATE_PAIR),
+        "conflict_recall": recall(planted["conflict"], F.CONFLICTING_PAIR),
+        "identical_recall": recall(planted["identical"], F.IDENTICAL),
+        "whitespace_recall": recall(planted["whitespace"], F.WHITESPACE_ONLY),
+        "exit_code": result.exit_code,
+        "counts": {flag: info["count"] for flag, info in report["flags"].items()},
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def bench_end_to_end(rows: int, batch_size: int, seed: int, data_dir: Path) -> dict:
+    import json
+    import subprocess
+    import tempfile
+
+    path, planted_path = write_dataset(rows, batch_size, seed, data_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        proc = subprocess.run(
+            [sys.executable, __file__, "--child", str(path), str(planted_path), str(report)],
+            capture_output=True, text=True, check=False,
+        )
+    if proc.returncode != 0:
+        raise SystemExit(f"child failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))
+
+
+# ----------------------------------------------------------------------------- checks-only row
+
+
+def bench_checks_only(rows: int, batch_size: int, seed: int) -> dict:
     gen = PairGenerator(seed)
     policy = load_policy()
 
@@ -186,52 +342,63 @@ def bench(rows: int, batch_size: int, seed: int) -> dict:
             done += size
 
     result = run_checks(batches(), policy)
-    planted = gen.planted
     cluster_of = {row: i for i, cluster in enumerate(result["clusters"]) for row in cluster}
-
-    def recall(expected: set[int], got: set[int]) -> float:
-        return len(expected & got) / len(expected) if expected else float("nan")
-
-    near_pairs = planted.near_prompt_pairs
-    at_threshold = [(a, b) for a, b, j in near_pairs if j >= policy.near_duplicate_prompt_threshold]
+    at_threshold = [(a, b) for a, b, j in gen.planted.near_prompt_pairs if j >= policy.near_duplicate_prompt_threshold]
     found = [cluster_of.get(a, -1) == cluster_of.get(b, -2) for a, b in at_threshold]
     return {
         "rows": rows,
         "pairs_per_s_wall": rows / result["wall"],
         "pairs_per_s_cpu": rows / result["cpu"],
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "table_mib": result["table_bytes"] / 2**20,
         "near_dup_prompt_recall": sum(found) / len(found) if found else float("nan"),
-        "near_dup_prompt_planted": len(near_pairs),
-        "near_dup_prompt_at_threshold": len(at_threshold),
-        "clusters": len(result["clusters"]),
-        "duplicate_recall": recall(planted.duplicate_rows, result["flagged"][F.DUPLICATE_PAIR]),
-        "conflict_recall": recall(planted.conflict_rows, result["flagged"][F.CONFLICTING_PAIR]),
-        "identical_recall": recall(planted.identical_rows, result["flagged"][F.IDENTICAL]),
-        "whitespace_recall": recall(planted.whitespace_rows, result["flagged"][F.WHITESPACE_ONLY]),
-        "counts": dict(result["counts"]),
     }
+
+
+def _load() -> str:
+    import os
+
+    return "load average " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, action="append", help="pairs to generate (repeatable)")
-    parser.add_argument("--batch-size", type=int, default=5000)
+    parser.add_argument("--batch-size", type=int, default=5000, help="generator batch size")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/prefdata-bench-validate"),
+                        help="where the synthetic .jsonl files are written (and reused)")
+    parser.add_argument("--checks-only", action="store_true", help="also time the old checks-only loop")
+    parser.add_argument("--child", nargs=3, metavar=("FILE", "PLANTED", "REPORT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(*map(Path, args.child))
+        return
     for rows in args.rows or [100_000]:
-        r = bench(rows, args.batch_size, args.seed)
+        write_dataset(rows, args.batch_size, args.seed, args.data_dir)  # not timed
+        print(f"[{_load()} before the run]", flush=True)
+        r = bench_end_to_end(rows, args.batch_size, args.seed, args.data_dir)
         print(
-            f"rows={r['rows']:,} pairs/s wall={r['pairs_per_s_wall']:,.0f} cpu={r['pairs_per_s_cpu']:,.0f} "
-            f"peak_rss={r['peak_rss_mib']:.0f}MiB tables={r['table_mib']:.1f}MiB "
+            f"validate rows={r['rows']:,} ({r['file_mib']:.0f} MiB jsonl) wall={r['wall_s']:.1f}s cpu={r['cpu_s']:.1f}s "
+            f"pairs/s wall={r['pairs_per_s_wall']:,.0f} cpu={r['pairs_per_s_cpu']:,.0f} "
+            f"peak_rss={r['peak_rss_mib']:.0f}MiB (after imports {r['rss_before_mib']:.0f}MiB) "
+            f"tables={r['table_mib']:.1f}MiB (dataset {r['dataset_table_mib']:.1f} + minhash {r['minhash_mib']:.1f} "
+            f"+ report rows {r['report_rows_mib']:.1f}) "
             f"near_dup_recall={r['near_dup_prompt_recall']:.3f} "
             f"(planted {r['near_dup_prompt_planted']}, {r['near_dup_prompt_at_threshold']} at J>=threshold) "
             f"clusters={r['clusters']} dup_recall={r['duplicate_recall']:.3f} "
             f"conflict_recall={r['conflict_recall']:.3f} identical_recall={r['identical_recall']:.3f} "
-            f"whitespace_recall={r['whitespace_recall']:.3f}",
+            f"whitespace_recall={r['whitespace_recall']:.3f} exit={r['exit_code']} [{_load()} after]",
             flush=True,
         )
         print("  flag counts:", r["counts"], flush=True)
+        if args.checks_only:
+            c = bench_checks_only(rows, args.batch_size, args.seed)
+            print(
+                f"checks-only rows={c['rows']:,} pairs/s wall={c['pairs_per_s_wall']:,.0f} "
+                f"cpu={c['pairs_per_s_cpu']:,.0f} tables={c['table_mib']:.1f}MiB "
+                f"near_dup_recall={c['near_dup_prompt_recall']:.3f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -58,7 +58,30 @@ def pair_digests(pair: Pair) -> tuple[int, int, int]:
         chosen, rejected = pair.chosen, pair.rejected
     else:
         chosen, rejected = completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
-    return _xxh(squeeze_whitespace(pair.prompt)), _xxh(squeeze_whitespace(chosen)), _xxh(squeeze_whitespace(rejected))
+    return _text_keys(pair.prompt, chosen, rejected)[:3]
+
+
+def pair_digests_and_key(pair: Pair) -> tuple[int, int, int, int]:
+    """`pair_digests(pair)` and the pair key built from them, in one call."""
+    if pair.chosen_ids is None and pair.chosen_messages is None and pair.rejected_messages is None:
+        return _text_keys(pair.prompt, pair.chosen, pair.rejected)
+    digests = pair_digests(pair)
+    return (*digests, _xxh(_PACK3(*digests)))
+
+
+# The checks and the report digest the same row back to back: the last triple of strings is
+# remembered (holding the strings, so identity cannot be reused by other objects).
+_LAST_KEYS: list[Any] = [None, None, None, None]
+
+
+def _text_keys(prompt: str, chosen: str, rejected: str) -> tuple[int, int, int, int]:
+    last = _LAST_KEYS
+    if last[0] is prompt and last[1] is chosen and last[2] is rejected:
+        return last[3]
+    hp, hc, hr = _xxh(squeeze_whitespace(prompt)), _xxh(squeeze_whitespace(chosen)), _xxh(squeeze_whitespace(rejected))
+    keys = (hp, hc, hr, _xxh(_PACK3(hp, hc, hr)))
+    last[:] = (prompt, chosen, rejected, keys)
+    return keys
 
 
 class U64Table:
@@ -189,13 +212,13 @@ class DatasetWideChecks:
 
     def observe(self, pair: Pair) -> list[str]:
         """Record `pair` and return its dataset-wide flags (flags.ALL_FLAGS order)."""
-        hp, hc, hr = pair_digests(pair)
+        hp, hc, hr, key = pair_digests_and_key(pair)
         source = self._packed_source(pair)
         self.rows += 1
         found: list[str] = []
         if self._prompts.setdefault(hp, source) is not None:
             self.duplicate_prompt_rows += 1
-        if self._pairs.setdefault(_xxh(_PACK3(hp, hc, hr)), source) is not None:
+        if self._pairs.setdefault(key, source) is not None:
             found.append(F.DUPLICATE_PAIR)
             self.duplicate_pairs += 1
         if hc != hr and self._pairs.get(_xxh(_PACK3(hp, hr, hc))) is not None:

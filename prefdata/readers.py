@@ -179,6 +179,70 @@ def _pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 _DECODER = json.JSONDecoder(object_pairs_hook=_pairs_to_dict)
 
+try:  # a fast parser for the common case; the stdlib decoder above stays the reference
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency, but json alone still works
+    _fast_loads = None
+
+_BIG_INT = re.compile(r"\d{19}")  # orjson turns integers beyond 64 bits into floats; json keeps them
+
+
+def _keys_colons_floats(value: Any) -> tuple[int, int, bool]:
+    """(keys of every object, ':' characters inside every string, any float) of a decoded value."""
+    keys = colons = 0
+    floats = False
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            keys += len(item)
+            for key, child in item.items():
+                colons += key.count(":")
+                child_kind = type(child)
+                if child_kind is str:
+                    colons += child.count(":")
+                elif child_kind is dict or child_kind is list:
+                    stack.append(child)
+                elif child_kind is float:
+                    floats = True
+        elif kind is list:
+            for child in item:
+                child_kind = type(child)
+                if child_kind is str:
+                    colons += child.count(":")
+                elif child_kind is dict or child_kind is list:
+                    stack.append(child)
+                elif child_kind is float:
+                    floats = True
+        elif kind is str:
+            colons += item.count(":")
+        elif kind is float:
+            floats = True
+    return keys, colons, floats
+
+
+def _decode_line(text: str) -> Any:
+    """`_DECODER.decode(text)`, through orjson when it is certain to give the same value.
+
+    orjson keeps the last of duplicated keys silently; every ':' in valid JSON outside strings
+    separates a key from its value, so the ':' in the text minus those in the decoded strings
+    (plus the `\\u003a` escapes, which the text does not show as ':') equals the number of keys
+    exactly when no key was dropped -- anything else goes to the stdlib decoder, which names the
+    duplicate. So does everything orjson rejects (NaN, lone surrogates, deep nesting, ...) and
+    any float that may have been an integer beyond 64 bits, so errors and values are unchanged.
+    """
+    if _fast_loads is not None:
+        try:
+            value = _fast_loads(text)
+        except ValueError:
+            return _DECODER.decode(text)
+        keys, colons, floats = _keys_colons_floats(value)
+        escaped = text.count("\\u003a") + text.count("\\u003A") if "\\u003" in text else 0
+        if text.count(":") - colons + escaped == keys and not (floats and _BIG_INT.search(text)):
+            return value
+    return _DECODER.decode(text)
+
 
 def _one_line(exc: BaseException | str) -> str:
     text = str(exc).strip() or type(exc).__name__
@@ -371,7 +435,7 @@ def _read_lines(fh: BinaryIO) -> Iterator[bytes | _Truncated | _Overlong]:
 
 
 def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
-    decode = _DECODER.decode
+    decode = _decode_line
     with _open_binary(file, gz) as fh:
         line_no = 0
         for line in _read_lines(fh):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import struct
 import time
 from array import array
 from collections import Counter
@@ -22,7 +21,7 @@ import xxhash
 
 from prefdata import __version__
 from prefdata.checks import completion_content, ids_mode, similarity
-from prefdata.dataset_checks import pair_digests
+from prefdata.dataset_checks import pair_digests_and_key
 from prefdata.records import Pair
 
 if TYPE_CHECKING:  # pipeline imports this module lazily; avoid an import cycle at runtime
@@ -44,7 +43,6 @@ QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 # A record that cannot be read fails `validate` (a PR must not bring one in); `prepare` sets it aside
 # in quarantine.jsonl and goes on, so there it is a warning.
 QUARANTINE_SEVERITY = {"validate": "error", "prepare": "warn"}
-_PACK3 = struct.Struct("<3Q").pack
 
 
 # ----------------------------------------------------------------------------- hashing / excerpts
@@ -53,8 +51,8 @@ _PACK3 = struct.Struct("<3Q").pack
 def _pair_keys(pair: Pair) -> tuple[int, int]:
     """(prompt key, pair key): the same whitespace-normalized digests the dataset-wide checks use,
     so "duplicate" means the same thing in the report as in the `duplicate_pair` flag."""
-    prompt, chosen, rejected = pair_digests(pair)
-    return prompt, xxhash.xxh3_64_intdigest(_PACK3(prompt, chosen, rejected))
+    keys = pair_digests_and_key(pair)
+    return keys[0], keys[3]
 
 
 def content_hash(pair: Pair) -> str:
@@ -160,6 +158,39 @@ class IntDistribution:
         }
 
 
+class _Similarity:
+    """similarity(chosen, rejected), computed when first needed.
+
+    Most rows that enter the bottom-k sample are pushed out again by a smaller hash later; only
+    the survivors (and the rare tie on equal hashes, where the heap compares similarities) are
+    measured. Halves longer than DEFER_CHARS are measured at once, so the sample never holds much text.
+    """
+
+    __slots__ = ("halves", "_value")
+    DEFER_CHARS = 8192
+
+    def __init__(self, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
+        if len(chosen) + len(rejected) > self.DEFER_CHARS:
+            self.halves, self._value = None, similarity(chosen, rejected)
+        else:
+            self.halves, self._value = (chosen, rejected), None
+
+    def value(self) -> float:
+        if self.halves is not None:
+            self._value = similarity(*self.halves)
+            self.halves = None
+        return self._value  # type: ignore[return-value]
+
+    # Only compared when two sampled rows have the same hash: the same order as plain floats.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Similarity) and self.value() == other.value()
+
+    def __lt__(self, other: "_Similarity") -> bool:
+        return self.value() < other.value()
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class SimilaritySample:
     """Chosen/rejected similarity on a bottom-k sample by content hash.
 
@@ -169,7 +200,7 @@ class SimilaritySample:
 
     def __init__(self, k: int = SIMILARITY_SAMPLE) -> None:
         self.k = k
-        self.heap: list[tuple[int, float]] = []  # (-hash, similarity): a max-heap on hash
+        self.heap: list[tuple[int, _Similarity]] = []  # (-hash, similarity): a max-heap on hash
         self.seen = 0
 
     def offer(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
@@ -182,14 +213,14 @@ class SimilaritySample:
         return len(self.heap) < self.k or -self.heap[0][0] > key
 
     def put(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
-        item = (-key, similarity(chosen, rejected))
+        item = (-key, _Similarity(chosen, rejected))
         if len(self.heap) < self.k:
             heapq.heappush(self.heap, item)
         else:
             heapq.heapreplace(self.heap, item)
 
     def to_dict(self, threshold: float | None) -> dict[str, Any]:
-        values = sorted(v for _, v in self.heap)
+        values = sorted(v.value() for _, v in self.heap)
         if not values:
             return {"method": "text edit-distance ratio (checks.similarity)", "rows_measured": 0, "rows_total": 0}
         counts = [0] * SIMILARITY_BINS
