@@ -291,12 +291,11 @@ def prepare(
         quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
         report = ReportBuilder(loaded_policy)
         near_duplicates = NearDuplicatePrompts(threshold=loaded_policy.near_duplicate_prompt_threshold)
-        lines: list[tuple[str, int]] = []  # row id -> (file, line), for near-duplicate clusters
         flag_counts: Counter[str] = Counter()
         content = hashlib.blake2b(digest_size=16)
         errors = rows_in = 0
         pending: list[dict[str, Any]] = []
-        prompt_ids: list[int] = []
+        prompt_rows: list[int] = []  # report ordinals of the prompts waiting for MinHash
         prompt_texts: list[str] = []
 
         rows = iter_checked_rows(
@@ -313,9 +312,8 @@ def prepare(
                 quarantine.write(_quarantine_record(row))
                 continue
             assert row.pair is not None
-            prompt_ids.append(len(lines))
+            prompt_rows.append(rows_in - 1)  # the report's ordinal: it maps back to file and line
             prompt_texts.append(row.pair.prompt)
-            lines.append((row.raw.source_file, row.raw.source_line))
             if row.outcome == "dropped":
                 dropped.write(_dropped_record(row))
             else:
@@ -326,12 +324,12 @@ def prepare(
                 dataset.write_rows(pending)
                 pending = []
             if len(prompt_texts) >= 4096:
-                near_duplicates.add_batch(prompt_ids, prompt_texts)
-                prompt_ids, prompt_texts = [], []
+                near_duplicates.add_batch(prompt_rows, prompt_texts)
+                prompt_rows, prompt_texts = [], []
         dataset.write_rows(pending)
         if prompt_texts:
-            near_duplicates.add_batch(prompt_ids, prompt_texts)
-        report.add_near_duplicate_prompts(near_duplicates.clusters(), lambda i: lines[i])
+            near_duplicates.add_batch(prompt_rows, prompt_texts)
+        report.add_near_duplicate_prompts(near_duplicates.clusters(), report.location)
         dropped.close()
         quarantine.close()
         fingerprint = content.hexdigest()
