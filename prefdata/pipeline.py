@@ -19,13 +19,14 @@ from prefdata import FORMAT_VERSION, __version__
 from prefdata import flags as F
 from prefdata.checks import apply_policy, text_flags, token_flags
 from prefdata.dataset_checks import DatasetWideChecks, PromptLeakIndex
-from prefdata.errors import PrefdataError, RecordError, UnknownShapeError
+from prefdata.errors import PrefdataError, RecordError
 from prefdata.formats import normalize_record
 from prefdata.manifest import sha256_file, write_manifest
 from prefdata.policy import Policy, load_policy
 from prefdata.readers import iter_raw_records, list_input_files
 from prefdata.records import Pair, RawRecord, TokenizedPair
-from prefdata.tokenize import PairTokenizer, TokenizeSettings, truncate_pair
+from prefdata.tokenize import PairTokenizer, TokenizeSettings
+from prefdata.workers import default_workers, process_batches
 
 # How many leading records may all be of an unknown shape before we call the input "not preference data".
 SHAPE_PROBE_RECORDS = 200
@@ -124,11 +125,13 @@ def iter_checked_rows(
     against: str | Path | None = None,
     pair_tokenizer: PairTokenizer | None = None,
     trust_remote_code: bool = False,
+    workers: int = 1,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
 
     Memory stays flat: records are processed in batches of `batch_size`; only the dataset-wide
-    hash tables grow. Output order equals input order whatever the batch size.
+    hash tables grow. Output order equals input order whatever the batch size and the number of
+    `workers` (processes that normalize and tokenize; see prefdata.workers).
     """
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
@@ -142,58 +145,26 @@ def iter_checked_rows(
     seen_records = 0
     first_problem: str | None = None
     only_unknown_shapes = True
-    for chunk in _chunks(records, batch_size):
-        normalized: list[Pair | str] = []
-        for raw in chunk:
+    batches = process_batches(_chunks(records, batch_size), pair_tokenizer, settings, workers)
+    for chunk, results in batches:
+        for raw, result in zip(chunk, results):
             seen_records += 1
-            if raw.error is not None:
-                normalized.append(raw.error)
-                only_unknown_shapes = False
-                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {raw.error}"
+            if result.pair is None:
+                only_unknown_shapes = only_unknown_shapes and result.unknown_shape
+                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {result.error}"
+                yield CheckedRow(raw, None, None, [], None, "quarantined", error=result.error)
                 continue
-            try:
-                normalized.append(normalize_record(raw))
-                seen_pairs += 1
-            except UnknownShapeError as exc:
-                normalized.append(str(exc))
-                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {exc}"
-            except RecordError as exc:
-                normalized.append(str(exc))
-                only_unknown_shapes = False
-                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {exc}"
+            seen_pairs += 1
+            kept_flags, severity, outcome = checker.check(result.pair, result.tokenized)
+            yield CheckedRow(raw, result.pair, result.tokenized, kept_flags, severity, outcome)
         if seen_pairs == 0 and only_unknown_shapes and seen_records >= min(SHAPE_PROBE_RECORDS, batch_size):
             raise PrefdataError(f"{raw_path} does not look like preference data ({first_problem})")
-
-        pairs = [item for item in normalized if isinstance(item, Pair)]
-        tokenized = iter(_tokenize(pairs, pair_tokenizer, settings))
-        for raw, item in zip(chunk, normalized):
-            if not isinstance(item, Pair):
-                yield CheckedRow(raw, None, None, [], None, "quarantined", error=item)
-                continue
-            token_pair = next(tokenized)
-            if isinstance(token_pair, RecordError):  # e.g. the chat template refuses the roles
-                yield CheckedRow(raw, None, None, [], None, "quarantined", error=str(token_pair))
-                continue
-            kept_flags, severity, outcome = checker.check(item, token_pair)
-            yield CheckedRow(raw, item, token_pair, kept_flags, severity, outcome)
 
     if seen_pairs == 0:
         if seen_records == 0:
             raise PrefdataError(f"{raw_path} holds no records")
         if only_unknown_shapes:
             raise PrefdataError(f"{raw_path} does not look like preference data ({first_problem})")
-
-
-def _tokenize(
-    pairs: list[Pair], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings
-) -> list[TokenizedPair | RecordError | None]:
-    if pair_tokenizer is not None:
-        return pair_tokenizer.tokenize_pairs_or_errors(pairs)
-    # Without a tokenizer only pre-tokenized rows get token-level checks.
-    return [
-        truncate_pair(p.prompt_ids, p.chosen_ids, p.rejected_ids, settings, None) if p.is_pretokenized else None
-        for p in pairs
-    ]
 
 
 # Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
@@ -263,6 +234,7 @@ def prepare(
     policy: str | Path | None = None,
     overwrite: bool = False,
     batch_size: int = 1000,
+    workers: int | None = None,
     progress: bool = True,
     trust_remote_code: bool = False,
 ) -> PrepareResult:
@@ -275,6 +247,9 @@ def prepare(
     started = time.time()
     if batch_size < 1:
         raise PrefdataError("--batch-size must be at least 1")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise PrefdataError("--workers must be at least 1")
     raw_path, out_path = Path(raw), Path(out)
     input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
     if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
@@ -300,7 +275,7 @@ def prepare(
 
         rows = iter_checked_rows(
             raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-            progress=progress, pair_tokenizer=pair_tokenizer,
+            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers,
         )
         for row in rows:
             rows_in += 1
@@ -350,6 +325,7 @@ def prepare(
             "max_prompt_length": max_prompt_length,
             "chat_template": chat_template,
             "batch_size": batch_size,
+            "workers": workers,
             "trust_remote_code": trust_remote_code,
             "policy": loaded_policy.to_dict(),
         }

@@ -89,12 +89,12 @@ def test_refuses_existing_out_and_overwrites_on_request(example_out, tiny_tokeni
         prepare(EXAMPLES, example_out, tokenizer=tiny_tokenizer_dir, progress=False)
 
 
-def test_same_content_whatever_the_batch_size(tmp_path, tiny_tokenizer_dir):
+def test_same_content_whatever_the_batch_size_and_workers(tmp_path, tiny_tokenizer_dir):
     hashes = set()
     reports = []
-    for batch_size in (1, 3, 1000):
+    for batch_size, workers in ((1, 1), (3, 2), (1000, 1), (2, 3)):
         out = tmp_path / f"out{batch_size}"
-        prepare(EXAMPLES, out, tokenizer=tiny_tokenizer_dir, batch_size=batch_size, progress=False)
+        prepare(EXAMPLES, out, tokenizer=tiny_tokenizer_dir, batch_size=batch_size, workers=workers, progress=False)
         manifest = json.loads((out / "manifest.json").read_text())
         hashes.add(manifest["content_hash"])
         report = json.loads((out / "report.json").read_text())

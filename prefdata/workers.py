@@ -1,0 +1,136 @@
+"""Normalize + tokenize record batches, in this process or in worker processes, in input order.
+
+Tokenization dominates `prepare` (a long row costs milliseconds), so batches go to worker
+processes, each with its own single-threaded tokenizer; everything order-dependent (dataset-wide
+checks, reports, writing) stays in the main process. Results come back in submission order, so the
+output is the same for any number of workers, and at most a few batches are in flight, so memory
+stays flat.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.formats import normalize_record
+from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.tokenize import PairTokenizer, TokenizeSettings, truncate_pair
+
+
+@dataclass
+class ProcessedRecord:
+    """One record after normalize and tokenize. `pair` is None when it must be quarantined."""
+
+    pair: Pair | None
+    tokenized: TokenizedPair | None
+    error: str | None = None
+    unknown_shape: bool = False  # the error says "not a preference shape" (for the KTO/SFT check)
+
+
+def process_batch(
+    records: list[RawRecord], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings
+) -> list[ProcessedRecord]:
+    """Normalize every record and tokenize the pairs in one batched call."""
+    results: list[ProcessedRecord] = []
+    pairs: list[Pair] = []
+    for raw in records:
+        if raw.error is not None:
+            results.append(ProcessedRecord(None, None, raw.error))
+            continue
+        try:
+            pair = normalize_record(raw)
+        except UnknownShapeError as exc:
+            results.append(ProcessedRecord(None, None, str(exc), unknown_shape=True))
+            continue
+        except RecordError as exc:
+            results.append(ProcessedRecord(None, None, str(exc)))
+            continue
+        results.append(ProcessedRecord(pair, None))
+        pairs.append(pair)
+
+    if pair_tokenizer is not None:
+        tokenized: list[TokenizedPair | RecordError | None] = list(pair_tokenizer.tokenize_pairs_or_errors(pairs))
+    else:  # without a tokenizer only pre-tokenized rows get token-level checks
+        tokenized = [
+            truncate_pair(p.prompt_ids, p.chosen_ids, p.rejected_ids, settings, None) if p.is_pretokenized else None
+            for p in pairs
+        ]
+    it = iter(tokenized)
+    for result in results:
+        if result.pair is None:
+            continue
+        token_pair = next(it)
+        if isinstance(token_pair, RecordError):  # e.g. the chat template refuses the roles
+            result.pair, result.error = None, str(token_pair)
+        else:
+            result.tokenized = token_pair
+    return results
+
+
+# Worker-process state, set once by the pool initializer.
+_WORKER_TOKENIZER: PairTokenizer | None = None
+_WORKER_SETTINGS: TokenizeSettings | None = None
+
+
+def _init_worker(pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings) -> None:
+    global _WORKER_TOKENIZER, _WORKER_SETTINGS
+    # One tokenizer thread per process: the processes are the parallelism.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # Ctrl-C is the main process's to handle; workers must not print their own tracebacks.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _WORKER_TOKENIZER, _WORKER_SETTINGS = pair_tokenizer, settings
+    if pair_tokenizer is not None:
+        pair_tokenizer.setup()
+
+
+def _process_in_worker(records: list[RawRecord]) -> list[ProcessedRecord]:
+    assert _WORKER_SETTINGS is not None
+    return process_batch(records, _WORKER_TOKENIZER, _WORKER_SETTINGS)
+
+
+def default_workers() -> int:
+    """All cores, at most 8 (beyond that the main process's checks become the bottleneck)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def process_batches(
+    batches: Iterable[list[RawRecord]],
+    pair_tokenizer: PairTokenizer | None,
+    settings: TokenizeSettings,
+    workers: int,
+) -> Iterator[tuple[list[RawRecord], list[ProcessedRecord]]]:
+    """(batch, its results) in input order, using `workers` processes (1: this process)."""
+    if workers <= 1:
+        for batch in batches:
+            yield batch, process_batch(batch, pair_tokenizer, settings)
+        return
+    # fork starts fast and shares the loaded libraries; the parent has not run the tokenizer yet.
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    pending: deque[tuple[list[RawRecord], Future]] = deque()
+    pool = ProcessPoolExecutor(
+        max_workers=workers,
+        mp_context=multiprocessing.get_context(method),
+        initializer=_init_worker,
+        initargs=(pair_tokenizer, settings),
+    )
+    try:
+        for batch in batches:
+            pending.append((batch, pool.submit(_process_in_worker, batch)))
+            if len(pending) >= 2 * workers:  # bounded: memory does not grow with the input
+                done_batch, future = pending.popleft()
+                yield done_batch, future.result()
+        while pending:
+            done_batch, future = pending.popleft()
+            yield done_batch, future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
