@@ -274,8 +274,12 @@ class NearDuplicatePrompts:
                 accepted[lo:hi] = (matches - 1 / 256) / (1 - 1 / 256) >= self._accept
             labels = _components(labels, u[accepted], v[accepted])
         order = np.lexsort((ids, labels))
-        groups = np.split(ids[order], np.flatnonzero(np.diff(labels[order])) + 1)
-        result = [sorted(g.tolist()) for g in groups if g.size > 1]
+        sorted_ids, sorted_labels = ids[order], labels[order]
+        # Only components with two or more members become lists (most prompts are alone).
+        starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
+        ends = np.r_[starts[1:], n]
+        multi = ends - starts > 1
+        result = [sorted_ids[a:b].tolist() for a, b in zip(starts[multi].tolist(), ends[multi].tolist())]
         result.sort(key=lambda g: g[0])
         return result
 
