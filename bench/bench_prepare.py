@@ -35,15 +35,21 @@ MAX_LENGTH = 1024  # DPOConfig's default max_length; prefdata gets the same
 
 
 class Timer:
-    """Wall-clock and CPU seconds (all threads of this process). On a shared machine the CPU time
+    """Wall-clock and CPU seconds (all threads of this process and its worker processes). On a shared machine the CPU time
     says how much work each method does; the wall time also shows what batching over cores buys."""
 
     def __enter__(self) -> "Timer":
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        self._wall, self._cpu = time.perf_counter(), _cpu_seconds()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.times = (time.perf_counter() - self._wall, time.process_time() - self._cpu)
+        self.times = (time.perf_counter() - self._wall, _cpu_seconds() - self._cpu)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its finished children (prepare's worker processes)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def write_repeated(source: Path, rows: int, out: Path) -> Path:
@@ -120,7 +126,9 @@ def child_prepare(raw: str, out: str, tokenizer_path: str) -> None:
     """Runs in a fresh process: prepare, then report this process's peak RSS."""
     elapsed, _ = time_prefdata(Path(raw), Path(out), tokenizer_path)
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    print(json.dumps({"peak_rss_mib": peak_kib / 1024, "seconds": elapsed}))
+    # prepare tokenizes in worker processes: the largest one's peak is reported beside the main's.
+    worker_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    print(json.dumps({"peak_rss_mib": peak_kib / 1024, "worker_peak_rss_mib": worker_kib / 1024, "seconds": elapsed}))
 
 
 def peak_rss(source: Path, rows: int, tokenizer_path: str, workdir: Path) -> dict:
@@ -192,10 +200,10 @@ def main() -> None:
             print(f"{label}: prefdata / TRL = {table[ours] / table['TRL DPOTrainer._prepare_dataset']:.2f}x (target >= 2.5x)")
         print(f"{label}: prefdata / plain = {table[ours] / table[plain]:.0%} (target >= 75%); "
               f"tokenize stage / plain = {table['prefdata tokenize stage only'] / table[plain]:.0%}")
-    print("\n| prepare rows | peak RSS (MiB) | seconds |")
-    print("| ---: | ---: | ---: |")
+    print("\n| prepare rows | peak RSS main process (MiB) | peak RSS largest worker (MiB) | seconds |")
+    print("| ---: | ---: | ---: | ---: |")
     for n, m in memory.items():
-        print(f"| {n} | {m['peak_rss_mib']:.0f} | {m['seconds']:.1f} |")
+        print(f"| {n} | {m['peak_rss_mib']:.0f} | {m['worker_peak_rss_mib']:.0f} | {m['seconds']:.1f} |")
 
 
 if __name__ == "__main__":

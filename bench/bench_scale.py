@@ -1,0 +1,109 @@
+"""Scale: a synthetic N-pair input (default 1M) streamed through `prefdata prepare`.
+
+Generates distinct pairs (so the dataset-wide hash tables really grow), with 1% identical and 1%
+whitespace-only pairs planted, writes them as JSONL (not timed), then runs `prefdata prepare` with
+the tiny tokenizer in a child process and reports wall time, pairs/s and peak RSS of the main
+process and of the largest worker process.
+
+Usage: python bench/bench_scale.py [--rows 1000000] [--rows 100000 ...] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORDS = (
+    "the a of to and in is it you that he was for on are with as I his they be at one have this from "
+    "or had by hot word but what some we can out other were all there when up use your how said an each "
+    "she which do their time if will way about many then them write would like so these her long make "
+    "thing see him two has look more day could go come did number sound no most people my over know water"
+).split()
+
+
+def write_synthetic(path: Path, rows: int, seed: int = 0) -> None:
+    rng = random.Random(seed)
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(rows):
+            prompt = f"Question {i}: " + " ".join(rng.choices(WORDS, k=rng.randint(5, 60)))
+            chosen = " ".join(rng.choices(WORDS, k=rng.randint(3, 120)))
+            kind = i % 100
+            if kind == 0:
+                rejected = chosen  # identical
+            elif kind == 1:
+                rejected = "  " + chosen.replace(" ", "  ") + "\n"  # whitespace only
+            else:
+                rejected = " ".join(rng.choices(WORDS, k=rng.randint(3, 120)))
+            handle.write(json.dumps({"prompt": prompt, "chosen": chosen, "rejected": rejected, "id": i}) + "\n")
+
+
+def run_child(raw: str, out: str, tokenizer: str, workers: int) -> None:
+    """In a fresh process: prepare, then print wall seconds and peak RSS of main and workers."""
+    sys.path.insert(0, str(REPO))
+    from prefdata.pipeline import prepare
+
+    started = time.perf_counter()
+    result = prepare(raw, out, tokenizer=tokenizer, max_length=256, workers=workers, progress=False)
+    seconds = time.perf_counter() - started
+    print(json.dumps({
+        "seconds": seconds,
+        "rows_in": result.rows_in,
+        "rows_out": result.rows_out,
+        "rows_dropped": result.rows_dropped,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }))
+
+
+def measure(rows: int, workers: int, workdir: Path, tokenizer: str) -> dict:
+    raw = workdir / f"synthetic-{rows}.jsonl"
+    write_synthetic(raw, rows)
+    size_mib = raw.stat().st_size / 2**20
+    result = subprocess.run(
+        [sys.executable, __file__, "--_child", str(raw), str(workdir / f"out-{rows}"), tokenizer, str(workers)],
+        capture_output=True, text=True, check=True,
+    )
+    raw.unlink()
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    measured["input_mib"] = size_mib
+    return measured
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, action="append", help="sizes (repeatable; default 1000000)")
+    parser.add_argument("--workers", type=int, default=None, help="prepare --workers (default: all cores)")
+    parser.add_argument("--_child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args._child:
+        raw, out, tokenizer, workers = args._child
+        run_child(raw, out, tokenizer, int(workers))
+        return
+    sys.path.insert(0, str(REPO))
+    from prefdata.tiny import build_tiny_tokenizer
+    from prefdata.workers import default_workers
+
+    workers = args.workers or default_workers()
+    sizes = args.rows or [1_000_000]
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        workdir = Path(tmp)
+        build_tiny_tokenizer(workdir / "tok")
+        results = {n: measure(n, workers, workdir, str(workdir / "tok")) for n in sizes}
+    print(f"\nprefdata prepare on synthetic distinct pairs (tiny tokenizer, --max-length 256, --workers {workers})\n")
+    print("| rows | input MiB | seconds | pairs/s | kept | dropped | peak RSS main (MiB) | peak RSS largest worker (MiB) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n, m in results.items():
+        print(f"| {n:,} | {m['input_mib']:.0f} | {m['seconds']:.0f} | {n / m['seconds']:,.0f} | {m['rows_out']:,} | "
+              f"{m['rows_dropped']:,} | {m['peak_rss_mib']:.0f} | {m['worker_peak_rss_mib']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
