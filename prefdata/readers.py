@@ -187,9 +187,9 @@ except ImportError:  # pragma: no cover - orjson is a dependency, but json alone
 _BIG_INT = re.compile(r"\d{19}")  # orjson turns integers beyond 64 bits into floats; json keeps them
 
 
-def _keys_colons_floats(value: Any) -> tuple[int, int, bool]:
-    """(keys of every object, ':' characters inside every string, any float) of a decoded value."""
-    keys = colons = 0
+def _keys_floats(value: Any) -> tuple[int, bool]:
+    """(keys of every object, whether any float) of a decoded value."""
+    keys = 0
     floats = False
     stack = [value]
     while stack:
@@ -197,29 +197,37 @@ def _keys_colons_floats(value: Any) -> tuple[int, int, bool]:
         kind = type(item)
         if kind is dict:
             keys += len(item)
+            children = item.values()
+        elif kind is list:
+            children = item
+        else:
+            floats = floats or kind is float
+            continue
+        for child in children:
+            child_kind = type(child)
+            if child_kind is dict or child_kind is list:
+                stack.append(child)
+            elif child_kind is float:
+                floats = True
+    return keys, floats
+
+
+def _string_colons(value: Any) -> int:
+    """':' characters inside every string (keys included) of a decoded value."""
+    colons = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            colons += item.count(":")
+        elif kind is dict:
             for key, child in item.items():
                 colons += key.count(":")
-                child_kind = type(child)
-                if child_kind is str:
-                    colons += child.count(":")
-                elif child_kind is dict or child_kind is list:
-                    stack.append(child)
-                elif child_kind is float:
-                    floats = True
+                stack.append(child)
         elif kind is list:
-            for child in item:
-                child_kind = type(child)
-                if child_kind is str:
-                    colons += child.count(":")
-                elif child_kind is dict or child_kind is list:
-                    stack.append(child)
-                elif child_kind is float:
-                    floats = True
-        elif kind is str:
-            colons += item.count(":")
-        elif kind is float:
-            floats = True
-    return keys, colons, floats
+            stack.extend(item)
+    return colons
 
 
 def _decode_line(text: str) -> Any:
@@ -228,7 +236,8 @@ def _decode_line(text: str) -> Any:
     orjson keeps the last of duplicated keys silently; every ':' in valid JSON outside strings
     separates a key from its value, so the ':' in the text minus those in the decoded strings
     (plus the `\\u003a` escapes, which the text does not show as ':') equals the number of keys
-    exactly when no key was dropped -- anything else goes to the stdlib decoder, which names the
+    exactly when no key was dropped (when the text has no more ':' than keys, no string holds one
+    and no key was dropped either) -- anything else goes to the stdlib decoder, which names the
     duplicate. So does everything orjson rejects (NaN, lone surrogates, deep nesting, ...) and
     any float that may have been an integer beyond 64 bits, so errors and values are unchanged.
     """
@@ -237,9 +246,14 @@ def _decode_line(text: str) -> Any:
             value = _fast_loads(text)
         except ValueError:
             return _DECODER.decode(text)
-        keys, colons, floats = _keys_colons_floats(value)
+        keys, floats = _keys_floats(value)
+        if floats and _BIG_INT.search(text):
+            return _DECODER.decode(text)
+        colons = text.count(":")
+        if colons == keys:  # no ':' in any string: nothing else to count
+            return value
         escaped = text.count("\\u003a") + text.count("\\u003A") if "\\u003" in text else 0
-        if text.count(":") - colons + escaped == keys and not (floats and _BIG_INT.search(text)):
+        if colons - _string_colons(value) + escaped == keys:
             return value
     return _DECODER.decode(text)
 

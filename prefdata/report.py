@@ -38,6 +38,7 @@ EXCERPT_ROWS = 20_000  # prompt excerpts kept for the first rows only (bounded m
 SIMILARITY_SAMPLE = 5_000  # bottom-k sample by content hash: uniform, order-independent, bounded cost
 MAX_FLAGGED_ROWS = 200_000  # content hashes of flagged rows kept for baseline comparison
 LENGTH_HISTOGRAM_BINS = 24
+LENGTH_FLUSH_ROWS = 8192  # rows whose character lengths are counted together (numpy, not per row)
 SIMILARITY_BINS = 20
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 # A record that cannot be read fails `validate` (a PR must not bring one in); `prepare` sets it aside
@@ -117,6 +118,19 @@ class IntDistribution:
         self.total += value
         if value > self.max:
             self.max = value
+
+    def add_many(self, values: Any) -> None:
+        """`add` for every value of an int64 numpy array (the same counts, in bulk)."""
+        import numpy as np
+
+        if not len(values):
+            return
+        distinct, counts = np.unique(values, return_counts=True)
+        for value, count in zip(distinct.tolist(), counts.tolist()):
+            self.counts[value if value < 4096 else _bucket(value)] += count
+        self.n += len(values)
+        self.total += int(values.sum())
+        self.max = max(self.max, int(distinct[-1]))
 
     def quantile(self, q: float) -> int:
         """Nearest-rank quantile."""
@@ -295,6 +309,8 @@ class ReportBuilder:
         self.chars = {name: IntDistribution() for name in ("prompt", "chosen", "rejected")}
         self.tokens = {name: IntDistribution() for name in ("prompt", "chosen", "rejected")}
         self.bias = {"chars": Counter(), "tokens": Counter()}
+        # (prompt, chosen, rejected) character lengths not yet in `chars`/`bias`, counted in bulk.
+        self._pending_chars = array("q")
         self.tokenized_rows = 0
         self.truncated: Counter[str] = Counter()
         self.similarity = SimilaritySample()
@@ -389,12 +405,12 @@ class ReportBuilder:
     def _add_lengths(self, row: "CheckedRow") -> None:
         pair = row.pair
         assert pair is not None
-        chars = self.chars
-        chosen_c, rejected_c = len(pair.chosen), len(pair.rejected)
-        chars["prompt"].add(len(pair.prompt))
-        chars["chosen"].add(chosen_c)
-        chars["rejected"].add(rejected_c)
-        self.bias["chars"][_compare(chosen_c, rejected_c)] += 1
+        pending = self._pending_chars
+        pending.append(len(pair.prompt))
+        pending.append(len(pair.chosen))
+        pending.append(len(pair.rejected))
+        if len(pending) >= 3 * LENGTH_FLUSH_ROWS:
+            self._flush_lengths()
         tok = row.tokenized
         if tok is None:
             return
@@ -412,6 +428,27 @@ class ReportBuilder:
         self.truncated["chosen"] += cut_chosen
         self.truncated["rejected"] += cut_rejected
         self.truncated["any"] += cut_prompt or cut_chosen or cut_rejected
+
+    def _flush_lengths(self) -> None:
+        """Move the pending character lengths into the distributions and the length-bias counts."""
+        import numpy as np
+
+        if not self._pending_chars:
+            return
+        values = np.frombuffer(self._pending_chars, dtype=np.int64).reshape(-1, 3)
+        for column, name in enumerate(("prompt", "chosen", "rejected")):
+            self.chars[name].add_many(values[:, column])
+        chosen, rejected = values[:, 1], values[:, 2]
+        bias = self.bias["chars"]
+        for key, count in (
+            ("chosen", int((chosen > rejected).sum())),
+            ("rejected", int((rejected > chosen).sum())),
+            ("equal", int((chosen == rejected).sum())),
+        ):
+            if count:
+                bias[key] += count
+        del values, chosen, rejected  # release the buffer export before replacing the array
+        self._pending_chars = array("q")
 
     # ------------------------------------------------------------------ near-duplicate prompts
 
@@ -444,6 +481,7 @@ class ReportBuilder:
 
     def build(self, accounting: Mapping[str, int] | None = None, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
         meta = dict(meta or {})
+        self._flush_lengths()
         policy = self.policy
         q_severity = self.quarantine_severity or QUARANTINE_SEVERITY.get(meta.get("command") or "", "error")
         flagged_rows = self._flagged_rows(q_severity)
