@@ -29,19 +29,19 @@ WORDS = (
 ).split()
 
 
-def write_synthetic(path: Path, rows: int, seed: int = 0) -> None:
+def write_synthetic(path: Path, rows: int, seed: int = 0, max_words: int = 120) -> None:
     rng = random.Random(seed)
     with open(path, "w", encoding="utf-8") as handle:
         for i in range(rows):
-            prompt = f"Question {i}: " + " ".join(rng.choices(WORDS, k=rng.randint(5, 60)))
-            chosen = " ".join(rng.choices(WORDS, k=rng.randint(3, 120)))
+            prompt = f"Question {i}: " + " ".join(rng.choices(WORDS, k=rng.randint(5, max(5, max_words // 2))))
+            chosen = " ".join(rng.choices(WORDS, k=rng.randint(3, max_words)))
             kind = i % 100
             if kind == 0:
                 rejected = chosen  # identical
             elif kind == 1:
                 rejected = "  " + chosen.replace(" ", "  ") + "\n"  # whitespace only
             else:
-                rejected = " ".join(rng.choices(WORDS, k=rng.randint(3, 120)))
+                rejected = " ".join(rng.choices(WORDS, k=rng.randint(3, max_words)))
             handle.write(json.dumps({"prompt": prompt, "chosen": chosen, "rejected": rejected, "id": i}) + "\n")
 
 
