@@ -272,7 +272,7 @@ def prepare(
     pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
     pair_tokenizer.setup()
 
-    tmp = W.prepare_output_dir(out_path, overwrite)
+    tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
     try:
         dataset = W.DatasetWriter(tmp)
         dropped = W.JsonlWriter(tmp / "dropped.jsonl")
@@ -375,11 +375,9 @@ def prepare(
             "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
         }
         write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
-        W.replace_dir(tmp, out_path)
+        W.publish(tmp, out_path)
     except BaseException:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
+        W.abandon(tmp, out_path)
         raise
     return PrepareResult(
         out_dir=str(out_path),

@@ -1,7 +1,7 @@
 """Writes OUT/: the Arrow dataset (datasets.save_to_disk layout), dropped.jsonl, quarantine.jsonl.
 
-Everything is written into a temporary sibling directory first; `commit()` writes the manifest
-last and renames the directory into place, so a half-written OUT/ never looks complete.
+Everything is written into a staging directory inside OUT first; `publish` swaps it in with
+renames, the manifest last, so a half-written OUT/ never looks complete.
 A directory is only ever deleted when prefdata's marker file says prefdata created it.
 """
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 from prefdata.errors import PrefdataError
 
 MARKER = ".prefdata-output"  # present in every directory prefdata creates; guards deletion
-TMP_SUFFIX = ".prefdata-tmp"
+STAGING_PREFIX = ".prefdata-staging-"
 ID_TYPE = pa.list_(pa.int32())
 
 # Core columns and their fixed Arrow types (the output contract). Pass-through columns follow.
@@ -45,43 +45,66 @@ def is_prefdata_dir(path: Path) -> bool:
 
 
 def prepare_output_dir(out: Path, overwrite: bool) -> Path:
-    """Check OUT may be written and return a fresh temporary directory beside it."""
+    """Check OUT may be written; return a fresh staging directory inside it.
+
+    Everything is written into OUT/.prefdata-staging-PID/ (prefdata never writes outside OUT) and
+    published by `publish`; until then a previous output in OUT stays whole and untouched.
+    """
     if out.exists():
         if not out.is_dir():
             raise PrefdataError(f"{out} exists and is not a directory")
         if any(out.iterdir()):
-            if not overwrite:
+            if not overwrite and (out / "manifest.json").exists():
                 raise PrefdataError(f"{out} already exists; pass --overwrite to replace it")
             if not is_prefdata_dir(out):
                 raise PrefdataError(
-                    f"{out} exists and was not created by prefdata; refusing to replace it even with --overwrite"
+                    f"{out} exists and was not created by prefdata; refusing to write into it"
+                    + (" even with --overwrite" if overwrite else "")
                 )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_tmp_dirs(out)
-    tmp = out.with_name(f"{out.name}{TMP_SUFFIX}-{os.getpid()}")
-    tmp.mkdir()
-    (tmp / MARKER).write_text("created by prefdata\n", encoding="utf-8")
-    return tmp
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("created by prefdata\n", encoding="utf-8")
+    _remove_stale_staging(out)
+    staging = out / f"{STAGING_PREFIX}{os.getpid()}"
+    staging.mkdir()
+    return staging
 
 
-def _remove_stale_tmp_dirs(out: Path) -> None:
-    """Leftovers of killed runs (ours by marker and name) are removed; nothing else is touched."""
-    for candidate in out.parent.glob(f"{out.name}{TMP_SUFFIX}-*"):
-        if candidate.is_dir() and is_prefdata_dir(candidate):
+def _remove_stale_staging(out: Path) -> None:
+    """Leftovers of killed runs are removed; they live inside OUT, which prefdata created."""
+    for candidate in out.glob(f"{STAGING_PREFIX}*"):
+        if candidate.is_dir():
             shutil.rmtree(candidate, ignore_errors=True)
 
 
-def replace_dir(tmp: Path, out: Path) -> None:
-    """Move the finished tmp directory to OUT, replacing a previous prefdata output."""
-    if out.exists():
-        if any(out.iterdir()) and not is_prefdata_dir(out):  # checked before, re-checked: never delete foreign data
-            raise PrefdataError(f"{out} was not created by prefdata; refusing to replace it")
-        old = out.with_name(f"{out.name}{TMP_SUFFIX}-old-{os.getpid()}")
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
+def publish(staging: Path, out: Path) -> None:
+    """Replace OUT's contents with the staging directory's, the manifest last.
+
+    Order matters for a kill at any point: the old manifest goes first (OUT stops looking
+    finished), then the old files, then the new files are renamed in, and the new manifest last.
+    """
+    if not is_prefdata_dir(out):  # re-checked: never delete foreign data
+        raise PrefdataError(f"{out} was not created by prefdata; refusing to replace it")
+    (out / "manifest.json").unlink(missing_ok=True)
+    for entry in out.iterdir():
+        if entry == staging or entry.name == MARKER:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for entry in staging.iterdir():
+        if entry.name not in ("manifest.json", MARKER):
+            os.replace(entry, out / entry.name)
+    if (staging / "manifest.json").exists():
+        os.replace(staging / "manifest.json", out / "manifest.json")
+    shutil.rmtree(staging)
+
+
+def abandon(staging: Path, out: Path) -> None:
+    """After a failure: drop the staging directory, and OUT itself if it holds nothing else."""
+    shutil.rmtree(staging, ignore_errors=True)
+    if out.is_dir() and [entry.name for entry in out.iterdir()] == [MARKER]:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 class JsonlWriter:

@@ -8,7 +8,7 @@ import pytest
 from datasets import load_from_disk
 
 from prefdata.errors import PrefdataError
-from prefdata.writer import MARKER, DatasetWriter, prepare_output_dir, replace_dir
+from prefdata.writer import MARKER, DatasetWriter, abandon, prepare_output_dir, publish
 
 
 def _row(i: int, **extra):
@@ -68,7 +68,8 @@ def test_empty_dataset_is_still_loadable(tmp_path):
 def test_refuses_existing_output_without_overwrite(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    (out / "something").write_text("x")
+    (out / MARKER).write_text("")
+    (out / "manifest.json").write_text("{}")
     with pytest.raises(PrefdataError, match="--overwrite"):
         prepare_output_dir(out, overwrite=False)
 
@@ -77,18 +78,32 @@ def test_never_replaces_a_directory_prefdata_did_not_create(tmp_path):
     out = tmp_path / "precious"
     out.mkdir()
     (out / "thesis.txt").write_text("years of work")
-    with pytest.raises(PrefdataError, match="not created by prefdata"):
-        prepare_output_dir(out, overwrite=True)
-    assert (out / "thesis.txt").read_text() == "years of work"
+    for overwrite in (False, True):
+        with pytest.raises(PrefdataError, match="not created by prefdata"):
+            prepare_output_dir(out, overwrite=overwrite)
+    assert [p.name for p in out.iterdir()] == ["thesis.txt"]
 
 
-def test_overwrite_replaces_previous_prefdata_output(tmp_path):
+def test_publish_replaces_previous_output_manifest_last(tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / MARKER).write_text("")
-    (out / "old.txt").write_text("old")
-    tmp = prepare_output_dir(out, overwrite=True)
-    (tmp / "new.txt").write_text("new")
-    replace_dir(tmp, out)
-    assert (out / "new.txt").exists() and not (out / "old.txt").exists()
-    assert not list(tmp_path.glob("out.prefdata-tmp*"))
+    staging = prepare_output_dir(out, overwrite=False)
+    assert staging.parent == out  # nothing is written outside OUT
+    (staging / "data.arrow").write_text("v1")
+    (staging / "manifest.json").write_text('{"v": 1}')
+    publish(staging, out)
+    staging = prepare_output_dir(out, overwrite=True)
+    (staging / "new.arrow").write_text("v2")
+    # until publish, the previous output is whole
+    assert (out / "manifest.json").read_text() == '{"v": 1}' and (out / "data.arrow").exists()
+    (staging / "manifest.json").write_text('{"v": 2}')
+    publish(staging, out)
+    assert sorted(p.name for p in out.iterdir()) == sorted([MARKER, "manifest.json", "new.arrow"])
+    assert (out / "manifest.json").read_text() == '{"v": 2}'
+
+
+def test_abandon_removes_what_this_run_created(tmp_path):
+    out = tmp_path / "out"
+    staging = prepare_output_dir(out, overwrite=False)
+    (staging / "half.arrow").write_text("x")
+    abandon(staging, out)
+    assert not out.exists()
