@@ -249,6 +249,8 @@ class NearDuplicatePrompts:
             return []
         sigs = np.ascontiguousarray(np.concatenate(self._sig_chunks))
         ids = np.concatenate(self._id_chunks)
+        # Keep the joined arrays instead of the chunks: one copy of the signatures, not two.
+        self._sig_chunks, self._id_chunks = [sigs], [ids]
         n = ids.size
         if n < 2:
             return []
