@@ -63,9 +63,9 @@ def run_child(raw: str, out: str, tokenizer: str, workers: int) -> None:
     }))
 
 
-def measure(rows: int, workers: int, workdir: Path, tokenizer: str) -> dict:
+def measure(rows: int, workers: int, workdir: Path, tokenizer: str, max_words: int) -> dict:
     raw = workdir / f"synthetic-{rows}.jsonl"
-    write_synthetic(raw, rows)
+    write_synthetic(raw, rows, max_words=max_words)
     size_mib = raw.stat().st_size / 2**20
     result = subprocess.run(
         [sys.executable, __file__, "--_child", str(raw), str(workdir / f"out-{rows}"), tokenizer, str(workers)],
@@ -81,6 +81,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, action="append", help="sizes (repeatable; default 1000000)")
     parser.add_argument("--workers", type=int, default=None, help="prepare --workers (default: all cores)")
+    parser.add_argument("--max-words", type=int, default=30, help="longest completion in words (prompts half that)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: ../shared Qwen2.5 if present, else the tiny one)")
     parser.add_argument("--_child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child:
@@ -93,11 +95,16 @@ def main() -> None:
 
     workers = args.workers or default_workers()
     sizes = args.rows or [1_000_000]
+    qwen = REPO.parent / "shared" / "assets" / "tokenizers" / "qwen2.5-instruct"
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         workdir = Path(tmp)
-        build_tiny_tokenizer(workdir / "tok")
-        results = {n: measure(n, workers, workdir, str(workdir / "tok")) for n in sizes}
-    print(f"\nprefdata prepare on synthetic distinct pairs (tiny tokenizer, --max-length 256, --workers {workers})\n")
+        tokenizer = args.tokenizer or (str(qwen) if qwen.is_dir() else None)
+        if tokenizer is None:
+            build_tiny_tokenizer(workdir / "tok")
+            tokenizer = str(workdir / "tok")
+        results = {n: measure(n, workers, workdir, tokenizer, args.max_words) for n in sizes}
+    print(f"\nprefdata prepare on synthetic distinct pairs (tokenizer {Path(tokenizer).name}, completions up to "
+          f"{args.max_words} words, --max-length 256, --workers {workers})\n")
     print("| rows | input MiB | seconds | pairs/s | kept | dropped | peak RSS main (MiB) | peak RSS largest worker (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n, m in results.items():
