@@ -125,21 +125,12 @@ def text_flags(pair: Pair, policy: Policy) -> list[str]:
     - near_duplicate: neither of the above, and `similarity` >= policy.near_duplicate_threshold.
     Ignored flags are still reported here; `apply_policy` removes them.
     """
-    found: list[str] = []
-    if pair.chosen_ids is not None and not pair.chosen and not pair.rejected:  # ids_mode, inlined
-        prompt_ids = pair.prompt_ids or []
-        chosen: str | Sequence[int] = list(pair.chosen_ids or [])
-        rejected: str | Sequence[int] = list(pair.rejected_ids or [])
-        prompt_blank, chosen_blank, rejected_blank = not prompt_ids, not chosen, not rejected
-        if prompt_blank:
-            found.append(F.EMPTY_PROMPT)
-        if chosen_blank:
-            found.append(F.EMPTY_CHOSEN)
-        if rejected_blank:
-            found.append(F.EMPTY_REJECTED)
-        if chosen == rejected:
-            found.insert(0, F.IDENTICAL)
-            return found
+    ids = pair.chosen_ids is not None and not pair.chosen and not pair.rejected  # ids_mode, inlined
+    chosen: str | Sequence[int]
+    rejected: str | Sequence[int]
+    if ids:
+        chosen, rejected = list(pair.chosen_ids or []), list(pair.rejected_ids or [])
+        prompt_blank, chosen_blank, rejected_blank = not pair.prompt_ids, not chosen, not rejected
     else:
         if pair.chosen_messages is None and pair.rejected_messages is None:  # plain text: inline
             chosen, rejected = pair.chosen, pair.rejected
@@ -148,19 +139,20 @@ def text_flags(pair: Pair, policy: Policy) -> list[str]:
         else:
             chosen, chosen_blank = completion_content(pair, "chosen")
             rejected, rejected_blank = completion_content(pair, "rejected")
-        prompt = pair.prompt
-        if not prompt or prompt.isspace():
-            found.append(F.EMPTY_PROMPT)
-        if chosen_blank:
-            found.append(F.EMPTY_CHOSEN)
-        if rejected_blank:
-            found.append(F.EMPTY_REJECTED)
-        if chosen == rejected:
-            found.insert(0, F.IDENTICAL)
-            return found
-        if _whitespace_only(chosen, rejected):
-            found.insert(0, F.WHITESPACE_ONLY)
-            return found
+        prompt_blank = not pair.prompt or pair.prompt.isspace()
+    found: list[str] = []
+    if prompt_blank:
+        found.append(F.EMPTY_PROMPT)
+    if chosen_blank:
+        found.append(F.EMPTY_CHOSEN)
+    if rejected_blank:
+        found.append(F.EMPTY_REJECTED)
+    if chosen == rejected:
+        found.insert(0, F.IDENTICAL)
+        return found
+    if not ids and _whitespace_only(chosen, rejected):  # whitespace has no meaning for ids
+        found.insert(0, F.WHITESPACE_ONLY)
+        return found
     threshold = policy.near_duplicate_threshold
     # score_cutoff lets rapidfuzz return 0 early (length difference alone) for most pairs.
     if Indel.normalized_similarity(chosen, rejected, score_cutoff=threshold) >= threshold:
