@@ -12,6 +12,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
@@ -78,8 +80,17 @@ _WORKER_TOKENIZER: PairTokenizer | None = None
 _WORKER_SETTINGS: TokenizeSettings | None = None
 
 
-def _init_worker(pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings) -> None:
+def _exit_when_orphaned(parent: int) -> None:
+    """A main process killed with SIGKILL cannot stop its pool: each worker watches for that."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _init_worker(pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings, parent: int) -> None:
     global _WORKER_TOKENIZER, _WORKER_SETTINGS
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
     # One tokenizer thread per process: the processes are the parallelism.
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     # Ctrl-C is the main process's to handle; workers must not print their own tracebacks.
@@ -121,7 +132,7 @@ def process_batches(
         max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
-        initargs=(pair_tokenizer, settings),
+        initargs=(pair_tokenizer, settings, os.getpid()),
     )
     try:
         for batch in batches:

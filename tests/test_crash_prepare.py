@@ -35,6 +35,26 @@ def _command(raw: Path, out: Path, tokenizer: str) -> list[str]:
             "--batch-size", "100", "--overwrite", "--no-progress"]
 
 
+def _assert_no_orphans(out: Path, timeout: float = 10.0) -> None:
+    """Worker processes of a killed prepare must not linger (they exit once their parent is gone)."""
+    deadline = time.time() + timeout
+    while True:
+        alive = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if "prefdata prepare" in cmdline and str(out) in cmdline:
+                alive.append(proc.name)
+        if not alive or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    assert not alive, f"orphaned worker processes: {alive}"
+
+
 def _signature(out: Path) -> tuple:
     manifest = json.loads((out / "manifest.json").read_text())
     return (
@@ -66,6 +86,7 @@ def test_sigkill_at_random_points_then_rerun(tmp_path, tiny_tokenizer_dir):
         time.sleep(rng.uniform(0.0, 1.5))
         process.send_signal(signal.SIGKILL)
         process.wait()
+        _assert_no_orphans(out)
         # Whatever was left is either a finished output equal to the reference, or has no manifest.
         if (out / "manifest.json").exists():
             assert _signature(out) == expected
