@@ -11,7 +11,6 @@ import sys
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from prefdata.masks import SequenceBatch
