@@ -26,6 +26,7 @@ from prefdata.checks import completion_content, ids_mode, squeeze_whitespace
 from prefdata.records import Pair
 
 _xxh = xxhash.xxh3_64_intdigest
+_U64 = np.uint64
 _IDS_SEED = 0x1D5  # separate hash domain for token id lists
 _PACK3 = struct.Struct("<3Q").pack
 _LINE_BITS = 40  # packed source: file index above, 1-based line below
@@ -136,6 +137,44 @@ class U64Table:
                 return None
             i = (i + 1) & mask
 
+    def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(found, values) for an array of keys: `get` for each, vectorized (0 where not found)."""
+        keys = np.where(keys == 0, _U64(1), keys.astype(np.uint64, copy=False))
+        table_keys = np.frombuffer(self._keys, dtype=np.uint64)
+        table_vals = np.frombuffer(self._vals, dtype=np.int64)
+        mask = _U64(self._mask)
+        found = np.zeros(keys.size, dtype=bool)
+        values = np.zeros(keys.size, dtype=np.int64)
+        pending = np.arange(keys.size)
+        slots = keys & mask
+        while pending.size:  # all keys one probe step at a time
+            at = table_keys[slots]
+            hit = at == keys[pending]
+            found[pending[hit]] = True
+            values[pending[hit]] = table_vals[slots[hit]]
+            more = ~hit & (at != 0)
+            pending, slots = pending[more], (slots[more] + _U64(1)) & mask
+        return found, values
+
+    def setdefault_many(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """`setdefault` for each key in order, vectorized: whether each key was already stored
+        (by an earlier call or an earlier position in `keys`). First value wins, as in `setdefault`."""
+        keys = np.where(keys == 0, _U64(1), keys.astype(np.uint64, copy=False))
+        distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+        stored, _ = self.get_many(distinct)
+        existed = stored[inverse] | (first[inverse] != np.arange(keys.size))
+        new_keys = distinct[~stored]
+        new_vals = np.asarray(values, dtype=np.int64)[first[~stored]]
+        # The same capacity `setdefault` would reach: grow while the load would exceed 1/2.
+        while 2 * (self._len + new_keys.size) > self._mask:
+            self._grow()
+        table_keys = np.frombuffer(self._keys, dtype=np.uint64)
+        table_vals = np.frombuffer(self._vals, dtype=np.int64)
+        _place_distinct(table_keys, table_vals, new_keys, new_vals, self._mask)
+        del table_keys, table_vals  # release the buffer exports (the arrays may be replaced later)
+        self._len += int(new_keys.size)
+        return existed
+
     def _grow(self) -> None:
         old_keys = np.frombuffer(self._keys, dtype=np.uint64)
         live = old_keys != 0
@@ -225,6 +264,44 @@ class DatasetWideChecks:
             found.append(F.CONFLICTING_PAIR)
             self.conflicting_pairs += 1
         return found
+
+    def observe_digests(
+        self,
+        source_file: str,
+        lines: np.ndarray,
+        prompt_keys: np.ndarray,
+        pair_keys: np.ndarray,
+        swapped_keys: np.ndarray,
+        halves_differ: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`observe` for a run of pairs from one file given their digests, vectorized: (duplicate_pair,
+        conflicting_pair) masks. `pair_keys`/`swapped_keys` are the pair keys of (prompt, chosen,
+        rejected) and (prompt, rejected, chosen); `halves_differ` says chosen digest != rejected
+        digest (an equal-halves pair is never conflicting). Same tables and counters as `observe`."""
+        n = len(lines)
+        if not n:
+            empty = np.zeros(0, dtype=bool)
+            return empty, empty
+        file_id = self._file_ids.get(source_file)
+        if file_id is None:
+            file_id = self._file_ids[source_file] = len(self._file_names)
+            self._file_names.append(source_file)
+        sources = (np.int64(file_id) << np.int64(_LINE_BITS)) | (np.asarray(lines, dtype=np.int64) & ((1 << _LINE_BITS) - 1))
+        self.rows += n
+        self.duplicate_prompt_rows += int(self._prompts.setdefault_many(prompt_keys, sources).sum())
+        # A row's swap may be any pair stored before it: earlier chunks, or an earlier (or the same)
+        # position in this one -- observe() looks it up after storing the row's own key.
+        swapped = np.where(swapped_keys == 0, _U64(1), swapped_keys)
+        keys = np.where(pair_keys == 0, _U64(1), pair_keys)
+        stored_before, _ = self._pairs.get_many(swapped)
+        duplicate = self._pairs.setdefault_many(keys, sources)
+        distinct, first = np.unique(keys, return_index=True)
+        at = np.minimum(np.searchsorted(distinct, swapped), distinct.size - 1)
+        earlier_here = (distinct[at] == swapped) & (first[at] <= np.arange(n))
+        conflicting = halves_differ & (stored_before | earlier_here)
+        self.duplicate_pairs += int(duplicate.sum())
+        self.conflicting_pairs += int(conflicting.sum())
+        return duplicate, conflicting
 
     def observe_many(self, pairs: Iterable[Pair]) -> list[list[str]]:
         return [self.observe(pair) for pair in pairs]

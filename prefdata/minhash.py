@@ -50,6 +50,7 @@ _WORD_BYTE = np.zeros(256, dtype=bool)
 _WORD_BYTE[ord("a") : ord("z") + 1] = True
 _WORD_BYTE[ord("0") : ord("9") + 1] = True
 _WORD_BYTE[0x80:] = True
+_WORD_TABLE = _WORD_BYTE.astype(np.uint8).tobytes()  # bytes.translate table: 1 on word bytes
 
 
 def _mix(z: np.ndarray) -> np.ndarray:
@@ -60,18 +61,21 @@ def _mix(z: np.ndarray) -> np.ndarray:
 
 
 class _Powers:
-    """P^k and P^-k mod 2^64 for k < n, grown on demand (one cumprod per doubling)."""
+    """P^k and P^-k mod 2^64 for k < n, grown on demand (one cumprod per doubling).
+
+    One pair of tables per process, shared by every finder and thread: `tables` is replaced in one
+    assignment, so a reader never sees a forward table without its matching inverse."""
 
     def __init__(self) -> None:
-        self.fwd = np.ones(0, dtype=_U64)
-        self.inv = np.ones(0, dtype=_U64)
+        self.tables = (np.ones(0, dtype=_U64), np.ones(0, dtype=_U64))
 
-    def ensure(self, n: int) -> None:
-        if n <= self.fwd.size:
-            return
-        size = max(n, 2 * self.fwd.size, 1 << 16)
-        self.fwd = _power_table(_POLY, size)
-        self.inv = _power_table(_POLY_INV, size)
+    def get(self, n: int) -> tuple[np.ndarray, np.ndarray]:
+        tables = self.tables
+        if n <= tables[0].size:
+            return tables
+        size = max(n, 2 * tables[0].size, 1 << 16)
+        self.tables = tables = (_power_table(_POLY, size), _power_table(_POLY_INV, size))
+        return tables
 
 
 def _power_table(base: int, size: int) -> np.ndarray:
@@ -95,11 +99,9 @@ class NearDuplicatePrompts:
         self.bands = bands
         if num_perm & (num_perm - 1):
             raise ValueError("num_perm must be a power of two")
-        self._bin_bits = num_perm.bit_length() - 1
         # Accept a verified pair down to 1.5 standard deviations of the 64-sample estimate below the
         # threshold, so pairs right at the threshold are found ~93% of the time.
         self._accept = threshold - 1.5 * math.sqrt(threshold * (1 - threshold) / num_perm)
-        self._powers = _Powers()
         self._exact = U64Table()
         self._sig_chunks: list[np.ndarray] = []
         self._id_chunks: list[np.ndarray] = []
@@ -155,92 +157,29 @@ class NearDuplicatePrompts:
         self._sig_chunks.append(signatures)
         self._id_chunks.append(np.asarray(new_ids, dtype=np.int64)[has_words])
 
+    def add_signatures(
+        self, row_ids: np.ndarray, digests: np.ndarray, signature_rows: np.ndarray, signatures: np.ndarray
+    ) -> None:
+        """`add_batch` for prompts already hashed elsewhere (e.g. in worker processes), in input order.
+
+        `digests[i]` is `prompt_digest` of prompt i; `signature_rows[i]` its row in `signatures`
+        (from `prompt_signatures` of the lower-cased prompt), or -1 when it has no word or is not
+        the first of its digest in this batch (a later copy needs no signature). Same state as
+        `add_batch` with the same prompts."""
+        self._drain()
+        self.prompts_seen += len(row_ids)
+        new = ~self._exact.setdefault_many(digests, row_ids)
+        if not new.any():
+            return
+        self.distinct_prompts += int(new.sum())
+        rows = signature_rows[new]
+        signed = rows >= 0
+        self._sig_chunks.append(signatures[rows[signed]])
+        self._id_chunks.append(np.asarray(row_ids, dtype=np.int64)[new][signed])
+
     def _signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mask of texts with at least one word, uint8 signatures of those texts)."""
-        joined = "\n".join(texts)
-        data = np.frombuffer(joined.encode("utf-8", "surrogatepass"), dtype=np.uint8)
-        # Text boundaries in bytes: each text is followed by one "\n" (never part of a word).
-        byte_lens = np.fromiter((len(t.encode("utf-8", "surrogatepass")) for t in texts), np.int64, len(texts)) \
-            if not joined.isascii() else np.fromiter(map(len, texts), np.int64, len(texts))
-        text_start = np.concatenate(([0], np.cumsum(byte_lens + 1)[:-1]))
-
-        is_word = _WORD_BYTE[data]
-        edges = np.diff(np.concatenate(([False], is_word, [False])).astype(np.int8))
-        word_start = np.flatnonzero(edges == 1)
-        word_end = np.flatnonzero(edges == -1)
-        n_texts = len(texts)
-        if word_start.size == 0:
-            return np.zeros(n_texts, dtype=bool), np.zeros((0, self.num_perm), dtype=np.uint8)
-
-        # Word hash = sum over its bytes of byte * P^(k - start): prefix sums of byte * P^k, shifted
-        # back by P^-start. All uint64 arithmetic wraps mod 2^64.
-        self._powers.ensure(data.size + 1)
-        with np.errstate(over="ignore"):
-            # Non-word bytes need no masking: a word's range [start, end) holds only word bytes.
-            prefix = np.zeros(data.size + 1, dtype=_U64)
-            np.cumsum(data * self._powers.fwd[: data.size], out=prefix[1:])
-            words = _mix((prefix[word_end] - prefix[word_start]) * self._powers.inv[word_start])
-
-        doc = np.searchsorted(text_start, word_start, side="right") - 1
-        counts = np.bincount(doc, minlength=n_texts)
-        has_words = counts > 0
-        n = words.size
-        nxt1 = np.zeros(n, dtype=_U64)
-        nxt2 = np.zeros(n, dtype=_U64)
-        same1 = doc[1:] == doc[:-1]
-        nxt1[:-1] = np.where(same1, words[1:], 0)
-        same2 = doc[2:] == doc[:-2]
-        nxt2[:-2] = np.where(same2, words[2:], 0)
-        first_word = np.concatenate(([0], np.cumsum(counts)[:-1]))
-        valid = np.zeros(n, dtype=bool)
-        valid[:-2] = same2  # a full 3-gram starts here
-        short = has_words & (counts < 3)
-        valid[first_word[short]] = True  # one shingle of all the words of a short prompt
-        with np.errstate(over="ignore"):
-            # Word hashes are already mixed: an order-sensitive combination and one more mix suffice.
-            shingles = _mix(words * _U64(0x9E3779B97F4A7C15) + ((nxt1 << _U64(17)) | (nxt1 >> _U64(47))) + nxt2 * _U64(0xD6E8FEB86659FD93))
-        shingles = shingles[valid]
-        shingle_doc = doc[valid]
-
-        # One-permutation hashing: the top bits of a shingle's hash pick one of num_perm bins, the
-        # low 32 bits are its value, each bin keeps its minimum. O(shingles), not O(shingles x perms).
-        compact = np.cumsum(has_words) - 1  # text index -> signature row
-        n_docs = int(has_words.sum())
-        k = self.num_perm
-        bins = (shingles >> _U64(64 - self._bin_bits)).astype(np.int64)
-        cell = compact[shingle_doc] * k + bins
-        values = (shingles & _U64(0xFFFFFFFF)).astype(np.uint32)
-        mins = np.full(n_docs * k, 0xFFFFFFFF, dtype=np.uint32)
-        np.minimum.at(mins, cell, values)
-        filled = np.zeros(n_docs * k, dtype=bool)
-        filled[cell] = True
-        mins = mins.reshape(n_docs, k)
-        filled = filled.reshape(n_docs, k)
-        self._densify(mins, filled)
-        return has_words, (mins & np.uint32(0xFF)).astype(np.uint8)
-
-    @staticmethod
-    def _densify(mins: np.ndarray, filled: np.ndarray) -> None:
-        """Rotation densification (Shrivastava & Li 2014): an empty bin takes the value of the next
-        filled bin to its right (circularly), plus an offset per hop so borrowed values differ from
-        their source. The rule depends only on which bins are filled, so two prompts with equal
-        shingle sets still get equal signatures. One vectorized pass over the whole batch."""
-        if filled.all():
-            return
-        n, k = mins.shape
-        columns = np.arange(k)
-        position = np.where(filled, columns, 4 * k)
-        doubled = np.concatenate([position, position + k], axis=1)  # empty stays >= 4k
-        next_filled = np.minimum.accumulate(doubled[:, ::-1], axis=1)[:, ::-1][:, :k]
-        hops = (next_filled - columns).astype(np.uint32)
-        borrowed = np.take_along_axis(mins, next_filled % k, axis=1) ^ (hops * np.uint32(0x9E3779B1))
-        # Non-linear mix: with a plain offset, two sparse prompts whose few values agree mod 256
-        # would agree in every borrowed bin too (the stored 8 bits are the low bits).
-        borrowed *= np.uint32(0x85EBCA6B)
-        borrowed ^= borrowed >> np.uint32(13)
-        borrowed *= np.uint32(0xC2B2AE35)
-        borrowed ^= borrowed >> np.uint32(16)
-        np.copyto(mins, borrowed, where=~filled)
+        return prompt_signatures(texts, self.num_perm)
 
     def clusters(self) -> list[list[int]]:
         """Groups of >= 2 row ids whose prompts are near-duplicates, each sorted; groups sorted."""
@@ -284,6 +223,116 @@ class NearDuplicatePrompts:
         result = [sorted_ids[a:b].tolist() for a, b in zip(starts[multi].tolist(), ends[multi].tolist())]
         result.sort(key=lambda g: g[0])
         return result
+
+
+def prompt_digest(prompt: str) -> int:
+    """The exact-duplicate key of a prompt (its raw text): only the first row of each is hashed."""
+    return _xxh(prompt.encode("utf-8", "surrogatepass"))
+
+
+_POWERS = _Powers()  # per process: worker processes compute signatures too
+
+
+def prompt_signatures(texts: list[str], num_perm: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """(mask of texts with at least one word, uint8 signatures of those texts) for lower-cased texts.
+
+    A text's signature depends on that text alone, never on the batch it is computed in, so batches
+    may be hashed anywhere (another thread or process) and merged later."""
+    bin_bits = num_perm.bit_length() - 1
+    joined = "\n".join(texts)
+    encoded = joined.encode("utf-8", "surrogatepass")
+    data = np.frombuffer(encoded, dtype=np.uint8)
+    # Text boundaries in bytes: each text is followed by one "\n" (never part of a word).
+    byte_lens = np.fromiter((len(t.encode("utf-8", "surrogatepass")) for t in texts), np.int64, len(texts)) \
+        if not joined.isascii() else np.fromiter(map(len, texts), np.int64, len(texts))
+    text_start = np.concatenate(([0], np.cumsum(byte_lens + 1)[:-1]))
+
+    # 1 on word bytes, 0 elsewhere, with a non-word byte on either side: edges are word bounds.
+    marks = np.frombuffer(b"\0".join((b"", encoded, b"")).translate(_WORD_TABLE), dtype=np.int8)
+    edges = np.diff(marks)
+    word_start = np.flatnonzero(edges == 1)
+    word_end = np.flatnonzero(edges == -1)
+    n_texts = len(texts)
+    if word_start.size == 0:
+        return np.zeros(n_texts, dtype=bool), np.zeros((0, num_perm), dtype=np.uint8)
+
+    # Word hash = sum over its bytes of byte * P^(k - start): prefix sums of byte * P^k, shifted
+    # back by P^-start. All uint64 arithmetic wraps mod 2^64.
+    fwd, inv = _POWERS.get(data.size + 1)
+    with np.errstate(over="ignore"):
+        # Non-word bytes need no masking: a word's range [start, end) holds only word bytes.
+        prefix = np.zeros(data.size + 1, dtype=_U64)
+        products = data.astype(_U64)
+        np.multiply(products, fwd[: data.size], out=products)
+        np.cumsum(products, out=prefix[1:])
+        words = _mix((prefix[word_end] - prefix[word_start]) * inv[word_start])
+    del prefix, products
+
+    doc = np.searchsorted(text_start, word_start, side="right") - 1
+    counts = np.bincount(doc, minlength=n_texts)
+    has_words = counts > 0
+    n = words.size
+    nxt1 = np.zeros(n, dtype=_U64)
+    nxt2 = np.zeros(n, dtype=_U64)
+    same1 = doc[1:] == doc[:-1]
+    nxt1[:-1] = np.where(same1, words[1:], 0)
+    same2 = doc[2:] == doc[:-2]
+    nxt2[:-2] = np.where(same2, words[2:], 0)
+    first_word = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    valid = np.zeros(n, dtype=bool)
+    valid[:-2] = same2  # a full 3-gram starts here
+    short = has_words & (counts < 3)
+    valid[first_word[short]] = True  # one shingle of all the words of a short prompt
+    with np.errstate(over="ignore"):
+        # Word hashes are already mixed: an order-sensitive combination and one more mix suffice.
+        shingles = _mix(words * _U64(0x9E3779B97F4A7C15) + ((nxt1 << _U64(17)) | (nxt1 >> _U64(47))) + nxt2 * _U64(0xD6E8FEB86659FD93))
+    shingles = shingles[valid]
+    shingle_doc = doc[valid]
+
+    # One-permutation hashing: the top bits of a shingle's hash pick one of num_perm bins, the
+    # low 32 bits are its value, each bin keeps its minimum. O(shingles), not O(shingles x perms).
+    compact = np.cumsum(has_words) - 1  # text index -> signature row
+    n_docs = int(has_words.sum())
+    k = num_perm
+    bins = (shingles >> _U64(64 - bin_bits)).astype(np.int64)
+    cell = compact[shingle_doc] * k + bins
+    values = (shingles & _U64(0xFFFFFFFF)).astype(np.uint32)
+    mins = np.full(n_docs * k, 0xFFFFFFFF, dtype=np.uint32)
+    np.minimum.at(mins, cell, values)
+    filled = np.zeros(n_docs * k, dtype=bool)
+    filled[cell] = True
+    mins = mins.reshape(n_docs, k)
+    filled = filled.reshape(n_docs, k)
+    _densify(mins, filled)
+    return has_words, (mins & np.uint32(0xFF)).astype(np.uint8)
+
+
+def _densify(mins: np.ndarray, filled: np.ndarray) -> None:
+    """Rotation densification (Shrivastava & Li 2014): an empty bin takes the value of the next
+    filled bin to its right (circularly), plus an offset per hop so borrowed values differ from
+    their source. The rule depends only on which bins are filled, so two prompts with equal
+    shingle sets still get equal signatures. Vectorized over the rows, one column at a time."""
+    if filled.all():
+        return
+    n, k = mins.shape
+    filled_t = np.ascontiguousarray(filled.T)
+    # Right to left over two turns of the circle: the nearest filled column at or after each one.
+    nearest = np.full(n, 4 * k, dtype=np.int16)  # (a row with no filled bin has no words: none here)
+    next_filled = np.empty((k, n), dtype=np.int16)
+    for column in range(2 * k - 1, -1, -1):
+        np.copyto(nearest, np.int16(column), where=filled_t[column % k])
+        if column < k:
+            next_filled[column] = nearest
+    hops = (next_filled - np.arange(k, dtype=np.int16)[:, None]).astype(np.uint32).T
+    source = (next_filled.T & np.int16(k - 1)) + (np.arange(n, dtype=np.int64) * k)[:, None]
+    borrowed = mins.ravel()[source] ^ (hops * np.uint32(0x9E3779B1))
+    # Non-linear mix: with a plain offset, two sparse prompts whose few values agree mod 256
+    # would agree in every borrowed bin too (the stored 8 bits are the low bits).
+    borrowed *= np.uint32(0x85EBCA6B)
+    borrowed ^= borrowed >> np.uint32(13)
+    borrowed *= np.uint32(0xC2B2AE35)
+    borrowed ^= borrowed >> np.uint32(16)
+    np.copyto(mins, borrowed, where=~filled)
 
 
 def _components(labels: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:

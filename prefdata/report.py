@@ -15,6 +15,7 @@ import math
 import time
 from array import array
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import xxhash
@@ -25,6 +26,8 @@ from prefdata.dataset_checks import pair_digests_and_key
 from prefdata.records import Pair
 
 if TYPE_CHECKING:  # pipeline imports this module lazily; avoid an import cycle at runtime
+    import numpy as np
+
     from prefdata.pipeline import CheckedRow
 
 SCHEMA_VERSION = 1
@@ -222,6 +225,10 @@ class SimilaritySample:
         if self.wants(key):
             self.put(key, chosen, rejected)
 
+    def cutoff(self) -> int:
+        """Every key that enters the sample from now on is below this (it only ever decreases)."""
+        return -self.heap[0][0] if len(self.heap) >= self.k else 1 << 64
+
     def wants(self, key: int) -> bool:
         """Whether a row with this hash enters the sample (checked before computing anything)."""
         return len(self.heap) < self.k or -self.heap[0][0] > key
@@ -261,6 +268,48 @@ class SimilaritySample:
             result["threshold"] = threshold
             result["share_at_or_above_threshold"] = round(sum(v >= threshold for v in values) / len(values), 6)
         return result
+
+
+# ----------------------------------------------------------------------------- compact rows
+
+OUTCOMES = ("kept", "dropped", "quarantined")  # codes of CompactRows.outcome
+SEVERITY_CODES = (None, "warn", "drop", "error")  # codes of CompactRows.severity
+
+
+@dataclass
+class TokenLengths:
+    """Token counts of one pair before truncation, and which parts truncation cut."""
+
+    prompt: int
+    chosen: int
+    rejected: int
+    cut_prompt: bool
+    cut_chosen: bool
+    cut_rejected: bool
+
+
+@dataclass
+class CompactRows:
+    """A run of consecutive records of one file, checked elsewhere (e.g. in worker processes).
+
+    What `ReportBuilder.add` would take from each row, as arrays; the few rows the report describes
+    one by one (flagged or quarantined) come back in full through `detail`."""
+
+    source_file: str
+    lines: "np.ndarray"  # source line of each record
+    outcome: "np.ndarray"  # per record, an index into OUTCOMES
+    severity: "np.ndarray"  # per record, an index into SEVERITY_CODES (0 for quarantined records)
+    pair_index: "np.ndarray"  # positions of the records that are pairs (not quarantined)
+    prompt_keys: "np.ndarray"  # per pair: the report's prompt and pair keys (report._pair_keys)
+    pair_keys: "np.ndarray"
+    lengths: "np.ndarray"  # per pair: characters of prompt, chosen, rejected, shape (pairs, 3)
+    detailed: list[int]  # positions of flagged or quarantined records, ascending
+    detail: Callable[[int], "CheckedRow"]  # the full row at a position
+    # The similarity sample's candidates: position -> the halves it compares. Must hold every pair
+    # whose key is below the sample's current cut-off (`SimilaritySample.cutoff()`).
+    halves: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    excerpts: list[str] | None = None  # excerpt(prompt) per record ("" when quarantined), while needed
+    tokens: dict[int, TokenLengths] = field(default_factory=dict)  # position -> token lengths
 
 
 # ----------------------------------------------------------------------------- the builder
@@ -342,6 +391,57 @@ class ReportBuilder:
         self._add_dataset_keys(ordinal, row)
         self._add_lengths(row)
 
+    def add_compact(self, rows: CompactRows) -> None:
+        """`add` for every record of `rows`, in bulk: the same report as adding them one by one."""
+        import numpy as np
+
+        n = len(rows.lines)
+        first = self.rows
+        self.rows += n
+        for code, count in enumerate(np.bincount(rows.outcome, minlength=len(OUTCOMES)).tolist()):
+            if count:
+                self.outcomes[OUTCOMES[code]] += count
+        for code, count in enumerate(np.bincount(rows.severity, minlength=len(SEVERITY_CODES)).tolist()):
+            if count and code:
+                self.severities[SEVERITY_CODES[code]] += count
+        file_id = self.files.setdefault(rows.source_file, len(self.files))
+        self.file_index.frombytes(np.full(n, file_id, dtype=np.uint32).tobytes())
+        self.line.frombytes(np.asarray(rows.lines, dtype=np.int64).tobytes())
+        if first < EXCERPT_ROWS:
+            assert rows.excerpts is not None and len(rows.excerpts) == n, "excerpts are needed up to EXCERPT_ROWS"
+            self.prompt_excerpts.extend(rows.excerpts[: EXCERPT_ROWS - first])
+        for position in rows.detailed:  # in input order: flagged_rows and the examples keep it
+            row = rows.detail(position)
+            if row.pair is None:
+                self._add_quarantined(row)
+            else:
+                self._add_flagged(row)
+        pairs = np.asarray(rows.pair_index, dtype=np.int64)
+        self.pair_row.frombytes((pairs + first).tobytes())
+        self.prompt_key.frombytes(np.asarray(rows.prompt_keys, dtype=np.uint64).tobytes())
+        self.pair_key.frombytes(np.asarray(rows.pair_keys, dtype=np.uint64).tobytes())
+        self._sample_compact(rows, pairs)
+        self._pending_chars.frombytes(np.ascontiguousarray(rows.lengths, dtype=np.int64).tobytes())
+        if len(self._pending_chars) >= 3 * LENGTH_FLUSH_ROWS:
+            self._flush_lengths()
+        for position in sorted(rows.tokens):
+            self._add_token_lengths(rows.tokens[position])
+
+    def _sample_compact(self, rows: CompactRows, pairs: "np.ndarray") -> None:
+        """The similarity sample's share of `add_compact`: only keys below the cut-off can enter."""
+        import numpy as np
+
+        sample = self.similarity
+        sample.seen += len(pairs)
+        keys = np.asarray(rows.pair_keys, dtype=np.uint64)
+        cutoff = sample.cutoff()
+        below = np.flatnonzero(keys < np.uint64(cutoff)) if cutoff < 1 << 64 else np.arange(len(keys))
+        for at in below.tolist():
+            key = int(keys[at])
+            if sample.wants(key):
+                chosen, rejected = rows.halves[int(pairs[at])]
+                sample.put(key, chosen, rejected)
+
     def _add_quarantined(self, row: "CheckedRow") -> None:
         reason = row.error or "unreadable record"
         location = {"source_file": row.raw.source_file, "source_line": row.raw.source_line}
@@ -412,22 +512,21 @@ class ReportBuilder:
         if len(pending) >= 3 * LENGTH_FLUSH_ROWS:
             self._flush_lengths()
         tok = row.tokenized
-        if tok is None:
-            return
+        if tok is not None:
+            self._add_token_lengths(token_lengths(tok))
+
+    def _add_token_lengths(self, tok: TokenLengths) -> None:
         self.tokenized_rows += 1
         # Lengths before truncation describe the data; truncation rates say what the limits cut.
         tokens = self.tokens
-        tokens["prompt"].add(tok.prompt_len_full)
-        tokens["chosen"].add(tok.chosen_len_full)
-        tokens["rejected"].add(tok.rejected_len_full)
-        self.bias["tokens"][_compare(tok.chosen_len_full, tok.rejected_len_full)] += 1
-        cut_prompt = len(tok.prompt_ids) < tok.prompt_len_full
-        cut_chosen = len(tok.chosen_ids) < tok.chosen_len_full
-        cut_rejected = len(tok.rejected_ids) < tok.rejected_len_full
-        self.truncated["prompt"] += cut_prompt
-        self.truncated["chosen"] += cut_chosen
-        self.truncated["rejected"] += cut_rejected
-        self.truncated["any"] += cut_prompt or cut_chosen or cut_rejected
+        tokens["prompt"].add(tok.prompt)
+        tokens["chosen"].add(tok.chosen)
+        tokens["rejected"].add(tok.rejected)
+        self.bias["tokens"][_compare(tok.chosen, tok.rejected)] += 1
+        self.truncated["prompt"] += tok.cut_prompt
+        self.truncated["chosen"] += tok.cut_chosen
+        self.truncated["rejected"] += tok.cut_rejected
+        self.truncated["any"] += tok.cut_prompt or tok.cut_chosen or tok.cut_rejected
 
     def _flush_lengths(self) -> None:
         """Move the pending character lengths into the distributions and the length-bias counts."""
@@ -679,6 +778,18 @@ class ReportBuilder:
             **{f"{name}_rate": _share(self.truncated[name], n) for name in ("prompt", "chosen", "rejected", "any")},
             **{f"{name}_count": self.truncated[name] for name in ("prompt", "chosen", "rejected", "any")},
         }
+
+
+def token_lengths(tok: Any) -> TokenLengths:
+    """The report's view of a TokenizedPair: lengths before truncation, and what was cut."""
+    return TokenLengths(
+        tok.prompt_len_full,
+        tok.chosen_len_full,
+        tok.rejected_len_full,
+        len(tok.prompt_ids) < tok.prompt_len_full,
+        len(tok.chosen_ids) < tok.chosen_len_full,
+        len(tok.rejected_ids) < tok.rejected_len_full,
+    )
 
 
 def _compare(chosen: int, rejected: int) -> str:

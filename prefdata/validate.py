@@ -56,6 +56,7 @@ def validate(
     progress: bool = True,
     trust_remote_code: bool = False,
     batch_size: int = 1000,
+    workers: int | None = None,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -64,6 +65,8 @@ def validate(
     columns (its ids are what training sees). `--format github` prints annotations to stdout and
     appends the Markdown report to $GITHUB_STEP_SUMMARY; its `output`, if given, gets the report as
     HTML (.html), Markdown (.md) or JSON (anything else), e.g. to keep as the next baseline.
+    `workers`: processes that read and check raw input (default: all cores, at most 8; 1 checks in
+    this process only); the report does not depend on it.
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -76,21 +79,38 @@ def validate(
         raise PrefdataError(f"--against {against}: no such file or directory")
     if output is not None and Path(output).resolve().is_relative_to(input_path.resolve()):
         raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
+    if workers is not None and workers < 1:
+        raise PrefdataError("--workers must be at least 1")
 
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
+    if workers is None:
+        from prefdata.workers import default_workers
+
+        workers = default_workers()
     if prepared:
         rows = iter_prepared_rows(input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size)
+        _accumulate(rows, builder, loaded_policy)
     else:
-        from prefdata.pipeline import iter_checked_rows
         from prefdata.tokenize import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        rows = iter_checked_rows(
-            input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
-            batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
-        )
-    _accumulate(rows, builder, loaded_policy)
+        if tokenizer is None and workers > 1:
+            from prefdata.text_validate import check_raw_text
+
+            check_raw_text(
+                input_path, builder, policy=loaded_policy, settings=settings, against=against,
+                batch_size=batch_size, progress=progress, workers=workers,
+            )
+        else:
+            from prefdata.pipeline import iter_checked_rows
+
+            rows = iter_checked_rows(
+                input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
+                batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
+                workers=workers,
+            )
+            _accumulate(rows, builder, loaded_policy)
 
     meta: dict[str, Any] = {
         "command": "validate",

@@ -1,0 +1,347 @@
+"""Raw input cut into chunks of consecutive records, for checking in worker processes.
+
+JSON lines (the common case) travel as the lines' bytes: the main process only splits the file into
+lines (`readers._read_lines`, so truncated gzip streams and overlong lines read the same), and the
+worker parses them. Every other input (JSON arrays, a single JSON document, Parquet, Arrow) is read
+by `readers` in the main process and travels as RawRecords. A chunk never spans two files.
+
+`chunk_records` turns a chunk back into exactly the RawRecords `readers.iter_raw_records` yields
+for those lines. Its fast path takes orjson's value straight from the bytes when the reader would
+keep it too, and leaves `raw_text` unset (only quarantined rows need it; `exact_record` re-reads
+one record with it).
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Union
+
+from prefdata.errors import PrefdataError
+from prefdata.readers import (
+    NUL,
+    _broken_line,
+    _clip,
+    _decode_error,
+    _decode_line,
+    _iter_file,
+    _kind,
+    _open_binary,
+    _Overlong,
+    _parses,
+    _read_lines,
+    _record,
+    _sniff,
+    _Truncated,
+    list_input_files,
+)
+from prefdata.records import RawRecord
+
+try:
+    from orjson import loads as _fast_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; without it every line is exact
+    _fast_loads = None
+
+CHUNK_LINES = 2048  # records per chunk of non-JSON-lines input (or lines, where the main process splits them)
+CHUNK_BYTES = 4 << 20  # bytes of JSON lines per chunk
+LONG_LINE = 16 << 20  # a line longer than this is read by the main process (readers._read_lines)
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a surrogate escape: readers checks what it decodes to
+_LONG_DIGITS = re.compile(rb"\d{19}")  # where orjson may have read an integer beyond 64 bits as a float
+
+LineItem = Union[bytes, _Truncated, _Overlong]
+
+
+@dataclass
+class RangeChunk:
+    """Bytes [start, end) of an uncompressed JSON-lines file, whole lines: the worker reads them
+    itself, so the main process never touches the data. Its lines are numbered from 1 within the
+    chunk (where it starts in the file is known once the chunks before it are counted)."""
+
+    source_file: str
+    path: str
+    start: int
+    end: int
+
+
+@dataclass
+class LinesChunk:
+    """Consecutive lines of a JSON-lines file: `items[i]` is line `first_line + i` (or a marker
+    for a broken stream or an overlong line, as `readers._read_lines` yields them)."""
+
+    source_file: str
+    first_line: int
+    items: list[LineItem]
+
+
+@dataclass
+class RecordsChunk:
+    """Consecutive records already read (non-JSON-lines input)."""
+
+    source_file: str
+    records: list[RawRecord]
+
+
+Chunk = Union[RangeChunk, LinesChunk, RecordsChunk]
+
+
+def iter_chunks(path: str | Path, max_lines: int | None = None, max_bytes: int | None = None) -> Iterator[Chunk]:
+    """Every record under `path` in `iter_raw_records` order, as chunks of about `max_bytes` bytes
+    or `max_lines` lines (default CHUNK_BYTES, CHUNK_LINES).
+
+    File-level problems raise PrefdataError when reached, as `iter_raw_records` does; an input
+    without any record is for the caller to detect (it sees the records, this only sees lines)."""
+    max_lines = max_lines or CHUNK_LINES
+    max_bytes = max_bytes or CHUNK_BYTES
+    root = Path(path)
+    files = list_input_files(root)
+    single = not root.is_dir()
+    for file in files:
+        name = str(path) if single else file.relative_to(root).as_posix()
+        if not _is_json_lines(file):
+            batch: list[RawRecord] = []
+            for record in _iter_file(file, name):
+                batch.append(record)
+                if len(batch) >= max_lines:
+                    yield RecordsChunk(name, batch)
+                    batch = []
+            if batch:
+                yield RecordsChunk(name, batch)
+        elif _kind(file).endswith(".gz"):  # type: ignore[union-attr]
+            yield from _line_chunks(file, name, 0, max_lines, max_bytes)
+        else:
+            yield from _range_chunks(file, name, max_lines, max_bytes)
+
+
+def _is_json_lines(file: Path) -> bool:
+    """Whether `readers._iter_file` reads `file` as JSON lines (the same decision, same errors)."""
+    kind = _kind(file)
+    if kind in (".parquet", ".arrow") or kind is None:
+        return False
+    gz, array_name = kind.endswith(".gz"), kind != ".jsonl"
+    head = _sniff(file, gz, array_name)
+    if head.startswith(b"["):
+        return not (array_name or not _parses(head))
+    if array_name and head and not head.startswith(b"{"):
+        raise PrefdataError(f"{file}: not a JSON array or JSON lines of objects")
+    return not (array_name and head.startswith(b"{") and not _parses(head))
+
+
+def _range_chunks(file: Path, name: str, max_lines: int, max_bytes: int) -> Iterator[Chunk]:
+    """Chunks of about `max_bytes` ending at a newline. A line longer than LONG_LINE switches the
+    rest of the file to the main process's line reader (readers._read_lines knows overlong lines)."""
+    with _open_binary(file, False) as fh:
+        size = fh.seek(0, 2)
+        start = 0
+        while start < size:
+            end = _next_line_start(fh, start + max_bytes, size, LONG_LINE)
+            if end is None:
+                lines_before = _count_newlines(fh, start)
+                yield from _line_chunks(file, name, lines_before, max_lines, max_bytes)
+                return
+            yield RangeChunk(name, str(file), start, end)
+            start = end
+
+
+def _next_line_start(fh: BinaryIO, offset: int, size: int, limit: int) -> int | None:
+    """The start of the first line beginning at or after `offset` (`size` at the end); None when
+    no newline comes within `limit` bytes."""
+    if offset >= size:
+        return size
+    fh.seek(offset - 1)  # a newline right before `offset` ends the chunk there
+    scanned = 0
+    while True:
+        block = fh.read(1 << 16)
+        if not block:
+            return size
+        at = block.find(b"\n")
+        if at >= 0:
+            return offset + scanned + at if scanned + at <= limit else None
+        scanned += len(block)
+        if scanned > limit:
+            return None
+
+
+def _count_newlines(fh: BinaryIO, end: int) -> int:
+    fh.seek(0)
+    count = done = 0
+    while done < end:
+        block = fh.read(min(1 << 20, end - done))
+        if not block:
+            break
+        count += block.count(b"\n")
+        done += len(block)
+    return count
+
+
+def _line_chunks(file: Path, name: str, skip: int, max_lines: int, max_bytes: int) -> Iterator[LinesChunk]:
+    """Lines from `readers._read_lines`, after the first `skip`, shipped as bytes."""
+    with _open_binary(file, _kind(file).endswith(".gz")) as fh:  # type: ignore[union-attr]
+        first, items, size = 1, [], 0
+        for item in _read_lines(fh):
+            if first + len(items) <= skip:
+                first += 1
+                continue
+            items.append(item)
+            size += len(item) if type(item) is bytes else 0
+            if isinstance(item, _Truncated):
+                break  # the reader stops at a broken stream
+            if len(items) >= max_lines or size >= max_bytes:
+                yield LinesChunk(name, first, items)
+                first, items, size = first + len(items), [], 0
+        if items:
+            yield LinesChunk(name, first, items)
+
+
+# ----------------------------------------------------------------------------- records of a chunk
+
+
+def range_lines(chunk: RangeChunk) -> list[bytes]:
+    """The lines of a RangeChunk, as `readers._read_lines` splits them."""
+    with open(chunk.path, "rb") as fh:
+        fh.seek(chunk.start)
+        data = fh.read(chunk.end - chunk.start)
+    lines = data.split(b"\n")
+    if lines[-1] == b"":  # the newline ending the last line (a last line without one stays)
+        lines.pop()
+    return lines
+
+
+def chunk_records(chunk: Chunk, lines: list[bytes] | None = None) -> Iterator[RawRecord]:
+    """The chunk's records in order (blank lines are not records), through the fast path.
+    A RangeChunk's `lines` (from `range_lines`) are numbered from 1."""
+    if isinstance(chunk, RecordsChunk):
+        yield from chunk.records
+        return
+    name = chunk.source_file
+    if isinstance(chunk, RangeChunk):
+        items: list[LineItem] = list(lines if lines is not None else range_lines(chunk))
+        line_no, file_start = 1, chunk.start == 0
+    else:
+        items, line_no, file_start = chunk.items, chunk.first_line, chunk.first_line == 1
+    for item in items:
+        record = line_record(name, line_no, item, fast=True, file_start=file_start)
+        if record is not None:
+            yield record
+        line_no += 1
+        file_start = False
+
+
+def exact_record(chunk: Chunk, position: int, source_line: int, span: tuple[int, int] | None = None) -> RawRecord:
+    """Record `position` of the chunk (at `source_line`), exactly as `iter_raw_records` yields it.
+    A RangeChunk's record is read again from the file: `span` is its line's (offset in the chunk,
+    length)."""
+    if isinstance(chunk, RecordsChunk):
+        return chunk.records[position]
+    if isinstance(chunk, RangeChunk):
+        assert span is not None
+        with open(chunk.path, "rb") as fh:
+            fh.seek(chunk.start + span[0])
+            item: LineItem = fh.read(span[1])
+        file_start = chunk.start == 0 and span[0] == 0
+    else:
+        item = chunk.items[source_line - chunk.first_line]
+        file_start = source_line == 1
+    record = line_record(chunk.source_file, source_line, item, fast=False, file_start=file_start)
+    assert record is not None, "a blank line is not a record"
+    return record
+
+
+def line_record(name: str, line_no: int, item: LineItem, *, fast: bool, file_start: bool) -> RawRecord | None:
+    """The record on one line (None for a blank line): `readers._iter_json_lines`, one line.
+    `file_start`: this is the file's first line (where a BOM is dropped)."""
+    if type(item) is not bytes:
+        return _broken_line(name, line_no, item)  # type: ignore[arg-type]
+    line = item
+    if file_start and line.startswith(codecs.BOM_UTF8):
+        line = line[3:]
+    if not line.strip():
+        return None
+    if fast and _fast_loads is not None and NUL not in line:
+        try:
+            value = _fast_loads(line)
+        except ValueError:
+            value = None
+        if type(value) is dict and _reader_agrees(line, value):
+            return RawRecord(name, line_no, value=value)
+    if NUL in line:
+        return RawRecord(
+            name,
+            line_no,
+            error=f"NUL byte at column {line.index(NUL) + 1}",
+            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
+        )
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return RawRecord(
+            name,
+            line_no,
+            error=f"invalid UTF-8 at byte {exc.start + 1} of the line",
+            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
+        )
+    text = text.rstrip("\r")
+    try:
+        value = _decode_line(text)
+    except (ValueError, RecursionError) as exc:
+        return RawRecord(name, line_no, error=_decode_error(exc), raw_text=_clip(text))
+    return _record(name, line_no, value, text)
+
+
+def _reader_agrees(line: bytes, value: dict) -> bool:
+    """Whether `value` (orjson's reading of `line`) is certainly what the reader's JSON decoder
+    gives: every key kept (orjson keeps the last of duplicated keys silently; the reader refuses
+    them), no integer beyond 64 bits turned into a float, no surrogate escape (the reader checks
+    those further). Conservative: anything in doubt goes the reader's own way.
+
+    Every ':' outside strings separates a key from its value, so the ':' in the line, less those
+    inside strings (which show as ':' or as a \\u003a escape), equal the number of keys exactly when
+    none was dropped. orjson accepted the bytes, so they are UTF-8, where ':' is one byte."""
+    keys, floats = _keys_floats(value)
+    if floats and _LONG_DIGITS.search(line):
+        return False
+    colons = line.count(b":")
+    if colons != keys:  # some string holds a ':' (or a key was dropped): count those in strings
+        escaped = line.count(b"\\u003a") + line.count(b"\\u003A") if b"\\u003" in line else 0
+        if colons - _string_colons(value) + escaped != keys:
+            return False
+    return not (b"\\u" in line and _SURROGATE_ESCAPE.search(line))
+
+
+def _keys_floats(value: dict) -> tuple[int, bool]:
+    """(keys of every object, whether any float) of a decoded object."""
+    keys = 0
+    floats = False
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        children = item.values() if type(item) is dict else item
+        if type(item) is dict:
+            keys += len(item)
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append(child)
+            elif kind is float:
+                floats = True
+    return keys, floats
+
+
+def _string_colons(value: Any) -> int:
+    """':' inside every string (keys included) of a decoded value."""
+    colons = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is str:
+            colons += item.count(":")
+        elif kind is dict:
+            for key, child in item.items():
+                colons += key.count(":")
+                stack.append(child)
+        elif kind is list:
+            stack.extend(item)
+    return colons

@@ -1,0 +1,181 @@
+"""Check one chunk of raw input without a tokenizer: the per-record work of text-level `validate`.
+
+Runs in a worker process (or in-process): parse, normalize, the pair's own flags (text checks,
+pre-tokenized truncation, prompt leak), the digests the dataset-wide checks and the report key on,
+character lengths, and the MinHash signatures of the prompts. Everything that depends on earlier
+chunks (duplicates, conflicts, the similarity sample, exact-duplicate prompts) is left to the
+main process, which merges the chunks in input order (`text_validate`).
+
+The result is compact: numpy arrays per record or per pair, plus detail only for the few records
+that need it (quarantined ones, pre-tokenized ones, similarity-sample candidates).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from prefdata import flags as F
+from prefdata.checks import completion_content, ids_mode, text_flags, token_flags
+from prefdata.dataset_checks import PromptLeakIndex, _PACK3, _xxh, pair_digests_and_key
+from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.formats import normalize_record
+from prefdata.minhash import prompt_digest, prompt_signatures
+from prefdata.policy import Policy
+from prefdata.records import Pair
+from prefdata.report import TokenLengths, excerpt, token_lengths
+from prefdata.text_chunks import Chunk, RangeChunk, chunk_records, range_lines
+from prefdata.tokenize import TokenizeSettings, truncate_pair
+
+FLAG_BIT = {flag: 1 << i for i, flag in enumerate(F.ALL_FLAGS)}
+
+
+def flags_of(bits: int) -> list[str]:
+    """The flag names in a FLAG_BIT mask, in flags.ALL_FLAGS order."""
+    return [flag for flag in F.ALL_FLAGS if bits & FLAG_BIT[flag]]
+
+
+@dataclass
+class ScanSettings:
+    """What every chunk is checked with (set once per worker process)."""
+
+    policy: Policy
+    tokenize: TokenizeSettings
+    leak_index: PromptLeakIndex | None = None
+
+
+@dataclass
+class ChunkScan:
+    """The compact result of one chunk: n records, p of them pairs, m pairs with a prompt."""
+
+    lines: np.ndarray  # (n,) int64 source line of each record (of a RangeChunk: from 1 within it)
+    flag_bits: np.ndarray  # (n,) uint32 FLAG_BIT mask of the pair's own flags (0 when quarantined)
+    quarantined: list[tuple[int, str, bool]]  # (position, error, unknown shape), ascending
+    pair_index: np.ndarray  # (p,) int64 positions of the pairs
+    prompt_keys: np.ndarray  # (p,) uint64 digests as dataset_checks.pair_digests_and_key
+    pair_keys: np.ndarray  # (p,) uint64
+    swapped_keys: np.ndarray  # (p,) uint64 pair key with the halves swapped (0 when they are equal)
+    halves_differ: np.ndarray  # (p,) bool chosen digest != rejected digest
+    lengths: np.ndarray  # (p, 3) int64 characters of prompt, chosen, rejected
+    prompt_positions: np.ndarray  # (m,) int64 positions of the pairs with a non-empty prompt
+    prompt_digests: np.ndarray  # (m,) uint64 minhash.prompt_digest
+    signature_rows: np.ndarray  # (m,) int64 row in `signatures`; -1: no word, or not first here
+    signatures: np.ndarray  # (s, num_perm) uint8
+    halves: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # similarity candidates
+    tokens: dict[int, TokenLengths] = field(default_factory=dict)  # pre-tokenized pairs
+    excerpts: list[str] | None = None  # report.excerpt(prompt) per record, when asked for
+    line_count: int = 0  # lines in a RangeChunk (blank ones included)
+    spans: np.ndarray | None = None  # (n, 2) int64 of a RangeChunk: each record's (offset, length)
+
+
+def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_excerpts: bool) -> ChunkScan:
+    """Check every record of `chunk` (see the module doc).
+
+    `sample_cutoff`: pairs whose key is below it come back with the halves the similarity sample
+    compares. `want_excerpts`: return the prompt excerpt of every record."""
+    policy, leak_index, tokenize = settings.policy, settings.leak_index, settings.tokenize
+    lines: list[int] = []
+    bits: list[int] = []
+    quarantined: list[tuple[int, str, bool]] = []
+    pairs: list[Pair] = []
+    pair_index: list[int] = []
+    keys: list[tuple[int, int, int, int]] = []
+    swapped: list[int] = []
+    lengths: list[int] = []
+    tokens: dict[int, TokenLengths] = {}
+    excerpts: list[str] | None = [] if want_excerpts else None
+    bit = FLAG_BIT
+    range_lines_ = range_lines(chunk) if isinstance(chunk, RangeChunk) else None
+    for position, raw in enumerate(chunk_records(chunk, range_lines_)):
+        lines.append(raw.source_line)
+        try:
+            if raw.error is not None:
+                raise RecordError(raw.error)
+            pair = normalize_record(raw)
+        except UnknownShapeError as exc:
+            quarantined.append((position, str(exc), True))
+        except RecordError as exc:
+            quarantined.append((position, str(exc), False))
+        else:
+            # PairChecker.check's sequence, up to the dataset-wide checks.
+            found = pair.flags + text_flags(pair, policy)
+            if pair.chosen_ids is not None:  # pre-tokenized: token checks on the truncated ids
+                tokenized = truncate_pair(pair.prompt_ids, pair.chosen_ids, pair.rejected_ids, tokenize, None)
+                found = token_flags(tokenized, found)
+                tokens[position] = token_lengths(tokenized)
+            if leak_index is not None and leak_index.contains_pair(pair):
+                found.append(F.PROMPT_LEAK)
+            mask = 0
+            for flag in found:
+                mask |= bit[flag]
+            bits.append(mask)
+            digests = pair_digests_and_key(pair)
+            hp, hc, hr, _ = digests
+            keys.append(digests)
+            swapped.append(_xxh(_PACK3(hp, hr, hc)) if hc != hr else 0)
+            lengths += (len(pair.prompt), len(pair.chosen), len(pair.rejected))
+            pairs.append(pair)
+            pair_index.append(position)
+            if excerpts is not None:
+                excerpts.append(excerpt(pair.prompt))
+            continue
+        bits.append(0)
+        if excerpts is not None:
+            excerpts.append("")
+
+    key_array = np.array(keys, dtype=np.uint64).reshape(-1, 4)
+    hc, hr = key_array[:, 1], key_array[:, 2]
+    positions = np.array(pair_index, dtype=np.int64)
+    pair_keys = np.ascontiguousarray(key_array[:, 3])
+    below = np.arange(len(pairs)) if sample_cutoff >= 1 << 64 else np.flatnonzero(pair_keys < np.uint64(sample_cutoff))
+    halves = {pair_index[i]: _halves(pairs[i]) for i in below.tolist()}
+    prompted = [i for i, pair in enumerate(pairs) if pair.prompt]
+    digests, signature_rows, signatures = _prompt_signatures([pairs[i].prompt for i in prompted])
+    line_array = np.array(lines, dtype=np.int64)
+    line_count, spans = 0, None
+    if range_lines_ is not None:
+        line_count = len(range_lines_)
+        sizes = np.fromiter(map(len, range_lines_), np.int64, line_count)
+        offsets = np.cumsum(sizes + 1) - (sizes + 1)
+        at = line_array - 1
+        spans = np.stack([offsets[at], sizes[at]], axis=1)
+    return ChunkScan(
+        line_count=line_count,
+        spans=spans,
+        lines=line_array,
+        flag_bits=np.array(bits, dtype=np.uint32),
+        quarantined=quarantined,
+        pair_index=positions,
+        prompt_keys=np.ascontiguousarray(key_array[:, 0]),
+        pair_keys=pair_keys,
+        swapped_keys=np.array(swapped, dtype=np.uint64),
+        halves_differ=hc != hr,
+        lengths=np.array(lengths, dtype=np.int64).reshape(-1, 3),
+        prompt_positions=positions[prompted],
+        prompt_digests=digests,
+        signature_rows=signature_rows,
+        signatures=signatures,
+        halves=halves,
+        tokens=tokens,
+        excerpts=excerpts,
+    )
+
+
+def _halves(pair: Pair) -> tuple[Any, Any]:
+    """What the report's similarity sample compares for a pair (ReportBuilder._add_dataset_keys)."""
+    if ids_mode(pair):
+        return pair.chosen_ids or [], pair.rejected_ids or []
+    return completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
+
+
+def _prompt_signatures(prompts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(digests, signature rows, signatures): only the first prompt of each digest here is hashed."""
+    digests = [prompt_digest(prompt) for prompt in prompts]
+    first_of: dict[int, int] = {}
+    firsts = [i for i, digest in enumerate(digests) if first_of.setdefault(digest, i) == i]
+    has_words, signatures = prompt_signatures([prompts[i].lower() for i in firsts])
+    rows = np.full(len(prompts), -1, dtype=np.int64)
+    rows[np.array(firsts, dtype=np.int64)[has_words]] = np.arange(int(has_words.sum()))
+    return np.array(digests, dtype=np.uint64), rows, signatures
