@@ -219,20 +219,25 @@ def _quarantine_record(row: CheckedRow) -> dict[str, Any]:
 
 
 _ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+_TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 
 
 def _row_digest(row: dict[str, Any]) -> bytes:
     """A digest of one output row that does not depend on batching (for the manifest's content hash).
 
-    Id lists are hashed as raw int64 bytes: JSON-encoding hundreds of ints per row cost more than
-    everything else in this loop."""
+    Id lists are hashed as raw int64 bytes and the three texts as length-prefixed UTF-8: JSON-encoding
+    them cost more than everything else in this loop. The remaining (small) fields go in as JSON."""
     digest = hashlib.blake2b(digest_size=16)
     for key in _ID_COLUMNS:
         ids = row[key]
         digest.update(len(ids).to_bytes(8, "little"))
         digest.update(array("q", ids).tobytes())
-    rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS}
-    digest.update(json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
+    for key in _TEXT_COLUMNS:
+        data = row[key].encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS and k not in _TEXT_COLUMNS}
+    digest.update(json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
     return digest.digest()
 
 
