@@ -146,7 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=20000, help="rows for the throughput comparison")
     parser.add_argument("--quick", action="store_true", help="2,000 rows; memory at 2,000 and 20,000 rows")
-    parser.add_argument("--memory-rows", default=None, help="comma-separated sizes for peak RSS (default 20000,200000)")
+    parser.add_argument("--memory-rows", default=None, help="comma-separated sizes for peak RSS (default 20000,200000; '' for none)")
     parser.add_argument("--tokenizer", default=str(DEFAULT_TOKENIZER))
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     parser.add_argument("--skip-trl", action="store_true")
@@ -157,7 +157,8 @@ def main() -> None:
         return
 
     rows = 2000 if args.quick else args.rows
-    memory_rows = [int(x) for x in (args.memory_rows or ("2000,20000" if args.quick else "20000,200000")).split(",") if x]
+    default_memory = "2000,20000" if args.quick else "20000,200000"
+    memory_rows = [int(x) for x in (default_memory if args.memory_rows is None else args.memory_rows).split(",") if x]
     source = Path(args.data)
     if not source.exists() or not Path(args.tokenizer).is_dir():
         sys.exit(f"needs {source} and {args.tokenizer} (../shared)")

@@ -187,10 +187,15 @@ except ImportError:  # pragma: no cover - orjson is a dependency, but json alone
 _BIG_INT = re.compile(r"\d{19}")  # orjson turns integers beyond 64 bits into floats; json keeps them
 
 
-def _keys_floats(value: Any) -> tuple[int, bool]:
-    """(keys of every object, whether any float) of a decoded value."""
+# orjson reads an integer beyond 64 bits as a float, at least 2**63 in magnitude; smaller floats
+# cannot have been such an integer, so only these make `_decode_line` look for long digit runs.
+_BIG_FLOAT = 9.2e18
+
+
+def _keys_big_floats(value: Any) -> tuple[int, bool]:
+    """(keys of every object, whether any float of magnitude >= _BIG_FLOAT) of a decoded value."""
     keys = 0
-    floats = False
+    big = False
     stack = [value]
     while stack:
         item = stack.pop()
@@ -201,15 +206,15 @@ def _keys_floats(value: Any) -> tuple[int, bool]:
         elif kind is list:
             children = item
         else:
-            floats = floats or kind is float
+            big = big or (kind is float and abs(item) >= _BIG_FLOAT)
             continue
         for child in children:
             child_kind = type(child)
             if child_kind is dict or child_kind is list:
                 stack.append(child)
-            elif child_kind is float:
-                floats = True
-    return keys, floats
+            elif child_kind is float and abs(child) >= _BIG_FLOAT:
+                big = True
+    return keys, big
 
 
 def _string_colons(value: Any) -> int:
@@ -246,8 +251,8 @@ def _decode_line(text: str) -> Any:
             value = _fast_loads(text)
         except ValueError:
             return _DECODER.decode(text)
-        keys, floats = _keys_floats(value)
-        if floats and _BIG_INT.search(text):
+        keys, big_floats = _keys_big_floats(value)
+        if big_floats and _BIG_INT.search(text):
             return _DECODER.decode(text)
         colons = text.count(":")
         if colons == keys:  # no ':' in any string: nothing else to count

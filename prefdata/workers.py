@@ -75,6 +75,10 @@ def process_batch(
     return results
 
 
+# Rows per worker task: small enough that no worker idles at the end of the input, large enough
+# that batched tokenizer calls and pickling stay efficient.
+TASK_ROWS = 128
+
 # Worker-process state, set once by the pool initializer.
 _WORKER_TOKENIZER: PairTokenizer | None = None
 _WORKER_SETTINGS: TokenizeSettings | None = None
@@ -127,21 +131,27 @@ def process_batches(
         return
     # fork starts fast and shares the loaded libraries; the parent has not run the tokenizer yet.
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    pending: deque[tuple[list[RawRecord], Future]] = deque()
+    pending: deque[tuple[list[RawRecord], list[Future]]] = deque()
     pool = ProcessPoolExecutor(
         max_workers=workers,
         mp_context=multiprocessing.get_context(method),
         initializer=_init_worker,
         initargs=(pair_tokenizer, settings, os.getpid()),
     )
+    in_flight = 0  # rows submitted and not yet yielded
+    limit = max(2 * workers * TASK_ROWS, 2)
     try:
         for batch in batches:
-            pending.append((batch, pool.submit(_process_in_worker, batch)))
-            if len(pending) >= 2 * workers:  # bounded: memory does not grow with the input
-                done_batch, future = pending.popleft()
-                yield done_batch, future.result()
+            # Small tasks keep every worker busy to the end (a 1000-row task would leave one idle).
+            tasks = [pool.submit(_process_in_worker, batch[i : i + TASK_ROWS]) for i in range(0, len(batch), TASK_ROWS)]
+            pending.append((batch, tasks))
+            in_flight += len(batch)
+            while pending and in_flight - len(pending[-1][0]) >= limit:  # bounded: flat memory
+                done_batch, futures = pending.popleft()
+                in_flight -= len(done_batch)
+                yield done_batch, [result for future in futures for result in future.result()]
         while pending:
-            done_batch, future = pending.popleft()
-            yield done_batch, future.result()
+            done_batch, futures = pending.popleft()
+            yield done_batch, [result for future in futures for result in future.result()]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -8,6 +8,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from prefdata.errors import PrefdataError
 from prefdata.readers import MAX_RAW_TEXT, iter_raw_records, list_input_files
@@ -359,3 +361,37 @@ def test_directory_symlink_loop_is_read_once(tmp_path):
     except OSError:
         pytest.skip("symlinks not supported here")
     assert [r.source_file for r in _read(tmp_path)] == ["a/x.jsonl"]
+
+
+# -- the orjson fast path must give exactly what the stdlib decoder gives --------------------------
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.sampled_from('ab:" \\\u00e9\n{}[],'), max_size=12),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(alphabet=st.sampled_from("ab:c"), max_size=4), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_json_values)
+def test_fast_decoding_equals_the_stdlib_decoder(value) -> None:
+    """Integers beyond 64 bits (which orjson would turn into floats), floats, ':' inside strings:
+    the fast path returns the same value, of the same types, as the reference decoder."""
+    from prefdata.readers import _DECODER, _decode_line
+
+    text = json.dumps(value)
+    fast, reference = _decode_line(text), _DECODER.decode(text)
+    assert fast == reference
+    assert json.dumps(fast) == json.dumps(reference)  # same types too (int stays int, not float)
+
+
+def test_integers_beyond_64_bits_stay_exact(tmp_path) -> None:
+    path = tmp_path / "big.jsonl"
+    row = {"prompt": "p", "chosen": "c", "rejected": "r", "id": 2**70 + 1, "score": 0.5, "neg": -(2**64) - 3, "edge": -(2**63) - 1, "max": 2**64 - 1}
+    path.write_text(json.dumps(row) + "\n")
+    assert _values(_read(path)) == [row]
