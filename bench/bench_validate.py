@@ -262,6 +262,10 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
     result = V.validate(path, format="json", output=report_path, progress=False)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # Worker processes (joined by the time validate returns): their CPU time and largest peak RSS.
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    worker_cpu = children.ru_utime + children.ru_stime
+    worker_peak = children.ru_maxrss / 1024
 
     report = result.report
     rows = report["accounting"]["rows_in"]
@@ -284,10 +288,13 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
     out = {
         "rows": rows,
         "wall_s": wall,
-        "cpu_s": cpu,
+        "cpu_s": cpu + worker_cpu,
+        "main_cpu_s": cpu,
+        "worker_cpu_s": worker_cpu,
         "pairs_per_s_wall": rows / wall,
-        "pairs_per_s_cpu": rows / cpu,
+        "pairs_per_s_cpu": rows / (cpu + worker_cpu),
         "peak_rss_mib": peak,
+        "worker_peak_rss_mib": worker_peak,
         "rss_before_mib": rss_before,
         "file_mib": path.stat().st_size / 2**20,
         "table_mib": (dataset_bytes + captured.get("minhash_bytes", 0) + captured.get("report_row_bytes", 0)) / 2**20,
@@ -378,9 +385,11 @@ def main() -> None:
         print(f"[{_load()} before the run]", flush=True)
         r = bench_end_to_end(rows, args.batch_size, args.seed, args.data_dir)
         print(
-            f"validate rows={r['rows']:,} ({r['file_mib']:.0f} MiB jsonl) wall={r['wall_s']:.1f}s cpu={r['cpu_s']:.1f}s "
+            f"validate rows={r['rows']:,} ({r['file_mib']:.0f} MiB jsonl) wall={r['wall_s']:.1f}s "
+            f"cpu={r['cpu_s']:.1f}s (main {r['main_cpu_s']:.1f}s + workers {r['worker_cpu_s']:.1f}s) "
             f"pairs/s wall={r['pairs_per_s_wall']:,.0f} cpu={r['pairs_per_s_cpu']:,.0f} "
-            f"peak_rss={r['peak_rss_mib']:.0f}MiB (after imports {r['rss_before_mib']:.0f}MiB) "
+            f"peak_rss={r['peak_rss_mib']:.0f}MiB (after imports {r['rss_before_mib']:.0f}MiB, "
+            f"largest worker {r['worker_peak_rss_mib']:.0f}MiB) "
             f"tables={r['table_mib']:.1f}MiB (dataset {r['dataset_table_mib']:.1f} + minhash {r['minhash_mib']:.1f} "
             f"+ report rows {r['report_rows_mib']:.1f}) "
             f"near_dup_recall={r['near_dup_prompt_recall']:.3f} "

@@ -139,7 +139,7 @@ class U64Table:
 
     def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(found, values) for an array of keys: `get` for each, vectorized (0 where not found)."""
-        keys = np.where(keys == 0, _U64(1), keys.astype(np.uint64, copy=False))
+        keys = _stored_keys(keys)
         table_keys = np.frombuffer(self._keys, dtype=np.uint64)
         table_vals = np.frombuffer(self._vals, dtype=np.int64)
         mask = _U64(self._mask)
@@ -156,23 +156,26 @@ class U64Table:
             pending, slots = pending[more], (slots[more] + _U64(1)) & mask
         return found, values
 
-    def setdefault_many(self, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    def setdefault_many(self, keys: np.ndarray, values: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
         """`setdefault` for each key in order, vectorized: whether each key was already stored
-        (by an earlier call or an earlier position in `keys`). First value wins, as in `setdefault`."""
-        keys = np.where(keys == 0, _U64(1), keys.astype(np.uint64, copy=False))
-        distinct, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
-        stored, _ = self.get_many(distinct)
-        existed = stored[inverse] | (first[inverse] != np.arange(keys.size))
-        new_keys = distinct[~stored]
-        new_vals = np.asarray(values, dtype=np.int64)[first[~stored]]
+        (by an earlier call or an earlier position in `keys`). First value wins, as in `setdefault`.
+        `first`: `first_occurrences(keys)`, when the caller has it already."""
+        keys = _stored_keys(keys)
+        if first is None:
+            first = first_occurrences(keys)
+        at = np.flatnonzero(first)
+        stored, _ = self.get_many(keys[at])
+        existed = np.ones(keys.size, dtype=bool)
+        existed[at] = stored
+        new = at[~stored]
         # The same capacity `setdefault` would reach: grow while the load would exceed 1/2.
-        while 2 * (self._len + new_keys.size) > self._mask:
+        while 2 * (self._len + new.size) > self._mask:
             self._grow()
         table_keys = np.frombuffer(self._keys, dtype=np.uint64)
         table_vals = np.frombuffer(self._vals, dtype=np.int64)
-        _place_distinct(table_keys, table_vals, new_keys, new_vals, self._mask)
+        _place_distinct(table_keys, table_vals, keys[new], np.asarray(values, dtype=np.int64)[new], self._mask)
         del table_keys, table_vals  # release the buffer exports (the arrays may be replaced later)
-        self._len += int(new_keys.size)
+        self._len += int(new.size)
         return existed
 
     def _grow(self) -> None:
@@ -190,28 +193,38 @@ class U64Table:
         self._mask = capacity - 1
 
 
+def _stored_keys(keys: np.ndarray) -> np.ndarray:
+    """Keys as the table stores them: uint64, 0 as 1 (0 marks an empty slot)."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    return np.where(keys == 0, _U64(1), keys)
+
+
+def first_occurrences(keys: np.ndarray) -> np.ndarray:
+    """Mask of the positions holding the first occurrence of their key (as U64Table stores it)."""
+    keys = _stored_keys(keys)
+    first = np.zeros(keys.size, dtype=bool)
+    first[np.unique(keys, return_index=True)[1]] = True
+    return first
+
+
 def _place_distinct(
     table_keys: np.ndarray, table_vals: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: int
 ) -> None:
     """Insert distinct keys (none present yet) by linear probing, all keys one probe step at a time.
 
-    Per step each free slot goes to the lowest-index key that wants it; the others move on. Every
-    slot a key passes is occupied when it leaves, so the linear-probing invariant holds.
-    """
-    pos = keys & np.uint64(mask)
-    pending = np.arange(len(keys))
-    while pending.size:
-        slots = pos[pending]
-        slot_values, first = np.unique(slots, return_index=True)
-        claimants = pending[first]
-        free = table_keys[slot_values] == 0
-        winners, won_slots = claimants[free], slot_values[free]
-        table_keys[won_slots] = keys[winners]
-        table_vals[won_slots] = vals[winners]
-        placed = np.zeros(len(keys), dtype=bool)
-        placed[winners] = True
-        pending = pending[~placed[pending]]
-        pos[pending] = (pos[pending] + np.uint64(1)) & np.uint64(mask)
+    Per step every key at a free slot is written there; where several want the same slot one of
+    them lands and the others move on with those at occupied slots. A key only leaves a slot that
+    is occupied, so the linear-probing invariant holds (which key lands first does not matter)."""
+    umask = _U64(mask)
+    slots = keys & umask
+    while keys.size:
+        free = np.flatnonzero(table_keys[slots] == 0)
+        table_keys[slots[free]] = keys[free]
+        landed = free[table_keys[slots[free]] == keys[free]]
+        table_vals[slots[landed]] = vals[landed]
+        moving = np.ones(keys.size, dtype=bool)
+        moving[landed] = False
+        keys, vals, slots = keys[moving], vals[moving], (slots[moving] + _U64(1)) & umask
 
 
 class DatasetWideChecks:
@@ -273,11 +286,14 @@ class DatasetWideChecks:
         pair_keys: np.ndarray,
         swapped_keys: np.ndarray,
         halves_differ: np.ndarray,
+        first_prompts: np.ndarray | None = None,
+        first_pairs: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """`observe` for a run of pairs from one file given their digests, vectorized: (duplicate_pair,
         conflicting_pair) masks. `pair_keys`/`swapped_keys` are the pair keys of (prompt, chosen,
         rejected) and (prompt, rejected, chosen); `halves_differ` says chosen digest != rejected
-        digest (an equal-halves pair is never conflicting). Same tables and counters as `observe`."""
+        digest (an equal-halves pair is never conflicting); `first_*`: `first_occurrences` of the
+        keys, when the caller has them. Same tables and counters as `observe`."""
         n = len(lines)
         if not n:
             empty = np.zeros(0, dtype=bool)
@@ -288,17 +304,13 @@ class DatasetWideChecks:
             self._file_names.append(source_file)
         sources = (np.int64(file_id) << np.int64(_LINE_BITS)) | (np.asarray(lines, dtype=np.int64) & ((1 << _LINE_BITS) - 1))
         self.rows += n
-        self.duplicate_prompt_rows += int(self._prompts.setdefault_many(prompt_keys, sources).sum())
-        # A row's swap may be any pair stored before it: earlier chunks, or an earlier (or the same)
-        # position in this one -- observe() looks it up after storing the row's own key.
-        swapped = np.where(swapped_keys == 0, _U64(1), swapped_keys)
-        keys = np.where(pair_keys == 0, _U64(1), pair_keys)
-        stored_before, _ = self._pairs.get_many(swapped)
-        duplicate = self._pairs.setdefault_many(keys, sources)
-        distinct, first = np.unique(keys, return_index=True)
-        at = np.minimum(np.searchsorted(distinct, swapped), distinct.size - 1)
-        earlier_here = (distinct[at] == swapped) & (first[at] <= np.arange(n))
-        conflicting = halves_differ & (stored_before | earlier_here)
+        self.duplicate_prompt_rows += int(self._prompts.setdefault_many(prompt_keys, sources, first_prompts).sum())
+        duplicate = self._pairs.setdefault_many(pair_keys, sources, first_pairs)
+        # observe() looks a row's swap up after storing the row itself: any pair stored before it,
+        # in an earlier run or earlier in this one. Stored values are sources, and sources grow in
+        # input order (files are numbered as they come), so "earlier" is a smaller first source.
+        stored, first_source = self._pairs.get_many(swapped_keys)
+        conflicting = halves_differ & stored & (first_source < sources)
         self.duplicate_pairs += int(duplicate.sum())
         self.conflicting_pairs += int(conflicting.sum())
         return duplicate, conflicting

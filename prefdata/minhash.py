@@ -158,17 +158,23 @@ class NearDuplicatePrompts:
         self._id_chunks.append(np.asarray(new_ids, dtype=np.int64)[has_words])
 
     def add_signatures(
-        self, row_ids: np.ndarray, digests: np.ndarray, signature_rows: np.ndarray, signatures: np.ndarray
+        self,
+        row_ids: np.ndarray,
+        digests: np.ndarray,
+        signature_rows: np.ndarray,
+        signatures: np.ndarray,
+        first: np.ndarray | None = None,
     ) -> None:
         """`add_batch` for prompts already hashed elsewhere (e.g. in worker processes), in input order.
 
         `digests[i]` is `prompt_digest` of prompt i; `signature_rows[i]` its row in `signatures`
         (from `prompt_signatures` of the lower-cased prompt), or -1 when it has no word or is not
-        the first of its digest in this batch (a later copy needs no signature). Same state as
-        `add_batch` with the same prompts."""
+        the first of its digest in this batch (a later copy needs no signature); `first`:
+        `dataset_checks.first_occurrences(digests)`, when known. Same state as `add_batch` with
+        the same prompts."""
         self._drain()
         self.prompts_seen += len(row_ids)
-        new = ~self._exact.setdefault_many(digests, row_ids)
+        new = ~self._exact.setdefault_many(digests, row_ids, first)
         if not new.any():
             return
         self.distinct_prompts += int(new.sum())
@@ -199,9 +205,8 @@ class NearDuplicatePrompts:
         # O(rows + one band's candidates) even when a large group of prompts collides.
         labels = np.arange(n, dtype=np.int64)
         for band in range(self.bands):
-            column = band_keys[:, band]
-            order = np.argsort(column, kind="stable")
-            hit = np.flatnonzero(column[order[1:]] == column[order[:-1]])
+            order, sorted_column = _stable_order(band_keys[:, band])
+            hit = np.flatnonzero(sorted_column[1:] == sorted_column[:-1])
             if not hit.size:
                 continue
             u, v = order[hit], order[hit + 1]
@@ -249,9 +254,8 @@ def prompt_signatures(texts: list[str], num_perm: int = 64) -> tuple[np.ndarray,
 
     # 1 on word bytes, 0 elsewhere, with a non-word byte on either side: edges are word bounds.
     marks = np.frombuffer(b"\0".join((b"", encoded, b"")).translate(_WORD_TABLE), dtype=np.int8)
-    edges = np.diff(marks)
-    word_start = np.flatnonzero(edges == 1)
-    word_end = np.flatnonzero(edges == -1)
+    edges = np.flatnonzero(np.diff(marks))  # alternately a word's start and its end
+    word_start, word_end = edges[0::2], edges[1::2]
     n_texts = len(texts)
     if word_start.size == 0:
         return np.zeros(n_texts, dtype=bool), np.zeros((0, num_perm), dtype=np.uint8)
@@ -261,12 +265,12 @@ def prompt_signatures(texts: list[str], num_perm: int = 64) -> tuple[np.ndarray,
     fwd, inv = _POWERS.get(data.size + 1)
     with np.errstate(over="ignore"):
         # Non-word bytes need no masking: a word's range [start, end) holds only word bytes.
-        prefix = np.zeros(data.size + 1, dtype=_U64)
-        products = data.astype(_U64)
-        np.multiply(products, fwd[: data.size], out=products)
-        np.cumsum(products, out=prefix[1:])
+        prefix = np.empty(data.size + 1, dtype=_U64)
+        prefix[0] = 0
+        np.multiply(data, fwd[: data.size], out=prefix[1:], dtype=_U64)
+        np.cumsum(prefix[1:], out=prefix[1:])
         words = _mix((prefix[word_end] - prefix[word_start]) * inv[word_start])
-    del prefix, products
+    del prefix
 
     doc = np.searchsorted(text_start, word_start, side="right") - 1
     counts = np.bincount(doc, minlength=n_texts)
@@ -316,23 +320,36 @@ def _densify(mins: np.ndarray, filled: np.ndarray) -> None:
         return
     n, k = mins.shape
     filled_t = np.ascontiguousarray(filled.T)
-    # Right to left over two turns of the circle: the nearest filled column at or after each one.
-    nearest = np.full(n, 4 * k, dtype=np.int16)  # (a row with no filled bin has no words: none here)
-    next_filled = np.empty((k, n), dtype=np.int16)
-    for column in range(2 * k - 1, -1, -1):
-        np.copyto(nearest, np.int16(column), where=filled_t[column % k])
-        if column < k:
-            next_filled[column] = nearest
-    hops = (next_filled - np.arange(k, dtype=np.int16)[:, None]).astype(np.uint32).T
-    source = (next_filled.T & np.int16(k - 1)) + (np.arange(n, dtype=np.int64) * k)[:, None]
-    borrowed = mins.ravel()[source] ^ (hops * np.uint32(0x9E3779B1))
+    # Right to left: the nearest filled column at or after each one, counting past the end into
+    # the next turn (every row has a filled bin: its first one, one turn later, starts the scan).
+    nearest = (np.argmax(filled, axis=1) + k).astype(np.uint8)
+    next_filled = np.empty((k, n), dtype=np.uint8)
+    for column in range(k - 1, -1, -1):
+        np.copyto(nearest, np.uint8(column), where=filled_t[column])
+        next_filled[column] = nearest
+    empty = np.flatnonzero(~filled_t.ravel())  # (column, row) cells to fill, column-major
+    column, row = np.divmod(empty, n)
+    source = next_filled.ravel()[empty]
+    hops = (source - column).astype(np.uint32)
+    borrowed = mins[row, source & np.uint8(k - 1)] ^ (hops * np.uint32(0x9E3779B1))
     # Non-linear mix: with a plain offset, two sparse prompts whose few values agree mod 256
     # would agree in every borrowed bin too (the stored 8 bits are the low bits).
     borrowed *= np.uint32(0x85EBCA6B)
     borrowed ^= borrowed >> np.uint32(13)
     borrowed *= np.uint32(0xC2B2AE35)
     borrowed ^= borrowed >> np.uint32(16)
-    np.copyto(mins, borrowed, where=~filled)
+    mins[row, column] = borrowed
+
+
+def _stable_order(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(np.argsort(column, kind="stable"), column sorted) for a uint32 column: key and index packed
+    into one uint64 and sorted plainly, several times faster than a stable argsort."""
+    if column.size >= 1 << 32:  # pragma: no cover - the index would not fit
+        order = np.argsort(column, kind="stable")
+        return order, column[order]
+    packed = (column.astype(np.uint64) << _U64(32)) | np.arange(column.size, dtype=np.uint64)
+    packed.sort()
+    return (packed & _U64(0xFFFFFFFF)).astype(np.int64), (packed >> _U64(32)).astype(np.uint32)
 
 
 def _components(labels: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:

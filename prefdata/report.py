@@ -198,6 +198,10 @@ class _Similarity:
             self.halves = None
         return self._value  # type: ignore[return-value]
 
+    def measured(self, value: float) -> None:
+        """Take `value` = similarity(*self.halves), computed elsewhere (e.g. in another process)."""
+        self._value, self.halves = value, None
+
     # Only compared when two sampled rows have the same hash: the same order as plain floats.
     def __eq__(self, other: object) -> bool:
         return isinstance(other, _Similarity) and self.value() == other.value()
@@ -224,6 +228,10 @@ class SimilaritySample:
         self.seen += 1
         if self.wants(key):
             self.put(key, chosen, rejected)
+
+    def unmeasured(self) -> list[_Similarity]:
+        """The sampled rows whose similarity is not computed yet (their `halves` say what to compare)."""
+        return [item for _, item in self.heap if item.halves is not None]
 
     def cutoff(self) -> int:
         """Every key that enters the sample from now on is below this (it only ever decreases)."""
@@ -410,12 +418,13 @@ class ReportBuilder:
         if first < EXCERPT_ROWS:
             assert rows.excerpts is not None and len(rows.excerpts) == n, "excerpts are needed up to EXCERPT_ROWS"
             self.prompt_excerpts.extend(rows.excerpts[: EXCERPT_ROWS - first])
-        for position in rows.detailed:  # in input order: flagged_rows and the examples keep it
+        at_pair = np.searchsorted(rows.pair_index, rows.detailed)
+        for position, at in zip(rows.detailed, at_pair.tolist()):  # in input order, as flagged_rows keeps it
             row = rows.detail(position)
             if row.pair is None:
                 self._add_quarantined(row)
             else:
-                self._add_flagged(row)
+                self._add_flagged(row, f"{int(rows.pair_keys[at]):016x}")
         pairs = np.asarray(rows.pair_index, dtype=np.int64)
         self.pair_row.frombytes((pairs + first).tobytes())
         self.prompt_key.frombytes(np.asarray(rows.prompt_keys, dtype=np.uint64).tobytes())
@@ -458,7 +467,8 @@ class ReportBuilder:
                 entry[1].append(location)
         self._remember_flagged(row, [], None)  # severity filled in by build()
 
-    def _add_flagged(self, row: "CheckedRow") -> None:
+    def _add_flagged(self, row: "CheckedRow", digest: str | None = None) -> None:
+        """`digest`: the row's content_hash, when known already."""
         pair = row.pair
         assert pair is not None
         self.flagged_rows_any += 1
@@ -476,16 +486,19 @@ class ReportBuilder:
                         "rejected": excerpt(pair.rejected),
                     }
                 )
-        self._remember_flagged(row, list(dict.fromkeys(row.flags)), row.severity)
+        self._remember_flagged(row, list(dict.fromkeys(row.flags)), row.severity, digest)
 
-    def _remember_flagged(self, row: "CheckedRow", flags: list[str], severity: str | None) -> None:
+    def _remember_flagged(
+        self, row: "CheckedRow", flags: list[str], severity: str | None, digest: str | None = None
+    ) -> None:
         self.flagged_total += 1
         if len(self.flagged) >= MAX_FLAGGED_ROWS:
             return
         # A tuple, not a dict: a large dirty dataset keeps many of these until build().
         detail = row.error if row.pair is None else excerpt(row.pair.prompt, 60)
         file_id = self.files[row.raw.source_file]
-        self.flagged.append((row_hash(row), file_id, row.raw.source_line, tuple(flags), severity, row.outcome, detail))
+        digest = digest or row_hash(row)
+        self.flagged.append((digest, file_id, row.raw.source_line, tuple(flags), severity, row.outcome, detail))
 
     def _add_dataset_keys(self, ordinal: int, row: "CheckedRow") -> None:
         pair = row.pair
@@ -721,10 +734,17 @@ class ReportBuilder:
         if not len(keys):
             return {"groups": 0, "rows": 0, "extra_copies": 0, "top": []}
         values = np.frombuffer(keys, dtype=np.uint64)
-        order = np.argsort(values, kind="stable")  # stable: first occurrence first within a group
+        # Only keys that occur more than once matter: one plain sort finds them, and only their rows
+        # get the (slower) stable sort that keeps the first occurrence first within a group.
+        sorted_all = np.sort(values)
+        repeated = np.unique(sorted_all[1:][sorted_all[1:] == sorted_all[:-1]])
+        del sorted_all
+        at = np.minimum(np.searchsorted(repeated, values), max(repeated.size - 1, 0))
+        members = np.flatnonzero(repeated[at] == values) if repeated.size else np.zeros(0, dtype=np.int64)
+        order = members[np.argsort(values[members], kind="stable")]
         sorted_values = values[order]
-        starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
-        sizes = np.diff(np.r_[starts, len(values)])
+        starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) if order.size else order
+        sizes = np.diff(np.r_[starts, len(order)])
         dup = np.flatnonzero(sizes > 1)
         rows_in_groups = int(sizes[dup].sum()) if len(dup) else 0
         # Largest first; ties by first appearance in the input.

@@ -229,17 +229,23 @@ def chunk_records(chunk: Chunk, lines: list[bytes] | None = None) -> Iterator[Ra
         file_start = False
 
 
-def exact_record(chunk: Chunk, position: int, source_line: int, span: tuple[int, int] | None = None) -> RawRecord:
+def exact_record(
+    chunk: Chunk, position: int, source_line: int, span: tuple[int, int] | None = None, file: BinaryIO | None = None
+) -> RawRecord:
     """Record `position` of the chunk (at `source_line`), exactly as `iter_raw_records` yields it.
-    A RangeChunk's record is read again from the file: `span` is its line's (offset in the chunk,
-    length)."""
+    A RangeChunk's record is read again from the file (`file`, if open already): `span` is its
+    line's (offset in the chunk, length)."""
     if isinstance(chunk, RecordsChunk):
         return chunk.records[position]
     if isinstance(chunk, RangeChunk):
         assert span is not None
-        with open(chunk.path, "rb") as fh:
+        fh = file if file is not None else open(chunk.path, "rb")
+        try:
             fh.seek(chunk.start + span[0])
             item: LineItem = fh.read(span[1])
+        finally:
+            if file is None:
+                fh.close()
         file_start = chunk.start == 0 and span[0] == 0
     else:
         item = chunk.items[source_line - chunk.first_line]

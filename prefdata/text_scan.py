@@ -19,7 +19,7 @@ import numpy as np
 
 from prefdata import flags as F
 from prefdata.checks import completion_content, ids_mode, text_flags, token_flags
-from prefdata.dataset_checks import PromptLeakIndex, _PACK3, _xxh, pair_digests_and_key
+from prefdata.dataset_checks import PromptLeakIndex, _PACK3, _xxh, first_occurrences, pair_digests_and_key
 from prefdata.errors import RecordError, UnknownShapeError
 from prefdata.formats import normalize_record
 from prefdata.minhash import prompt_digest, prompt_signatures
@@ -56,11 +56,14 @@ class ChunkScan:
     pair_index: np.ndarray  # (p,) int64 positions of the pairs
     prompt_keys: np.ndarray  # (p,) uint64 digests as dataset_checks.pair_digests_and_key
     pair_keys: np.ndarray  # (p,) uint64
+    first_prompts: np.ndarray  # (p,) bool dataset_checks.first_occurrences of prompt_keys
+    first_pairs: np.ndarray  # (p,) bool ... of pair_keys
     swapped_keys: np.ndarray  # (p,) uint64 pair key with the halves swapped (0 when they are equal)
     halves_differ: np.ndarray  # (p,) bool chosen digest != rejected digest
     lengths: np.ndarray  # (p, 3) int64 characters of prompt, chosen, rejected
     prompt_positions: np.ndarray  # (m,) int64 positions of the pairs with a non-empty prompt
     prompt_digests: np.ndarray  # (m,) uint64 minhash.prompt_digest
+    first_digests: np.ndarray  # (m,) bool first_occurrences of prompt_digests
     signature_rows: np.ndarray  # (m,) int64 row in `signatures`; -1: no word, or not first here
     signatures: np.ndarray  # (s, num_perm) uint8
     halves: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # similarity candidates
@@ -132,7 +135,8 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
     below = np.arange(len(pairs)) if sample_cutoff >= 1 << 64 else np.flatnonzero(pair_keys < np.uint64(sample_cutoff))
     halves = {pair_index[i]: _halves(pairs[i]) for i in below.tolist()}
     prompted = [i for i, pair in enumerate(pairs) if pair.prompt]
-    digests, signature_rows, signatures = _prompt_signatures([pairs[i].prompt for i in prompted])
+    digests, first_digests, signature_rows, signatures = _prompt_signatures([pairs[i].prompt for i in prompted])
+    prompt_keys = np.ascontiguousarray(key_array[:, 0])
     line_array = np.array(lines, dtype=np.int64)
     line_count, spans = 0, None
     if range_lines_ is not None:
@@ -148,13 +152,16 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
         flag_bits=np.array(bits, dtype=np.uint32),
         quarantined=quarantined,
         pair_index=positions,
-        prompt_keys=np.ascontiguousarray(key_array[:, 0]),
+        prompt_keys=prompt_keys,
         pair_keys=pair_keys,
+        first_prompts=first_occurrences(prompt_keys),
+        first_pairs=first_occurrences(pair_keys),
         swapped_keys=np.array(swapped, dtype=np.uint64),
         halves_differ=hc != hr,
         lengths=np.array(lengths, dtype=np.int64).reshape(-1, 3),
         prompt_positions=positions[prompted],
         prompt_digests=digests,
+        first_digests=first_digests,
         signature_rows=signature_rows,
         signatures=signatures,
         halves=halves,
@@ -170,12 +177,13 @@ def _halves(pair: Pair) -> tuple[Any, Any]:
     return completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
 
 
-def _prompt_signatures(prompts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(digests, signature rows, signatures): only the first prompt of each digest here is hashed."""
-    digests = [prompt_digest(prompt) for prompt in prompts]
-    first_of: dict[int, int] = {}
-    firsts = [i for i, digest in enumerate(digests) if first_of.setdefault(digest, i) == i]
-    has_words, signatures = prompt_signatures([prompts[i].lower() for i in firsts])
+def _prompt_signatures(prompts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(digests, first occurrences, signature rows, signatures): only the first prompt of each
+    digest here is hashed."""
+    digests = np.array([prompt_digest(prompt) for prompt in prompts], dtype=np.uint64)
+    first = first_occurrences(digests)
+    firsts = np.flatnonzero(first)
+    has_words, signatures = prompt_signatures([prompts[i].lower() for i in firsts.tolist()])
     rows = np.full(len(prompts), -1, dtype=np.int64)
-    rows[np.array(firsts, dtype=np.int64)[has_words]] = np.arange(int(has_words.sum()))
-    return np.array(digests, dtype=np.uint64), rows, signatures
+    rows[firsts[has_words]] = np.arange(int(has_words.sum()))
+    return digests, first, rows, signatures

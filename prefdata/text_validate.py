@@ -18,10 +18,11 @@ import os
 import signal
 import threading
 from collections import deque
+from contextlib import closing
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from prefdata.dataset_checks import DatasetWideChecks
 from prefdata.errors import PrefdataError
 from prefdata.minhash import NearDuplicatePrompts
 from prefdata.pipeline import SHAPE_PROBE_RECORDS, CheckedRow, build_leak_index
-from prefdata.checks import apply_policy
+from prefdata.checks import apply_policy, similarity
 from prefdata.formats import normalize_record
 from prefdata.policy import Policy
 from prefdata import report as R
@@ -62,7 +63,7 @@ def check_raw_text(
     leak_index = build_leak_index(against) if against is not None else None
     scan_settings = ScanSettings(policy, settings, leak_index)
     merger = _Merger(input_path, builder, policy, batch_size, progress)
-    with _Scanner(scan_settings, workers) as scanner:
+    with _Scanner(scan_settings, workers) as scanner, closing(merger):
         pending: deque[tuple[Chunk, Future[ChunkScan]]] = deque()
         chunks = iter_chunks(input_path)
         try:
@@ -78,7 +79,14 @@ def check_raw_text(
             raise
         while pending:
             merger.merge(*_result(pending.popleft()))
-    merger.finish()
+        merger.check_end()
+        # The similarity sample is final: measure it in the workers while this process clusters.
+        sampled = builder.similarity.unmeasured()
+        measuring = [scanner.measure([item.halves for item in sampled[i : i + 500]]) for i in range(0, len(sampled), 500)]
+        merger.cluster_prompts()
+        for i, future in enumerate(measuring):
+            for item, value in zip(sampled[500 * i : 500 * i + 500], future.result()):
+                item.measured(value)
 
 
 def _result(item: tuple[Chunk, Future[ChunkScan]]) -> tuple[Chunk, ChunkScan]:
@@ -104,6 +112,10 @@ def _scan_in_worker(chunk: Chunk, cutoff: int, want_excerpts: bool) -> ChunkScan
     return scan_chunk(chunk, _WORKER_SETTINGS, cutoff, want_excerpts)
 
 
+def _measure(halves: list[tuple[Any, Any]]) -> list[float]:
+    return [similarity(chosen, rejected) for chosen, rejected in halves]
+
+
 class _Scanner:
     """`scan_chunk` in `workers` processes (or, with 0, in this one), a few chunks in flight."""
 
@@ -126,6 +138,14 @@ class _Scanner:
             return self.pool.submit(_scan_in_worker, chunk, cutoff, want_excerpts)
         future: Future[ChunkScan] = Future()
         future.set_result(scan_chunk(chunk, self.settings, cutoff, want_excerpts))
+        return future
+
+    def measure(self, halves: list[tuple[Any, Any]]) -> Future[list[float]]:
+        """checks.similarity of each (chosen, rejected)."""
+        if self.pool is not None:
+            return self.pool.submit(_measure, halves)
+        future: Future[list[float]] = Future()
+        future.set_result(_measure(halves))
         return future
 
     def __enter__(self) -> "_Scanner":
@@ -157,6 +177,7 @@ class _Merger:
         self.only_unknown_shapes = True  # among the probed records
         self.first_problem: str | None = None
         self._verdicts: dict[int, tuple[list[str], int]] = {}  # flag mask -> (kept flags, severity code)
+        self._open: tuple[str, BinaryIO] | None = None
         self.bar = _progress_bar(progress)
 
     def merge(self, chunk: Chunk, scan: ChunkScan) -> None:
@@ -169,7 +190,8 @@ class _Merger:
         self._probe(chunk, scan)
         pairs = scan.pair_index
         duplicate, conflicting = self.dataset.observe_digests(
-            chunk.source_file, scan.lines[pairs], scan.prompt_keys, scan.pair_keys, scan.swapped_keys, scan.halves_differ
+            chunk.source_file, scan.lines[pairs], scan.prompt_keys, scan.pair_keys, scan.swapped_keys,
+            scan.halves_differ, scan.first_prompts, scan.first_pairs,
         )
         masks = scan.flag_bits[pairs] | np.where(duplicate, _DUPLICATE, 0).astype(np.uint32)
         masks |= np.where(conflicting, _CONFLICTING, 0).astype(np.uint32)
@@ -186,8 +208,11 @@ class _Merger:
         detailed = sorted([*kept_flags, *errors])
 
         def detail(position: int) -> CheckedRow:
-            span = None if scan.spans is None else (int(scan.spans[position, 0]), int(scan.spans[position, 1]))
-            raw = exact_record(chunk, position, int(scan.lines[position]), span)
+            span = file = None
+            if isinstance(chunk, RangeChunk):
+                assert scan.spans is not None
+                span, file = (int(scan.spans[position, 0]), int(scan.spans[position, 1])), self._file(chunk.path)
+            raw = exact_record(chunk, position, int(scan.lines[position]), span, file)
             if position in errors:
                 return CheckedRow(raw, None, None, [], None, "quarantined", error=errors[position])
             code = int(severity[position])
@@ -212,9 +237,26 @@ class _Merger:
                 tokens=scan.tokens,
             )
         )
-        self.near.add_signatures(first + scan.prompt_positions, scan.prompt_digests, scan.signature_rows, scan.signatures)
+        self.near.add_signatures(
+            first + scan.prompt_positions, scan.prompt_digests, scan.signature_rows, scan.signatures, scan.first_digests
+        )
         if self.bar is not None:
             self.bar.update(n)
+
+    def _file(self, path: str) -> BinaryIO:
+        """The open data file the last detail came from (rows are re-read one at a time)."""
+        if self._open is None or self._open[0] != path:
+            self.close()
+            self._open = (path, open(path, "rb"))
+        return self._open[1]
+
+    def close(self) -> None:
+        if self._open is not None:
+            self._open[1].close()
+            self._open = None
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
 
     def _verdict(self, mask: int) -> tuple[list[str], int]:
         """(flags the policy keeps, severity code) for a flag mask: apply_policy, once per mask."""
@@ -244,15 +286,15 @@ class _Merger:
         if self.records >= self.probe_records and self.pairs_in_probe == 0 and self.only_unknown_shapes:
             raise PrefdataError(f"{self.input_path} does not look like preference data ({self.first_problem})")
 
-    def finish(self) -> None:
-        """End-of-input checks, then the near-duplicate prompt clusters."""
-        if self.bar is not None:
-            self.bar.close()
+    def check_end(self) -> None:
+        """The sequential path's end-of-input errors."""
         if self.records == 0:
             what = "no records in any file" if Path(self.input_path).is_dir() else "empty file"
             raise PrefdataError(f"{self.input_path}: {what} (nothing to read)")
         if self.pairs == 0 and self.only_unknown_shapes:
             raise PrefdataError(f"{self.input_path} does not look like preference data ({self.first_problem})")
+
+    def cluster_prompts(self) -> None:
         self.builder.add_near_duplicate_prompts(self.near.clusters(), self.builder.location)
 
 

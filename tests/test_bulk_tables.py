@@ -88,3 +88,38 @@ def test_signatures_do_not_depend_on_the_batch():
     parts = [prompt_signatures(texts[i : i + 33]) for i in range(0, len(texts), 33)]
     assert np.array_equal(whole[0], np.concatenate([p[0] for p in parts]))
     assert np.array_equal(whole[1], np.concatenate([p[1] for p in parts]))
+
+
+def test_stable_order_is_a_stable_argsort():
+    from prefdata.minhash import _stable_order
+
+    column = np.random.default_rng(5).integers(0, 50, 5000).astype(np.uint32)
+    order, sorted_column = _stable_order(column)
+    assert np.array_equal(order, np.argsort(column, kind="stable"))
+    assert np.array_equal(sorted_column, np.sort(column))
+
+
+def test_duplicate_groups_match_a_full_stable_sort():
+    from array import array
+
+    from prefdata.report import LINES_PER_GROUP, TOP_GROUPS, ReportBuilder
+
+    rng = np.random.default_rng(6)
+    builder = ReportBuilder()
+    for n, distinct in ((0, 1), (50, 1000), (3000, 400), (3000, 3000)):
+        keys = array("Q", rng.integers(0, distinct, n).astype(np.uint64).tobytes())
+        builder.pair_row = array("q", range(n))
+        builder.prompt_excerpts = [f"row {i}" for i in range(n)]
+        builder.file_index, builder.line, builder.files = array("I", [0] * n), array("q", range(1, n + 1)), {"f": 0}
+        got = builder._groups(keys)
+        # The reference: a stable argsort of every key.
+        values = np.frombuffer(keys, dtype=np.uint64)
+        order = np.argsort(values, kind="stable")
+        sorted_values = values[order]
+        starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) if n else np.zeros(0, int)
+        sizes = np.diff(np.r_[starts, n])
+        dup = np.flatnonzero(sizes > 1)
+        ranked = sorted(zip((-sizes[dup]).tolist(), order[starts[dup]].tolist(), starts[dup].tolist()))[:TOP_GROUPS]
+        lines = [[m + 1 for m in sorted(order[a : a - s].tolist())[:LINES_PER_GROUP]] for s, _, a in ranked]
+        assert got["groups"] == len(dup) and got["rows"] == int(sizes[dup].sum())
+        assert [[r["source_line"] for r in g["rows"]] for g in got["top"]] == lines
