@@ -227,13 +227,15 @@ _TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 def _row_digest(row: dict[str, Any]) -> bytes:
     """A digest of one output row that does not depend on batching (for the manifest's content hash).
 
-    Id lists are hashed as raw int64 bytes and the three texts as length-prefixed UTF-8: JSON-encoding
+    Id lists are hashed as raw int32 bytes and the three texts as length-prefixed UTF-8: JSON-encoding
     them cost more than everything else in this loop. The remaining (small) fields go in as JSON."""
     digest = xxhash.xxh3_128()  # not a security boundary: a fast, well-mixed 128-bit digest
     for key in _ID_COLUMNS:
         ids = row[key]
+        if not (isinstance(ids, array) and ids.typecode == "i"):  # workers send array('i') already
+            ids = array("i", ids)
         digest.update(len(ids).to_bytes(8, "little"))
-        digest.update(array("q", ids).tobytes())
+        digest.update(ids)
     for key in _TEXT_COLUMNS:
         data = row[key].encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "little"))

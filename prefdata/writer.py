@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from array import array
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from prefdata.errors import PrefdataError
@@ -36,6 +38,7 @@ CORE_SCHEMA = pa.schema(
     ]
 )
 CORE_COLUMNS = frozenset(CORE_SCHEMA.names)
+_ID_COLUMNS = frozenset({"prompt_ids", "chosen_ids", "rejected_ids"})
 # Rows in a single Arrow file before starting the next shard (keeps files a manageable size).
 ROWS_PER_SHARD = 500_000
 
@@ -123,8 +126,25 @@ class JsonlWriter:
         self._handle.close()
 
 
+def _ids_array(values: list[Any]) -> pa.Array | None:
+    """list<int32> column straight from array('i') rows (what prepare's workers send): offsets and
+    one concatenated buffer, no per-id conversion. None when some row is not such an array."""
+    if not all(isinstance(v, array) and v.typecode == "i" for v in values):
+        return None
+    flat = array("i")
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    for i, ids in enumerate(values):
+        flat.extend(ids)  # same typecode: a memory copy
+        offsets[i + 1] = len(flat)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(np.frombuffer(flat, dtype=np.int32)), type=ID_TYPE)
+
+
 def _column_array(name: str, values: list[Any]) -> pa.Array:
     """Arrow array for a column; values Arrow cannot type consistently are kept as JSON text."""
+    if name in _ID_COLUMNS:
+        fast = _ids_array(values)
+        if fast is not None:
+            return fast
     if name in CORE_COLUMNS:
         return pa.array(values, type=CORE_SCHEMA.field(name).type)
     try:

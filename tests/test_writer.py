@@ -107,3 +107,22 @@ def test_abandon_removes_what_this_run_created(tmp_path):
     (staging / "half.arrow").write_text("x")
     abandon(staging, out)
     assert not out.exists()
+
+
+
+def test_ids_sent_as_arrays_are_stored_like_lists(tmp_path):
+    """prepare's workers send ids as array('i'); they are stored exactly as the same ids given as
+    lists, including empty id lists and a batch that mixes both kinds (the general path)."""
+    from array import array
+
+    def as_arrays(row):
+        return {k: array("i", v) if k.endswith("_ids") else v for k, v in row.items()}
+
+    rows = [_row(i) for i in range(4)] + [dict(_row(4), chosen_ids=[], rejected_ids=[2**31 - 1])]
+    writer = DatasetWriter(tmp_path)
+    writer.write_rows([as_arrays(r) for r in rows])
+    writer.write_rows([as_arrays(rows[0]), rows[1]])
+    writer.finish("abc")
+    ds = load_from_disk(str(tmp_path))
+    for key in ("prompt_ids", "chosen_ids", "rejected_ids"):
+        assert ds[key] == [r[key] for r in rows + rows[:2]]
