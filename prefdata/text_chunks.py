@@ -326,7 +326,12 @@ def _fast_value(data: bytes, view: bytes | memoryview, start: int, end: int) -> 
         return None
     if type(value) is not dict:
         return None
-    keys, floats = _keys_floats(value)
+    for item in value.values():
+        if type(item) is not str:
+            keys, floats = _keys_floats(value)
+            break
+    else:  # a flat object of strings, the common row: no walk needed
+        keys, floats = len(value), False
     if floats and _LONG_DIGITS.search(data, start, end):
         return None
     colons = data.count(b":", start, end)
