@@ -188,8 +188,10 @@ class U64Table:
         new_vals = np.zeros(capacity, dtype=np.int64)
         _place_distinct(new_keys, new_vals, keys, vals, capacity - 1)
         del old_keys  # release the buffer export before replacing the arrays
-        self._keys = array("Q", new_keys.tobytes())
-        self._vals = array("q", new_vals.tobytes())
+        self._keys, self._vals = array("Q"), array("q")
+        self._keys.frombytes(new_keys.data.cast("B"))  # from the buffer: no intermediate bytes copy
+        del new_keys
+        self._vals.frombytes(new_vals.data.cast("B"))
         self._mask = capacity - 1
 
 

@@ -103,8 +103,8 @@ class NearDuplicatePrompts:
         # threshold, so pairs right at the threshold are found ~93% of the time.
         self._accept = threshold - 1.5 * math.sqrt(threshold * (1 - threshold) / num_perm)
         self._exact = U64Table()
-        self._sig_chunks: list[np.ndarray] = []
-        self._id_chunks: list[np.ndarray] = []
+        self._signatures_of = _Rows((num_perm,), np.uint8)  # of the distinct prompts with words
+        self._ids = _Rows((), np.int64)  # their row ids
         self.prompts_seen = 0
         self.distinct_prompts = 0
         self._pending: deque[Future[None]] = deque()
@@ -118,7 +118,7 @@ class NearDuplicatePrompts:
     def nbytes(self) -> int:
         """Bytes held by the signature and exact-duplicate tables."""
         self._drain()
-        return self._exact.nbytes + sum(c.nbytes for c in self._sig_chunks) + sum(c.nbytes for c in self._id_chunks)
+        return self._exact.nbytes + self._signatures_of.nbytes + self._ids.nbytes
 
     def add_batch(self, row_ids: Sequence[int], prompts: Sequence[str]) -> None:
         """Add prompts with the row ids that `clusters()` will report for them.
@@ -154,8 +154,8 @@ class NearDuplicatePrompts:
             return
         self.distinct_prompts += len(new_texts)
         has_words, signatures = self._signatures(new_texts)
-        self._sig_chunks.append(signatures)
-        self._id_chunks.append(np.asarray(new_ids, dtype=np.int64)[has_words])
+        self._signatures_of.append(signatures)
+        self._ids.append(np.asarray(new_ids, dtype=np.int64)[has_words])
 
     def add_signatures(
         self,
@@ -180,8 +180,8 @@ class NearDuplicatePrompts:
         self.distinct_prompts += int(new.sum())
         rows = signature_rows[new]
         signed = rows >= 0
-        self._sig_chunks.append(signatures[rows[signed]])
-        self._id_chunks.append(np.asarray(row_ids, dtype=np.int64)[new][signed])
+        self._signatures_of.append(signatures[rows[signed]])
+        self._ids.append(np.asarray(row_ids, dtype=np.int64)[new][signed])
 
     def _signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mask of texts with at least one word, uint8 signatures of those texts)."""
@@ -190,12 +190,8 @@ class NearDuplicatePrompts:
     def clusters(self) -> list[list[int]]:
         """Groups of >= 2 row ids whose prompts are near-duplicates, each sorted; groups sorted."""
         self._drain()
-        if not self._sig_chunks:
-            return []
-        sigs = np.ascontiguousarray(np.concatenate(self._sig_chunks))
-        ids = np.concatenate(self._id_chunks)
-        # Keep the joined arrays instead of the chunks: one copy of the signatures, not two.
-        self._sig_chunks, self._id_chunks = [sigs], [ids]
+        sigs = self._signatures_of.joined()
+        ids = self._ids.joined()
         n = ids.size
         if n < 2:
             return []
@@ -339,6 +335,56 @@ def _densify(mins: np.ndarray, filled: np.ndarray) -> None:
     borrowed *= np.uint32(0xC2B2AE35)
     borrowed ^= borrowed >> np.uint32(16)
     mins[row, column] = borrowed
+
+
+class _Rows:
+    """An array growing by rows, kept in blocks of about BLOCK_BYTES (each its own allocation, given
+    back to the system when dropped): no regrowth copies, and joining holds one block more than the
+    result, not two copies of everything."""
+
+    BLOCK_BYTES = 4 << 20
+
+    def __init__(self, row_shape: tuple[int, ...], dtype: type) -> None:
+        self.row_shape = row_shape
+        self.dtype = np.dtype(dtype)
+        self.row_bytes = self.dtype.itemsize * math.prod(row_shape)
+        self.block_rows = max(1, self.BLOCK_BYTES // self.row_bytes)
+        self.blocks: list[np.ndarray] = []
+        self.filled = 0  # rows used in the last block
+        self.rows = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows held (the last block's unused tail not counted)."""
+        return self.rows * self.row_bytes
+
+    def append(self, rows: np.ndarray) -> None:
+        done = 0
+        while done < len(rows):
+            if not self.blocks or self.filled == len(self.blocks[-1]):
+                self.blocks.append(np.empty((self.block_rows, *self.row_shape), dtype=self.dtype))
+                self.filled = 0
+            take = min(len(rows) - done, len(self.blocks[-1]) - self.filled)
+            self.blocks[-1][self.filled : self.filled + take] = rows[done : done + take]
+            self.filled += take
+            self.rows += take
+            done += take
+
+    def joined(self) -> np.ndarray:
+        """All rows as one array (which then becomes the only block)."""
+        if len(self.blocks) == 1 and self.filled == len(self.blocks[0]):
+            return self.blocks[0]
+        result = np.empty((self.rows, *self.row_shape), dtype=self.dtype)
+        at = 0
+        blocks, self.blocks = self.blocks, []
+        while blocks:
+            block = blocks.pop(0)  # dropped once copied
+            take = min(len(block), self.rows - at)
+            result[at : at + take] = block[:take]
+            at += take
+            del block
+        self.blocks, self.filled = [result], self.rows
+        return result
 
 
 def _stable_order(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -184,7 +184,7 @@ class _Similarity:
     """
 
     __slots__ = ("halves", "_value")
-    DEFER_CHARS = 8192
+    DEFER_CHARS = 8192  # halves longer than this together are measured at once
 
     def __init__(self, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
         if len(chosen) + len(rejected) > self.DEFER_CHARS:
@@ -242,7 +242,16 @@ class SimilaritySample:
         return len(self.heap) < self.k or -self.heap[0][0] > key
 
     def put(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
-        item = (-key, _Similarity(chosen, rejected))
+        self._push(key, _Similarity(chosen, rejected))
+
+    def put_measured(self, key: int, value: float) -> None:
+        """`put` for a row whose similarity was computed already (its halves are long)."""
+        item = _Similarity.__new__(_Similarity)
+        item.halves, item._value = None, value
+        self._push(key, item)
+
+    def _push(self, key: int, similarity_: "_Similarity") -> None:
+        item = (-key, similarity_)
         if len(self.heap) < self.k:
             heapq.heappush(self.heap, item)
         else:
@@ -313,9 +322,10 @@ class CompactRows:
     lengths: "np.ndarray"  # per pair: characters of prompt, chosen, rejected, shape (pairs, 3)
     detailed: list[int]  # positions of flagged or quarantined records, ascending
     detail: Callable[[int], "CheckedRow"]  # the full row at a position
-    # The similarity sample's candidates: position -> the halves it compares. Must hold every pair
-    # whose key is below the sample's current cut-off (`SimilaritySample.cutoff()`).
-    halves: dict[int, tuple[Any, Any]] = field(default_factory=dict)
+    # The similarity sample's candidates: position -> the halves it compares, or their similarity
+    # when they are longer than _Similarity.DEFER_CHARS (measured at once anyway). Must hold every
+    # pair whose key is below the sample's current cut-off (`SimilaritySample.cutoff()`).
+    halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)
     excerpts: list[str] | None = None  # excerpt(prompt) per record ("" when quarantined), while needed
     tokens: dict[int, TokenLengths] = field(default_factory=dict)  # position -> token lengths
 
@@ -448,8 +458,11 @@ class ReportBuilder:
         for at in below.tolist():
             key = int(keys[at])
             if sample.wants(key):
-                chosen, rejected = rows.halves[int(pairs[at])]
-                sample.put(key, chosen, rejected)
+                halves = rows.halves[int(pairs[at])]
+                if type(halves) is float:
+                    sample.put_measured(key, halves)
+                else:
+                    sample.put(key, *halves)
 
     def _add_quarantined(self, row: "CheckedRow") -> None:
         reason = row.error or "unreadable record"

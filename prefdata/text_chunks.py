@@ -48,7 +48,6 @@ except ImportError:  # pragma: no cover - orjson is a dependency; without it eve
 CHUNK_LINES = 2048  # records per chunk of non-JSON-lines input (or lines, where the main process splits them)
 CHUNK_BYTES = 4 << 20  # bytes of JSON lines per chunk
 LONG_LINE = 16 << 20  # a line longer than this is read by the main process (readers._read_lines)
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")  # a surrogate escape: readers checks what it decodes to
 _LONG_DIGITS = re.compile(rb"\d{19}")  # where orjson may have read an integer beyond 64 bits as a float
 
 LineItem = Union[bytes, _Truncated, _Overlong]
@@ -198,35 +197,50 @@ def _line_chunks(file: Path, name: str, skip: int, max_lines: int, max_bytes: in
 # ----------------------------------------------------------------------------- records of a chunk
 
 
-def range_lines(chunk: RangeChunk) -> list[bytes]:
-    """The lines of a RangeChunk, as `readers._read_lines` splits them."""
+def range_data(chunk: RangeChunk) -> bytes:
+    """The bytes of a RangeChunk."""
     with open(chunk.path, "rb") as fh:
         fh.seek(chunk.start)
-        data = fh.read(chunk.end - chunk.start)
-    lines = data.split(b"\n")
-    if lines[-1] == b"":  # the newline ending the last line (a last line without one stays)
-        lines.pop()
-    return lines
+        return fh.read(chunk.end - chunk.start)
 
 
-def chunk_records(chunk: Chunk, lines: list[bytes] | None = None) -> Iterator[RawRecord]:
-    """The chunk's records in order (blank lines are not records), through the fast path.
-    A RangeChunk's `lines` (from `range_lines`) are numbered from 1."""
+def line_count(data: bytes) -> int:
+    """Lines in a RangeChunk's data, as `readers._read_lines` counts them (blank ones included)."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
+
+
+def chunk_records(chunk: Chunk, data: bytes | None = None) -> Iterator[tuple[RawRecord, int, int]]:
+    """(record, offset, length) for the chunk's records in order (blank lines are not records),
+    through the fast path. A RangeChunk's records (in `data`, from `range_data`) are numbered from
+    1, and offset and length say where their line is in `data` (0, 0 for other chunks)."""
     if isinstance(chunk, RecordsChunk):
-        yield from chunk.records
+        for record in chunk.records:
+            yield record, 0, 0
         return
     name = chunk.source_file
-    if isinstance(chunk, RangeChunk):
-        items: list[LineItem] = list(lines if lines is not None else range_lines(chunk))
-        line_no, file_start = 1, chunk.start == 0
-    else:
-        items, line_no, file_start = chunk.items, chunk.first_line, chunk.first_line == 1
-    for item in items:
-        record = line_record(name, line_no, item, fast=True, file_start=file_start)
-        if record is not None:
-            yield record
-        line_no += 1
-        file_start = False
+    if isinstance(chunk, LinesChunk):
+        line_no = chunk.first_line
+        for item in chunk.items:
+            record = line_record(name, line_no, item, fast=True, file_start=line_no == 1)
+            if record is not None:
+                yield record, 0, 0
+            line_no += 1
+        return
+    data = data if data is not None else range_data(chunk)
+    view = memoryview(data)  # orjson reads a line in place: no copy of it
+    size, start, line_no = len(data), 0, 1
+    while start < size:
+        end = data.find(b"\n", start)
+        end = size if end < 0 else end
+        value = _fast_value(data, view, start, end)
+        if value is not None:
+            yield RawRecord(name, line_no, value=value), start, end - start
+        else:
+            file_start = chunk.start == 0 and start == 0
+            record = line_record(name, line_no, data[start:end], fast=False, file_start=file_start)
+            if record is not None:
+                yield record, start, end - start
+        start, line_no = end + 1, line_no + 1
 
 
 def exact_record(
@@ -265,12 +279,9 @@ def line_record(name: str, line_no: int, item: LineItem, *, fast: bool, file_sta
         line = line[3:]
     if not line.strip():
         return None
-    if fast and _fast_loads is not None and NUL not in line:
-        try:
-            value = _fast_loads(line)
-        except ValueError:
-            value = None
-        if type(value) is dict and _reader_agrees(line, value):
+    if fast:
+        value = _fast_value(line, line, 0, len(line))
+        if value is not None:
             return RawRecord(name, line_no, value=value)
     if NUL in line:
         return RawRecord(
@@ -296,24 +307,41 @@ def line_record(name: str, line_no: int, item: LineItem, *, fast: bool, file_sta
     return _record(name, line_no, value, text)
 
 
-def _reader_agrees(line: bytes, value: dict) -> bool:
-    """Whether `value` (orjson's reading of `line`) is certainly what the reader's JSON decoder
-    gives: every key kept (orjson keeps the last of duplicated keys silently; the reader refuses
-    them), no integer beyond 64 bits turned into a float, no surrogate escape (the reader checks
-    those further). Conservative: anything in doubt goes the reader's own way.
+def _fast_value(data: bytes, view: bytes | memoryview, start: int, end: int) -> dict | None:
+    """orjson's reading of the line data[start:end] (through `view`, without a copy) when the reader
+    would read that very object from it, else None (the reader's own way decides).
 
-    Every ':' outside strings separates a key from its value, so the ':' in the line, less those
-    inside strings (which show as ':' or as a \\u003a escape), equal the number of keys exactly when
-    none was dropped. orjson accepted the bytes, so they are UTF-8, where ':' is one byte."""
-    keys, floats = _keys_floats(value)
-    if floats and _LONG_DIGITS.search(line):
-        return False
-    colons = line.count(b":")
+    orjson refuses everything the reader turns into an error before decoding (a blank line, a BOM
+    on a later line, NUL bytes, invalid UTF-8, lone surrogate escapes); of what it accepts, only
+    duplicated keys (orjson keeps the last one silently, the reader refuses them) and integers
+    beyond 64 bits (orjson makes them floats) read differently. Every ':' outside strings separates
+    a key from its value, so the ':' in the line, less those inside strings (which show as ':' or
+    as a \\u003a escape), equal the number of keys exactly when none was dropped; ':' is one byte
+    in UTF-8, so the bytes can be counted."""
+    if _fast_loads is None:
+        return None
+    try:
+        value = _fast_loads(view[start:end])
+    except ValueError:
+        return None
+    if type(value) is not dict:
+        return None
+    for item in value.values():
+        if type(item) is not str:
+            keys, floats = _keys_floats(value)
+            break
+    else:  # a flat object of strings, the common row: no walk needed
+        keys, floats = len(value), False
+    if floats and _LONG_DIGITS.search(data, start, end):
+        return None
+    colons = data.count(b":", start, end)
     if colons != keys:  # some string holds a ':' (or a key was dropped): count those in strings
-        escaped = line.count(b"\\u003a") + line.count(b"\\u003A") if b"\\u003" in line else 0
+        escaped = 0
+        if data.find(b"\\u003", start, end) >= 0:
+            escaped = data.count(b"\\u003a", start, end) + data.count(b"\\u003A", start, end)
         if colons - _string_colons(value) + escaped != keys:
-            return False
-    return not (b"\\u" in line and _SURROGATE_ESCAPE.search(line))
+            return None
+    return value
 
 
 def _keys_floats(value: dict) -> tuple[int, bool]:

@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 
 from prefdata import flags as F
-from prefdata.checks import completion_content, ids_mode, text_flags, token_flags
+from prefdata.checks import completion_content, ids_mode, similarity, text_flags, token_flags
 from prefdata.dataset_checks import PromptLeakIndex, _PACK3, _xxh, first_occurrences, pair_digests_and_key
 from prefdata.errors import RecordError, UnknownShapeError
 from prefdata.formats import normalize_record
 from prefdata.minhash import prompt_digest, prompt_signatures
 from prefdata.policy import Policy
 from prefdata.records import Pair
-from prefdata.report import TokenLengths, excerpt, token_lengths
-from prefdata.text_chunks import Chunk, RangeChunk, chunk_records, range_lines
+from prefdata.report import TokenLengths, _Similarity, excerpt, token_lengths
+from prefdata.text_chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
 from prefdata.tokenize import TokenizeSettings, truncate_pair
 
 FLAG_BIT = {flag: 1 << i for i, flag in enumerate(F.ALL_FLAGS)}
@@ -66,7 +66,7 @@ class ChunkScan:
     first_digests: np.ndarray  # (m,) bool first_occurrences of prompt_digests
     signature_rows: np.ndarray  # (m,) int64 row in `signatures`; -1: no word, or not first here
     signatures: np.ndarray  # (s, num_perm) uint8
-    halves: dict[int, tuple[Any, Any]] = field(default_factory=dict)  # similarity candidates
+    halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)  # similarity candidates
     tokens: dict[int, TokenLengths] = field(default_factory=dict)  # pre-tokenized pairs
     excerpts: list[str] | None = None  # report.excerpt(prompt) per record, when asked for
     line_count: int = 0  # lines in a RangeChunk (blank ones included)
@@ -90,9 +90,11 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
     tokens: dict[int, TokenLengths] = {}
     excerpts: list[str] | None = [] if want_excerpts else None
     bit = FLAG_BIT
-    range_lines_ = range_lines(chunk) if isinstance(chunk, RangeChunk) else None
-    for position, raw in enumerate(chunk_records(chunk, range_lines_)):
+    data = range_data(chunk) if isinstance(chunk, RangeChunk) else None
+    spans: list[int] = []
+    for position, (raw, offset, length) in enumerate(chunk_records(chunk, data)):
         lines.append(raw.source_line)
+        spans += (offset, length)
         try:
             if raw.error is not None:
                 raise RecordError(raw.error)
@@ -137,18 +139,10 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
     prompted = [i for i, pair in enumerate(pairs) if pair.prompt]
     digests, first_digests, signature_rows, signatures = _prompt_signatures([pairs[i].prompt for i in prompted])
     prompt_keys = np.ascontiguousarray(key_array[:, 0])
-    line_array = np.array(lines, dtype=np.int64)
-    line_count, spans = 0, None
-    if range_lines_ is not None:
-        line_count = len(range_lines_)
-        sizes = np.fromiter(map(len, range_lines_), np.int64, line_count)
-        offsets = np.cumsum(sizes + 1) - (sizes + 1)
-        at = line_array - 1
-        spans = np.stack([offsets[at], sizes[at]], axis=1)
     return ChunkScan(
-        line_count=line_count,
-        spans=spans,
-        lines=line_array,
+        line_count=line_count(data) if data is not None else 0,
+        spans=np.array(spans, dtype=np.int64).reshape(-1, 2) if data is not None else None,
+        lines=np.array(lines, dtype=np.int64),
         flag_bits=np.array(bits, dtype=np.uint32),
         quarantined=quarantined,
         pair_index=positions,
@@ -170,11 +164,16 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
     )
 
 
-def _halves(pair: Pair) -> tuple[Any, Any]:
-    """What the report's similarity sample compares for a pair (ReportBuilder._add_dataset_keys)."""
+def _halves(pair: Pair) -> tuple[Any, Any] | float:
+    """What the report's similarity sample compares for a pair (ReportBuilder._add_dataset_keys),
+    or their similarity when the sample would measure it at once (long halves)."""
     if ids_mode(pair):
-        return pair.chosen_ids or [], pair.rejected_ids or []
-    return completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
+        halves = pair.chosen_ids or [], pair.rejected_ids or []
+    else:
+        halves = completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
+    if len(halves[0]) + len(halves[1]) > _Similarity.DEFER_CHARS:
+        return similarity(*halves)
+    return halves
 
 
 def _prompt_signatures(prompts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

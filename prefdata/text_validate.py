@@ -18,27 +18,26 @@ import os
 import signal
 import threading
 from collections import deque
-from contextlib import closing
-from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import closing
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
+from prefdata import flags as F
+from prefdata import report as R
+from prefdata.checks import apply_policy, similarity
 from prefdata.dataset_checks import DatasetWideChecks
 from prefdata.errors import PrefdataError
-from prefdata.minhash import NearDuplicatePrompts
-from prefdata.pipeline import SHAPE_PROBE_RECORDS, CheckedRow, build_leak_index
-from prefdata.checks import apply_policy, similarity
 from prefdata.formats import normalize_record
+from prefdata.minhash import NearDuplicatePrompts
+from prefdata.pipeline import CheckedRow, build_leak_index
 from prefdata.policy import Policy
-from prefdata import report as R
 from prefdata.report import OUTCOMES, SEVERITY_CODES, CompactRows, ReportBuilder
 from prefdata.text_chunks import Chunk, RangeChunk, exact_record, iter_chunks
 from prefdata.text_scan import FLAG_BIT, ChunkScan, ScanSettings, flags_of, scan_chunk
 from prefdata.tokenize import TokenizeSettings
-from prefdata import flags as F
 
 _DUPLICATE, _CONFLICTING = FLAG_BIT[F.DUPLICATE_PAIR], FLAG_BIT[F.CONFLICTING_PAIR]
 _KEPT, _DROPPED, _QUARANTINED = (OUTCOMES.index(o) for o in ("kept", "dropped", "quarantined"))
@@ -168,7 +167,8 @@ class _Merger:
         self.policy = policy
         self.dataset = DatasetWideChecks()
         self.near = NearDuplicatePrompts(threshold=policy.near_duplicate_prompt_threshold, background=False)
-        # iter_checked_rows fails the input when its first batch holds nothing but unknown shapes.
+        # iter_checked_rows fails the input when its first batch holds nothing but unknown shapes
+        # (then, or at the end of a shorter input: the same error either way).
         self.probe_records = batch_size
         self.next_line = 1  # of the next RangeChunk of the current file
         self.records = 0

@@ -123,6 +123,8 @@ def planted_lines(n: int, seed: int = 0) -> list[str]:
             lines.append('{"prompt": "x", "chosen": "\\ud83d\\ude00", "rejected": "y\\u003A"}')  # escaped emoji
         elif special < 0.05:
             lines.append('["an", "array"]')
+        elif special < 0.06:  # long halves: the similarity sample measures these at once
+            lines.append(json.dumps({"prompt": f"long {i}", "chosen": _text(rng, 900, 1200), "rejected": _text(rng, 900, 1200)}))
     return lines
 
 
@@ -211,22 +213,16 @@ def test_chunks_hold_exactly_the_readers_records(tmp_path, small_chunks):
     expected = [(r.source_line, r.value, r.error) for r in iter_raw_records(data)]
     got, next_line = [], 1
     for chunk in text_chunks.iter_chunks(data):
-        lines = text_chunks.range_lines(chunk) if isinstance(chunk, text_chunks.RangeChunk) else None
-        offset = next_line - 1 if lines is not None else 0  # range chunks number their lines from 1
-        for position, record in enumerate(text_chunks.chunk_records(chunk, lines)):
+        ranged = isinstance(chunk, text_chunks.RangeChunk)
+        content = text_chunks.range_data(chunk) if ranged else None
+        offset = next_line - 1 if ranged else 0  # range chunks number their lines from 1
+        for position, (record, start, length) in enumerate(text_chunks.chunk_records(chunk, content)):
             line = record.source_line + offset
-            exact = text_chunks.exact_record(chunk, position, line, _span(lines, record.source_line))
+            exact = text_chunks.exact_record(chunk, position, line, (start, length) if ranged else None)
             assert (exact.value, exact.error) == (record.value, record.error)
             got.append((line, record.value, record.error))
-        next_line += len(lines or ())
+        next_line += text_chunks.line_count(content) if ranged else 0
     assert got == expected
-
-
-def _span(lines: list[bytes] | None, relative_line: int) -> tuple[int, int] | None:
-    if lines is None:
-        return None
-    offset = sum(len(line) + 1 for line in lines[: relative_line - 1])
-    return offset, len(lines[relative_line - 1])
 
 
 # ----------------------------------------------------------------------------- errors
