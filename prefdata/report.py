@@ -215,13 +215,16 @@ class _Similarity:
 class SimilaritySample:
     """Chosen/rejected similarity on a bottom-k sample by content hash.
 
-    The k rows with the smallest hashes are a uniform sample that does not depend on input order or
-    batch size; a row is only measured when its hash could enter the sample, so the cost is about
-    k * (1 + ln(n / k)) similarity computations instead of n."""
+    The k distinct pairs with the smallest hashes are a uniform sample that does not depend on batch
+    size (copies of a pair count once, as first seen); a row is only measured when its hash could
+    enter the sample, so the cost is about k * (1 + ln(n / k)) similarity computations instead of n."""
 
     def __init__(self, k: int = SIMILARITY_SAMPLE) -> None:
         self.k = k
         self.heap: list[tuple[int, _Similarity]] = []  # (-hash, similarity): a max-heap on hash
+        # Each distinct pair enters once: its copies are duplicate_pair's business, and equal hashes
+        # would make the heap compare (so measure) the similarities of every copy it holds.
+        self.keys: set[int] = set()
         self.seen = 0
 
     def offer(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
@@ -239,7 +242,7 @@ class SimilaritySample:
 
     def wants(self, key: int) -> bool:
         """Whether a row with this hash enters the sample (checked before computing anything)."""
-        return len(self.heap) < self.k or -self.heap[0][0] > key
+        return (len(self.heap) < self.k or -self.heap[0][0] > key) and key not in self.keys
 
     def put(self, key: int, chosen: str | Sequence[int], rejected: str | Sequence[int]) -> None:
         self._push(key, _Similarity(chosen, rejected))
@@ -251,11 +254,14 @@ class SimilaritySample:
         self._push(key, item)
 
     def _push(self, key: int, similarity_: "_Similarity") -> None:
+        if key in self.keys:
+            return
+        self.keys.add(key)
         item = (-key, similarity_)
         if len(self.heap) < self.k:
             heapq.heappush(self.heap, item)
         else:
-            heapq.heapreplace(self.heap, item)
+            self.keys.discard(-heapq.heapreplace(self.heap, item)[0])
 
     def to_dict(self, threshold: float | None) -> dict[str, Any]:
         values = sorted(v.value() for _, v in self.heap)

@@ -249,6 +249,25 @@ def test_similarity_sample_is_bounded_uniform_and_order_independent():
     assert measure(shuffled) == forward
 
 
+def test_similarity_sample_holds_each_distinct_pair_once(monkeypatch):
+    """Copies of a pair (same content hash) enter the sample once and are measured once, not on
+    every heap comparison between copies."""
+    import prefdata.report as report_module
+
+    calls = []
+    real = report_module.similarity
+    monkeypatch.setattr(report_module, "similarity", lambda a, b: calls.append(1) or real(a, b))
+    builder = ReportBuilder(load_policy(None))
+    builder.similarity = SimilaritySample(k=10)
+    rows = [row(i + 1, "same prompt", "same answer", "other answer") for i in range(200)]
+    rows += [row(300 + i, f"p{i}", f"a{i}", f"b{i}") for i in range(3)]
+    for r in rows:
+        builder.add(r)
+    sim = builder.build({}, {})["similarity"]
+    assert sim["rows_measured"] == 4 and sim["rows_total"] == 203
+    assert len(calls) == 4
+
+
 def test_report_is_deterministic_apart_from_generated_at():
     def make():
         rows = [row(i, f"p{i % 5}", "a" * i, "b", [F.NEAR_DUPLICATE] if i % 3 else [], tokenized=tok(3, i, 2)) for i in range(1, 60)]
