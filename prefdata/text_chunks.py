@@ -108,7 +108,8 @@ def iter_chunks(path: str | Path, max_lines: int | None = None, max_bytes: int |
                     batch = []
             if batch:
                 yield RecordsChunk(name, batch)
-        elif _kind(file).endswith(".gz"):  # type: ignore[union-attr]
+        elif _kind(file).endswith(".gz") or not file.is_file():  # type: ignore[union-attr]
+            # Compressed (or not a regular file): no byte ranges; the main process splits the lines.
             yield from _line_chunks(file, name, 0, max_lines, max_bytes)
         else:
             yield from _range_chunks(file, name, max_lines, max_bytes)
