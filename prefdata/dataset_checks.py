@@ -30,6 +30,7 @@ _U64 = np.uint64
 _IDS_SEED = 0x1D5  # separate hash domain for token id lists
 _PACK3 = struct.Struct("<3Q").pack
 _LINE_BITS = 40  # packed source: file index above, 1-based line below
+_FEW = 16  # keys left over in a vectorized probe loop that go one at a time
 
 
 def text_digest(text: str) -> int:
@@ -147,13 +148,19 @@ class U64Table:
         values = np.zeros(keys.size, dtype=np.int64)
         pending = np.arange(keys.size)
         slots = keys & mask
-        while pending.size:  # all keys one probe step at a time
+        while pending.size > _FEW:  # all keys one probe step at a time
             at = table_keys[slots]
             hit = at == keys[pending]
             found[pending[hit]] = True
             values[pending[hit]] = table_vals[slots[hit]]
             more = ~hit & (at != 0)
             pending, slots = pending[more], (slots[more] + _U64(1)) & mask
+        for i, slot in zip(pending.tolist(), slots.tolist()):  # the few in long probe runs
+            key = int(keys[i])
+            while (at_slot := int(table_keys[slot])) and at_slot != key:
+                slot = (slot + 1) & self._mask
+            if at_slot:
+                found[i], values[i] = True, table_vals[slot]
         return found, values
 
     def setdefault_many(self, keys: np.ndarray, values: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
@@ -219,7 +226,7 @@ def _place_distinct(
     is occupied, so the linear-probing invariant holds (which key lands first does not matter)."""
     umask = _U64(mask)
     slots = keys & umask
-    while keys.size:
+    while keys.size > _FEW:
         free = np.flatnonzero(table_keys[slots] == 0)
         table_keys[slots[free]] = keys[free]
         landed = free[table_keys[slots[free]] == keys[free]]
@@ -227,6 +234,11 @@ def _place_distinct(
         moving = np.ones(keys.size, dtype=bool)
         moving[landed] = False
         keys, vals, slots = keys[moving], vals[moving], (slots[moving] + _U64(1)) & umask
+    # The few keys left in long probe runs: one at a time (numpy's per-call cost would dominate).
+    for key, value, slot in zip(keys.tolist(), vals.tolist(), slots.tolist()):
+        while table_keys[slot]:
+            slot = (slot + 1) & mask
+        table_keys[slot], table_vals[slot] = key, value
 
 
 class DatasetWideChecks:
