@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_prepare import peak_rss_mib  # bench/ is on sys.path: these run as scripts
+
 REPO = Path(__file__).resolve().parents[1]
 WORDS = (
     "the a of to and in is it you that he was for on are with as I his they be at one have this from "
@@ -28,18 +30,6 @@ WORDS = (
     "thing see him two has look more day could go come did number sound no most people my over know water"
 ).split()
 
-
-def peak_rss_mib() -> float:
-    """This process's peak resident memory in MiB: VmHWM, which starts afresh at exec. (ru_maxrss
-    keeps the high-water mark of the process that forked us, here a parent holding the data.)"""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
 
 def write_synthetic(path: Path, rows: int, seed: int = 0, max_words: int = 120) -> None:
     rng = random.Random(seed)
