@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Union
+from typing import BinaryIO, Union
 
 from prefdata.errors import PrefdataError
 from prefdata.readers import (
@@ -28,6 +28,7 @@ from prefdata.readers import (
     _decode_error,
     _decode_line,
     _iter_file,
+    _keys_big_floats,
     _kind,
     _open_binary,
     _Overlong,
@@ -35,6 +36,7 @@ from prefdata.readers import (
     _read_lines,
     _record,
     _sniff,
+    _string_colons,
     _Truncated,
     list_input_files,
 )
@@ -329,11 +331,11 @@ def _fast_value(data: bytes, view: bytes | memoryview, start: int, end: int) -> 
         return None
     for item in value.values():
         if type(item) is not str:
-            keys, floats = _keys_floats(value)
+            keys, big_floats = _keys_big_floats(value)
             break
     else:  # a flat object of strings, the common row: no walk needed
-        keys, floats = len(value), False
-    if floats and _LONG_DIGITS.search(data, start, end):
+        keys, big_floats = len(value), False
+    if big_floats and _LONG_DIGITS.search(data, start, end):
         return None
     colons = data.count(b":", start, end)
     if colons != keys:  # some string holds a ':' (or a key was dropped): count those in strings
@@ -343,40 +345,3 @@ def _fast_value(data: bytes, view: bytes | memoryview, start: int, end: int) -> 
         if colons - _string_colons(value) + escaped != keys:
             return None
     return value
-
-
-def _keys_floats(value: dict) -> tuple[int, bool]:
-    """(keys of every object, whether any float) of a decoded object."""
-    keys = 0
-    floats = False
-    stack: list[Any] = [value]
-    while stack:
-        item = stack.pop()
-        children = item.values() if type(item) is dict else item
-        if type(item) is dict:
-            keys += len(item)
-        for child in children:
-            kind = type(child)
-            if kind is dict or kind is list:
-                stack.append(child)
-            elif kind is float:
-                floats = True
-    return keys, floats
-
-
-def _string_colons(value: Any) -> int:
-    """':' inside every string (keys included) of a decoded value."""
-    colons = 0
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        kind = type(item)
-        if kind is str:
-            colons += item.count(":")
-        elif kind is dict:
-            for key, child in item.items():
-                colons += key.count(":")
-                stack.append(child)
-        elif kind is list:
-            stack.extend(item)
-    return colons
