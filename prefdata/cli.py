@@ -237,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"prefdata {args.command}: interrupted; nothing partial was left behind as finished output", file=sys.stderr)
+        # Cleanup already ran on the way here. An interrupt that lands inside the interpreter's own
+        # shutdown (library threads, lazy imports) would turn exit 130 into "killed by SIGINT", so
+        # when we are the process's entry point we leave at once.
+        if argv is None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         return 130
     except Exception as exc:  # the promise is one line, never a traceback
         if os.environ.get("PREFDATA_DEBUG"):

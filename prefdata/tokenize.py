@@ -88,6 +88,8 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
             str(path), trust_remote_code=trust_remote_code, local_files_only=local_only
         )
     except Exception as exc:  # any loading failure is a usage error: one line, no traceback
+        if _interrupted(exc):  # transformers' lazy imports wrap a Ctrl-C in RuntimeError
+            raise KeyboardInterrupt from None
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PrefdataError(f"cannot load tokenizer from {path}: {first}") from None
     if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "_tokenizer", None) is None:
@@ -95,6 +97,18 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
             f"tokenizer at {path} has no fast (Rust) version; prefdata needs a tokenizer.json-backed tokenizer"
         )
     return tokenizer
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is somewhere in the chain of causes of `exc`."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def truncate_pair(
