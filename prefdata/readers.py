@@ -454,7 +454,6 @@ def _read_lines(fh: BinaryIO) -> Iterator[bytes | _Truncated | _Overlong]:
 
 
 def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
-    decode = _decode_line
     with _open_binary(file, gz) as fh:
         line_no = 0
         for line in _read_lines(fh):
@@ -468,31 +467,34 @@ def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                 line = line[3:]
             if not line.strip():
                 continue  # blank lines are not records
-            if NUL in line:
-                yield RawRecord(
-                    name,
-                    line_no,
-                    error=f"NUL byte at column {line.index(NUL) + 1}",
-                    raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
-                )
-                continue
-            try:
-                text = line.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                yield RawRecord(
-                    name,
-                    line_no,
-                    error=f"invalid UTF-8 at byte {exc.start + 1} of the line",
-                    raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
-                )
-                continue
-            text = text.rstrip("\r")
-            try:
-                value = decode(text)
-            except (ValueError, RecursionError) as exc:
-                yield RawRecord(name, line_no, error=_decode_error(exc), raw_text=_clip(text))
-                continue
-            yield _record(name, line_no, value, text)
+            yield json_line_record(name, line_no, line)
+
+
+def json_line_record(name: str, line_no: int, line: bytes) -> RawRecord:
+    """The record on one non-blank JSON line (BOM already dropped): its value, or a one-line error
+    for NUL bytes, invalid UTF-8 or JSON that does not decode."""
+    if NUL in line:
+        return RawRecord(
+            name,
+            line_no,
+            error=f"NUL byte at column {line.index(NUL) + 1}",
+            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
+        )
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return RawRecord(
+            name,
+            line_no,
+            error=f"invalid UTF-8 at byte {exc.start + 1} of the line",
+            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
+        )
+    text = text.rstrip("\r")
+    try:
+        value = _decode_line(text)
+    except (ValueError, RecursionError) as exc:
+        return RawRecord(name, line_no, error=_decode_error(exc), raw_text=_clip(text))
+    return _record(name, line_no, value, text)
 
 
 def _broken_line(name: str, line_no: int, marker: _Truncated | _Overlong) -> RawRecord:

@@ -22,11 +22,7 @@ from typing import BinaryIO, Union
 
 from prefdata.errors import PrefdataError
 from prefdata.readers import (
-    NUL,
     _broken_line,
-    _clip,
-    _decode_error,
-    _decode_line,
     _iter_file,
     _keys_big_floats,
     _kind,
@@ -34,10 +30,10 @@ from prefdata.readers import (
     _Overlong,
     _parses,
     _read_lines,
-    _record,
     _sniff,
     _string_colons,
     _Truncated,
+    json_line_record,
     list_input_files,
 )
 from prefdata.records import RawRecord
@@ -286,28 +282,7 @@ def line_record(name: str, line_no: int, item: LineItem, *, fast: bool, file_sta
         value = _fast_value(line, line, 0, len(line))
         if value is not None:
             return RawRecord(name, line_no, value=value)
-    if NUL in line:
-        return RawRecord(
-            name,
-            line_no,
-            error=f"NUL byte at column {line.index(NUL) + 1}",
-            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
-        )
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return RawRecord(
-            name,
-            line_no,
-            error=f"invalid UTF-8 at byte {exc.start + 1} of the line",
-            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
-        )
-    text = text.rstrip("\r")
-    try:
-        value = _decode_line(text)
-    except (ValueError, RecursionError) as exc:
-        return RawRecord(name, line_no, error=_decode_error(exc), raw_text=_clip(text))
-    return _record(name, line_no, value, text)
+    return json_line_record(name, line_no, line)
 
 
 def _fast_value(data: bytes, view: bytes | memoryview, start: int, end: int) -> dict | None:
