@@ -6,7 +6,7 @@ Same data, same tokenizer, same process:
       exactly the code a TRL user's trainer runs on its train dataset.
   (b) plain: the fast tokenizer called once per batch of 1000 texts, prompt, chosen and rejected
       each tokenized once (no template, no checks, no writing): the floor for "tokenize each text once".
-  (c) prefdata: `prefdata.pipeline.prepare` end to end (read JSONL, normalize, tokenize, all checks,
+  (c) prefdata: `prefdata.prepare.prepare` end to end (read JSONL, normalize, tokenize, all checks,
       write the Arrow dataset, manifest and reports).
 Plus peak RSS of `prepare` in a child process at two sizes (memory must stay flat).
 
@@ -114,7 +114,7 @@ def time_plain(rows: list[dict], tokenizer_path: str, batch_size: int = 1000) ->
 
 
 def time_prefdata(raw: Path, out: Path, tokenizer_path: str) -> float:
-    from prefdata.pipeline import prepare
+    from prefdata.prepare import prepare
 
     with Timer() as timer:
         prepare(raw, out, tokenizer=tokenizer_path, max_length=MAX_LENGTH, overwrite=True, progress=False)
@@ -124,7 +124,7 @@ def time_prefdata(raw: Path, out: Path, tokenizer_path: str) -> float:
 def time_tokenize_only(rows: list[dict], tokenizer_path: str, batch_size: int = 1000) -> float:
     """prefdata's tokenize stage alone (PairTokenizer.tokenize_pairs on already-normalized pairs)."""
     from prefdata.records import Pair
-    from prefdata.tokenize import PairTokenizer, TokenizeSettings
+    from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
     tok = PairTokenizer(tokenizer_path, TokenizeSettings(max_length=MAX_LENGTH))
     tok.setup()

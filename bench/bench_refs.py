@@ -76,7 +76,7 @@ def make_out(out: Path, model_dir: Path, ids: dict) -> None:
     import datasets
     from transformers import AutoTokenizer
 
-    from prefdata.manifest import tokenizer_fingerprint, write_manifest
+    from prefdata.io.manifest import tokenizer_fingerprint, write_manifest
 
     n = len(ids["prompt_ids"])
     datasets.Dataset.from_dict({**ids, "flags": [[] for _ in range(n)]}).save_to_disk(str(out))

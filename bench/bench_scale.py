@@ -50,7 +50,7 @@ def write_synthetic(path: Path, rows: int, seed: int = 0, max_words: int = 120) 
 def run_child(raw: str, out: str, tokenizer: str, workers: int) -> None:
     """In a fresh process: prepare, then print wall seconds and peak RSS of main and workers."""
     sys.path.insert(0, str(REPO))
-    from prefdata.pipeline import prepare
+    from prefdata.prepare import prepare
 
     started = time.perf_counter()
     result = prepare(raw, out, tokenizer=tokenizer, max_length=256, workers=workers, progress=False)
@@ -93,7 +93,7 @@ def main() -> None:
         return
     sys.path.insert(0, str(REPO))
     from prefdata.tiny import build_tiny_tokenizer
-    from prefdata.workers import default_workers
+    from prefdata.engine.local import default_workers
 
     workers = args.workers or default_workers()
     sizes = args.rows or [1_000_000]

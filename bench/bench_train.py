@@ -40,7 +40,7 @@ def _prepare_out(raw: Path, tokenizer_dir: Path, model_dir: Path, work: Path, pa
         dst.writelines(itertools.islice(src, pairs))
     out = work / "out"
     try:
-        from prefdata.pipeline import prepare
+        from prefdata.prepare import prepare
         from prefdata.refs import compute_refs
     except ImportError as exc:  # prepare/refs still being written: build OUT the simple way
         print(f"note: prepare/refs unavailable ({exc}); building OUT directly", file=sys.stderr)
@@ -56,9 +56,9 @@ def _simple_out(raw: Path, model_dir: Path, out: Path, max_length: int, device: 
     import datasets
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prefdata.logprobs import plan_batches, sequence_logps
-    from prefdata.manifest import tokenizer_fingerprint, write_manifest
-    from prefdata.masks import build_pair_batch
+    from prefdata.model.logprobs import plan_batches, sequence_logps
+    from prefdata.io.manifest import tokenizer_fingerprint, write_manifest
+    from prefdata.tokenize.masks import build_pair_batch
 
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     rows = [json.loads(line) for line in raw.read_text(encoding="utf-8").splitlines() if line.strip()]
@@ -111,7 +111,7 @@ def _timed_rate(times: list[float], tokens_per_step: list[int]) -> tuple[float, 
 
 
 def run_prefdata(out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str) -> dict:
-    from prefdata.train import train
+    from prefdata.train.recipe import train
 
     output = work / "prefdata-run"
     if device == "cuda":

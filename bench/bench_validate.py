@@ -6,7 +6,7 @@ Synthetic pairs are generated batch by batch (never all in memory) with planted 
 rates: exact duplicate pairs, swapped (conflicting) pairs, identical and whitespace-only pairs, and
 near-duplicate prompts (one word substituted or inserted into an earlier prompt). They are written to
 a .jsonl file first (not timed; cached under --data-dir), then a child process per size times
-`prefdata.validate.validate(path, format="json", output=..., progress=False)`: reading and parsing
+`prefdata.validate.command.validate(path, format="json", output=..., progress=False)`: reading and parsing
 the JSON lines, normalizing, the pair and dataset-wide checks, the report, MinHash near-duplicate
 prompts and rendering the report. Prints pairs/s (wall and CPU time of the child, all threads), the
 child's peak RSS, the hash-table sizes, and the recall of every planted kind (from the report's
@@ -32,10 +32,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prefdata import flags as F  # noqa: E402
-from prefdata.checks import apply_policy, text_flags  # noqa: E402
-from prefdata.dataset_checks import DatasetWideChecks  # noqa: E402
-from prefdata.minhash import NearDuplicatePrompts  # noqa: E402
-from prefdata.policy import Policy, load_policy  # noqa: E402
+from prefdata.checks.pair import apply_policy, text_flags  # noqa: E402
+from prefdata.checks.dataset import DatasetWideChecks  # noqa: E402
+from prefdata.checks.minhash import NearDuplicatePrompts  # noqa: E402
+from prefdata.checks.policy import Policy, load_policy  # noqa: E402
 from prefdata.records import Pair  # noqa: E402
 
 RATES = {"duplicate": 0.02, "conflict": 0.005, "identical": 0.005, "whitespace": 0.005, "near_prompt": 0.02}
@@ -230,10 +230,10 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
     methods validate already calls (nothing extra runs inside the timed region)."""
     import json
 
-    from prefdata import validate as V
-    from prefdata.dataset_checks import DatasetWideChecks as _DWC
-    from prefdata.minhash import NearDuplicatePrompts as _NDP
-    from prefdata.report import ReportBuilder
+    from prefdata.validate import command as V
+    from prefdata.checks.dataset import DatasetWideChecks as _DWC
+    from prefdata.checks.minhash import NearDuplicatePrompts as _NDP
+    from prefdata.report.builder import ReportBuilder
 
     captured: dict = {"dataset": []}
     original_clusters = _NDP.clusters

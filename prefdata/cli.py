@@ -165,12 +165,12 @@ def _require(settings: dict[str, Any], name: str, flag: str) -> None:
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
-    from prefdata.pipeline import prepare
+    from prefdata.prepare import prepare
 
     settings = _merged("prepare", args, {"raw", "out"}, prepare)
     _require(settings, "tokenizer", "--tokenizer PATH")
     result = prepare(args.raw, args.out, **settings)
-    from prefdata.render import render_text
+    from prefdata.report.render import render_text
 
     print(render_text(result.report))
     print(f"wrote {result.out_dir}/ (report: {result.out_dir}/report.html, {result.out_dir}/report.md)")
@@ -178,7 +178,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    from prefdata.validate import validate
+    from prefdata.validate.command import validate
 
     settings = _merged("validate", args, {"input"}, validate)
     result = validate(args.input, **settings)
@@ -197,7 +197,7 @@ def _run_refs(args: argparse.Namespace) -> int:
 
 
 def _run_train(args: argparse.Namespace) -> int:
-    from prefdata.train import train
+    from prefdata.train.recipe import train
 
     settings = _merged("train", args, {"out_dir"}, train)
     settings.pop("out", None)

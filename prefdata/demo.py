@@ -15,12 +15,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
-    from prefdata.pipeline import prepare
+    from prefdata.prepare import prepare
     from prefdata.refs import compute_refs
-    from prefdata.render import render_text
+    from prefdata.report.render import render_text
     from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
-    from prefdata.train import train
-    from prefdata.validate import validate
+    from prefdata.train.recipe import train
+    from prefdata.validate.command import validate
 
     work.mkdir(parents=True, exist_ok=True)
     tokenizer_dir, model_dir = work / "tiny-tokenizer", work / "tiny-model"

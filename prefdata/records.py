@@ -1,6 +1,7 @@
 """The record types that flow between stages.
 
 raw file --readers--> RawRecord --formats.normalize_record--> Pair --tokenize--> TokenizedPair
+--checks--> CheckedRow (flags and the policy's verdict)
 """
 
 from __future__ import annotations
@@ -75,3 +76,16 @@ class TokenizedPair:
     chosen_len_full: int
     rejected_len_full: int
     flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CheckedRow:
+    """One input record after every check, with the policy's verdict."""
+
+    raw: RawRecord
+    pair: Pair | None  # None when quarantined
+    tokenized: TokenizedPair | None  # None without a tokenizer or when quarantined
+    flags: list[str]  # after policy (ignored flags removed), DESIGN flag names
+    severity: str | None  # worst severity among flags: "drop" | "error" | "warn" | None
+    outcome: str  # "kept" | "dropped" | "quarantined"  (error-severity rows are dropped too)
+    error: str | None = None  # one-line quarantine reason

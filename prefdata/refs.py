@@ -23,7 +23,7 @@ import numpy as np
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
-from prefdata.manifest import read_manifest, sha256_file, tokenizer_fingerprint, write_manifest
+from prefdata.io.manifest import read_manifest, sha256_file, tokenizer_fingerprint, write_manifest
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count")
 WORK_DIR = ".refs-work"
@@ -284,7 +284,7 @@ def compute_refs(
     import datasets
     import torch
 
-    from prefdata.logprobs import packing_is_efficient, plan_batches, supports_packing
+    from prefdata.model.logprobs import packing_is_efficient, plan_batches, supports_packing
 
     out = Path(out_dir)
     model_dir = Path(model)
@@ -433,8 +433,8 @@ def _compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layo
     """Reference log-probs for every pair in the shard's batches."""
     import pyarrow as pa
 
-    from prefdata.logprobs import sequence_logps
-    from prefdata.masks import build_pair_batch
+    from prefdata.model.logprobs import sequence_logps
+    from prefdata.tokenize.masks import build_pair_batch
 
     rows, chosen, rejected, chosen_count, rejected_count = [], [], [], [], []
     tokens = 0

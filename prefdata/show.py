@@ -1,6 +1,6 @@
 """`prefdata show OUT --row N`: one prepared row with its loss masks made visible.
 
-Masks come from prefdata.masks (the module refs and train use), so what `show` prints is what the
+Masks come from prefdata.tokenize.masks (the module refs and train use), so what `show` prints is what the
 loss sees: tokens inside ⟦ ⟧ count toward the loss, the rest (prompt) does not.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefdata.errors import PrefdataError
-from prefdata.manifest import read_manifest
+from prefdata.io.manifest import read_manifest
 
 LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
 
@@ -50,7 +50,7 @@ def _render_tokens(tokenizer, ids: list[int], mask: list[int]) -> str:
 
 def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = None) -> str:
     """Text showing a row's source, flags, and both halves with their loss-masked tokens marked."""
-    from prefdata.masks import build_pair_batch, sequence_masks
+    from prefdata.tokenize.masks import build_pair_batch, sequence_masks
 
     out_path = Path(out_dir)
     if not (out_path / "manifest.json").is_file():

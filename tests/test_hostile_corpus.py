@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from prefdata.errors import PrefdataError, RecordError, UnknownShapeError
-from prefdata.formats import normalize_record
-from prefdata.readers import MAX_RAW_TEXT, iter_raw_records
+from prefdata.io.formats import normalize_record
+from prefdata.io.readers import MAX_RAW_TEXT, iter_raw_records
 
 try:
     import tomllib
@@ -105,7 +105,7 @@ def test_read_and_normalize(name, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(set(EXPECTATIONS) - NOT_PREPARED))
 def test_prepare_accounts_for_every_record(name, tmp_path, tiny_tokenizer_dir):
-    prepare = pytest.importorskip("prefdata.pipeline").prepare
+    prepare = pytest.importorskip("prefdata.prepare").prepare
     spec = EXPECTATIONS[name]
     path = _input(name, tmp_path)
     ok, quarantined, unknown = (spec.get(key, 0) for key in ("ok", "quarantined", "unknown"))
@@ -153,7 +153,7 @@ _line = st.one_of(_record.map(json.dumps), st.sampled_from(["{broken", "[1, 2]",
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(_line, min_size=1, max_size=12))
 def test_prepare_never_raises_on_random_records(lines, tmp_path_factory, tiny_tokenizer_dir):
-    prepare = pytest.importorskip("prefdata.pipeline").prepare
+    prepare = pytest.importorskip("prefdata.prepare").prepare
     directory = tmp_path_factory.mktemp("random")
     path = directory / "random.jsonl"
     path.write_text("\n".join(lines) + "\n")

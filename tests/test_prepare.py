@@ -10,7 +10,7 @@ from datasets import load_from_disk
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
-from prefdata.pipeline import prepare
+from prefdata.prepare import prepare
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples" / "pairs"

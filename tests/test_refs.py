@@ -22,9 +22,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from prefdata import flags as F
 from prefdata import refs as R
 from prefdata.errors import PrefdataError
-from prefdata.logprobs import plan_batches, sequence_logps
-from prefdata.manifest import read_manifest, tokenizer_fingerprint, write_manifest
-from prefdata.masks import build_pair_batch
+from prefdata.model.logprobs import plan_batches, sequence_logps
+from prefdata.io.manifest import read_manifest, tokenizer_fingerprint, write_manifest
+from prefdata.tokenize.masks import build_pair_batch
 
 REPO = Path(__file__).resolve().parents[1]
 N_ROWS = 24
@@ -252,7 +252,7 @@ def test_merge_refuses_missing_shards(tmp_path):
 
 
 def test_equal_policy_gives_zero_logits_and_ln2_loss(tmp_path, model_dir):
-    from prefdata.losses import dpo_loss
+    from prefdata.model.losses import dpo_loss
 
     out = make_out(tmp_path / "out", model_dir)
     R.compute_refs(out, model_dir, batch_tokens=300, progress=False)

@@ -1,0 +1,1 @@
+"""Runs stage functions over batches: in worker processes on one machine (local)."""

@@ -1,0 +1,156 @@
+"""Per-sequence completion log-probs: the forward code shared by `refs` and `train`.
+
+The model body runs once over the batch; only the hidden states that predict a loss token go
+through the output head, a chunk of rows at a time, so fp32 logits over the whole vocabulary are
+never materialized for the whole batch. Sums are accumulated per sequence in fp32.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from prefdata.tokenize.masks import SequenceBatch
+
+# Attention implementations whose transformers integration honours packed position ids: eager, sdpa
+# and flex get a block-diagonal mask from `create_causal_mask` (when attention_mask is None), the
+# flash kernels use the position ids for varlen attention.
+_PACKING_ATTENTION = {"eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3"}
+# Of those, the kernels that skip the masked-out blocks; eager/sdpa attend over the whole packed row
+# (quadratic in the row length), so padding sorted rows is cheaper for them.
+_VARLEN_ATTENTION = {"flash_attention_2", "flash_attention_3"}
+
+DEFAULT_CHUNK_ROWS = 1024
+
+
+def _attn_implementation(model: Any) -> str:
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_attn_implementation", None) or "eager")
+
+
+def _body(model: Any) -> Any:
+    """The decoder stack without the output head."""
+    body = getattr(model, "model", None)
+    if body is None:
+        body = model.get_decoder()
+    return body
+
+
+def supports_packing(model: Any) -> bool:
+    """Whether the model's attention implementation handles packed position ids correctly.
+
+    True only when the attention implementation is one transformers packs correctly AND the decoder
+    builds its mask with `create_causal_mask` (the function that detects packing); models with
+    their own mask code get padded batches instead.
+    """
+    if _attn_implementation(model) not in _PACKING_ATTENTION:
+        return False
+    try:
+        from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
+    except ImportError:  # older transformers: no packed-sequence detection
+        return False
+    module = sys.modules.get(type(_body(model)).__module__)
+    return module is not None and hasattr(module, "create_causal_mask")
+
+
+def packing_is_efficient(model: Any) -> bool:
+    """Whether packing saves compute (varlen attention kernels) rather than only padding."""
+    return supports_packing(model) and _attn_implementation(model) in _VARLEN_ATTENTION
+
+
+def plan_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Group row indices into batches of at most ``batch_tokens`` tokens, padding counted.
+
+    Rows are sorted by length, longest first (so an out-of-memory shows up on the first batch), ties
+    broken by index, so the plan is deterministic. A row longer than the budget gets a batch alone.
+    """
+    if batch_tokens <= 0:
+        raise ValueError("batch_tokens must be positive")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    width = 0
+    for i in order:
+        # Sorted descending: the first row of a batch is its widest; padded cost = rows * width.
+        if current and (len(current) + 1) * width > batch_tokens:
+            batches.append(current)
+            current = []
+        if not current:
+            width = lengths[i]
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _head_logps(model: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """fp32 log-prob of each target token from its hidden state (rows of one chunk)."""
+    logits = model.get_output_embeddings()(hidden).float()
+    config = model.config
+    scaling = getattr(config, "logits_scaling", None)  # Granite divides its logits
+    if scaling:
+        logits = logits / scaling
+    softcap = getattr(config, "final_logit_softcapping", None)  # Gemma 2 caps them
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(logits, dim=-1)
+
+
+def sequence_logps(
+    model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT_CHUNK_ROWS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sum of log-probs over each sequence's completion tokens, and their counts.
+
+    Returns ``(logps float32 [num_sequences], counts long [num_sequences])`` on the model's device.
+    Differentiable when called with grad enabled (each head chunk is recomputed in backward, so its
+    logits are not kept). A completion token at position 0 of its sequence (empty prompt) has no
+    predicting token and is not counted.
+    """
+    if batch.attention_mask is None and batch.input_ids.shape[0] > 0 and not supports_packing(model):
+        raise ValueError(
+            f"packed batches are not supported by attention implementation "
+            f"{_attn_implementation(model)!r} of {type(model).__name__}; use right or left padding"
+        )
+    device = next(model.parameters()).device
+    batch = batch.to(device)
+    n = batch.num_sequences
+    sums = torch.zeros(n, dtype=torch.float32, device=device)
+    counts = torch.zeros(n, dtype=torch.long, device=device)
+    if batch.input_ids.numel() == 0:
+        return sums, counts
+
+    out = _body(model)(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,  # a cache would switch off transformers' packed-sequence detection
+    )
+    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    # Token t is predicted by position t-1 of the same sequence; position_ids > 0 guarantees that
+    # t-1 is in the same row and the same sequence (also in packed rows).
+    target_mask = (batch.loss_mask & (batch.position_ids > 0)).flatten()
+    target_idx = target_mask.nonzero().squeeze(-1)
+    if target_idx.numel() == 0:
+        return sums, counts
+    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
+    source_hidden = flat_hidden.index_select(0, target_idx - 1)
+    targets = batch.input_ids.flatten().index_select(0, target_idx)
+    seq = batch.sequence_index.flatten().index_select(0, target_idx)
+
+    keep_graph = torch.is_grad_enabled() and source_hidden.requires_grad
+    token_logps = []
+    for start in range(0, target_idx.numel(), chunk_rows):
+        h = source_hidden[start : start + chunk_rows]
+        t = targets[start : start + chunk_rows]
+        if keep_graph:
+            token_logps.append(checkpoint(_head_logps, model, h, t, use_reentrant=False))
+        else:
+            token_logps.append(_head_logps(model, h, t))
+    sums = sums.index_add(0, seq, torch.cat(token_logps))
+    counts = counts.index_add(0, seq, torch.ones_like(seq))
+    return sums, counts

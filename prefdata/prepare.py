@@ -1,0 +1,276 @@
+"""`prefdata prepare`: raw records -> canonical pairs -> token pairs -> checks -> OUT/.
+
+`prefdata.ingest.iter_checked_rows` is the streaming core that `validate` shares; `prepare` adds
+the writing, the manifest and the reports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from prefdata import FORMAT_VERSION, __version__
+from prefdata.checks.policy import load_policy
+from prefdata.engine.local import default_workers
+from prefdata.errors import PrefdataError
+from prefdata.ingest import iter_checked_rows
+from prefdata.io.manifest import sha256_file, write_manifest
+from prefdata.io.readers import list_input_files
+from prefdata.records import CheckedRow
+from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+
+
+@dataclass
+class PrepareResult:
+    out_dir: str
+    rows_in: int
+    rows_out: int
+    rows_dropped: int
+    rows_quarantined: int
+    flag_counts: dict[str, int]
+    errors: int  # rows with a flag at error severity
+    exit_code: int
+    report: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+# Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
+_RESERVED = frozenset(
+    {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "flags", "source_file", "source_line"}
+    | {"ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count"}
+)
+
+
+def output_row(row: CheckedRow) -> dict[str, Any]:
+    pair, tokenized = row.pair, row.tokenized
+    assert pair is not None and tokenized is not None
+    out: dict[str, Any] = {
+        "prompt": pair.prompt,
+        "chosen": pair.chosen,
+        "rejected": pair.rejected,
+        "prompt_ids": tokenized.prompt_ids,
+        "chosen_ids": tokenized.chosen_ids,
+        "rejected_ids": tokenized.rejected_ids,
+        "flags": row.flags,
+        "source_file": row.raw.source_file,
+        "source_line": row.raw.source_line,
+    }
+    for key, value in pair.extra.items():
+        out[f"raw_{key}" if key in _RESERVED else key] = value
+    return out
+
+
+def _dropped_record(row: CheckedRow) -> dict[str, Any]:
+    pair = row.pair
+    assert pair is not None
+    record: dict[str, Any] = {
+        "source_file": row.raw.source_file,
+        "source_line": row.raw.source_line,
+        "flags": row.flags,
+        "severity": row.severity,
+        "prompt": pair.prompt,
+        "chosen": pair.chosen,
+        "rejected": pair.rejected,
+    }
+    if pair.extra:
+        record["extra"] = pair.extra
+    return record
+
+
+def _quarantine_record(row: CheckedRow) -> dict[str, Any]:
+    raw = row.raw.raw_text
+    if raw is None and row.raw.value is not None:
+        raw = json.dumps(row.raw.value, ensure_ascii=False, default=str)
+    return {"source_file": row.raw.source_file, "source_line": row.raw.source_line, "error": row.error, "raw": raw}
+
+
+_ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+_TEXT_COLUMNS = ("prompt", "chosen", "rejected")
+
+
+def _row_digest(row: dict[str, Any]) -> bytes:
+    """A digest of one output row that does not depend on batching (for the manifest's content hash).
+
+    Id lists are hashed as raw int32 bytes and the three texts as length-prefixed UTF-8: JSON-encoding
+    them cost more than everything else in this loop. The remaining (small) fields go in as JSON."""
+    digest = xxhash.xxh3_128()  # not a security boundary: a fast, well-mixed 128-bit digest
+    for key in _ID_COLUMNS:
+        ids = row[key]
+        if not (isinstance(ids, array) and ids.typecode == "i"):  # workers send array('i') already
+            ids = array("i", ids)
+        digest.update(len(ids).to_bytes(8, "little"))
+        digest.update(ids)
+    for key in _TEXT_COLUMNS:
+        data = row[key].encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS and k not in _TEXT_COLUMNS}
+    digest.update(json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    return digest.digest()
+
+
+def prepare(
+    raw: str | Path,
+    out: str | Path,
+    *,
+    tokenizer: str,
+    max_length: int | None = None,
+    max_prompt_length: int | None = None,
+    chat_template: bool = False,
+    policy: str | Path | None = None,
+    overwrite: bool = False,
+    batch_size: int = 1000,
+    workers: int | None = None,
+    progress: bool = True,
+    trust_remote_code: bool = False,
+) -> PrepareResult:
+    """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports)."""
+    from prefdata.io import writer as W
+    from prefdata.checks.minhash import NearDuplicatePrompts
+    from prefdata.report.render import render_html, render_markdown
+    from prefdata.report.builder import ReportBuilder
+
+    started = time.time()
+    if batch_size < 1:
+        raise PrefdataError("--batch-size must be at least 1")
+    workers = default_workers() if workers is None else workers
+    if workers < 1:
+        raise PrefdataError("--workers must be at least 1")
+    raw_path, out_path = Path(raw), Path(out)
+    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
+    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
+        raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
+    loaded_policy = load_policy(policy)
+    settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
+    pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
+    pair_tokenizer.setup()
+
+    tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
+    try:
+        dataset = W.DatasetWriter(tmp)
+        dropped = W.JsonlWriter(tmp / "dropped.jsonl")
+        quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
+        report = ReportBuilder(loaded_policy)
+        near_duplicates = NearDuplicatePrompts(threshold=loaded_policy.near_duplicate_prompt_threshold)
+        flag_counts: Counter[str] = Counter()
+        content = hashlib.blake2b(digest_size=16)
+        errors = rows_in = 0
+        pending: list[dict[str, Any]] = []
+        prompt_rows: list[int] = []  # report ordinals of the prompts waiting for MinHash
+        prompt_texts: list[str] = []
+
+        rows = iter_checked_rows(
+            raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
+            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers,
+        )
+        for row in rows:
+            rows_in += 1
+            report.add(row)
+            flag_counts.update(row.flags)
+            if row.severity == "error":
+                errors += 1
+            if row.outcome == "quarantined":
+                quarantine.write(_quarantine_record(row))
+                continue
+            assert row.pair is not None
+            prompt_rows.append(rows_in - 1)  # the report's ordinal: it maps back to file and line
+            prompt_texts.append(row.pair.prompt)
+            if row.outcome == "dropped":
+                dropped.write(_dropped_record(row))
+            else:
+                out_row = output_row(row)
+                content.update(_row_digest(out_row))
+                pending.append(out_row)
+            if len(pending) >= batch_size:
+                dataset.write_rows(pending)
+                pending = []
+            if len(prompt_texts) >= 4096:
+                near_duplicates.add_batch(prompt_rows, prompt_texts)
+                prompt_rows, prompt_texts = [], []
+        dataset.write_rows(pending)
+        if prompt_texts:
+            near_duplicates.add_batch(prompt_rows, prompt_texts)
+        report.add_near_duplicate_prompts(near_duplicates.clusters(), report.location)
+        dropped.close()
+        quarantine.close()
+        fingerprint = content.hexdigest()
+        schema = dataset.finish(fingerprint)
+
+        accounting = {
+            "rows_in": rows_in,
+            "rows_out": dataset.rows,
+            "rows_dropped": dropped.count,
+            "rows_quarantined": quarantine.count,
+        }
+        # Invariant 5: every record lands in exactly one place.
+        assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
+        config = {
+            "raw": str(raw_path),
+            "tokenizer": str(tokenizer),
+            "max_length": max_length,
+            "max_prompt_length": max_prompt_length,
+            "chat_template": chat_template,
+            "batch_size": batch_size,
+            "workers": workers,
+            "trust_remote_code": trust_remote_code,
+            "policy": loaded_policy.to_dict(),
+        }
+        meta = {"input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare"}
+        built = report.build(accounting, meta)
+        with open(tmp / "report.json", "w", encoding="utf-8") as handle:  # streamed: no whole-report string
+            json.dump(built, handle, indent=2, sort_keys=True, default=str)
+            handle.write("\n")
+        (tmp / "report.md").write_text(render_markdown(built), encoding="utf-8")
+        (tmp / "report.html").write_text(render_html(built), encoding="utf-8")
+
+        tok = pair_tokenizer.tokenizer
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "prefdata_version": __version__,
+            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "inputs": [
+                {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
+            ],
+            "config": config,
+            "tokenizer": {
+                "path": str(tokenizer),
+                "fingerprint": pair_tokenizer.fingerprint(),
+                "class": type(tok).__name__,
+                "pad_token_id": pad_id if pad_id is not None else 0,
+                "eos_token_id": tok.eos_token_id,
+                "bos_token_id": tok.bos_token_id,
+            },
+            "row_accounting": accounting,
+            "flag_counts": dict(sorted(flag_counts.items())),
+            "errors": errors,
+            "content_hash": fingerprint,
+            "columns": schema.names,
+            "json_columns": sorted(dataset.json_columns),
+            "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
+        }
+        write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
+        W.publish(tmp, out_path)
+    except BaseException:
+        W.abandon(tmp, out_path)
+        raise
+    return PrepareResult(
+        out_dir=str(out_path),
+        rows_in=rows_in,
+        rows_out=accounting["rows_out"],
+        rows_dropped=accounting["rows_dropped"],
+        rows_quarantined=accounting["rows_quarantined"],
+        flag_counts=dict(flag_counts),
+        errors=errors,
+        exit_code=1 if errors else 0,
+        report=built,
+        seconds=time.time() - started,
+    )

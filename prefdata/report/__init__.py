@@ -1,0 +1,1 @@
+"""Stage 4: findings collected into report.json (builder), then rendered (text, Markdown, HTML, GitHub)."""

@@ -1,0 +1,1 @@
+"""Stage 2: chat rendering, tokenization and truncation of pairs; loss masks and position ids."""

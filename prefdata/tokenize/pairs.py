@@ -1,0 +1,456 @@
+"""Pairs to token ids: chat templates, BOS/EOS, the prompt/completion boundary, truncation.
+
+What a tokenized pair looks like (TRL's convention, completion ids exclude the prompt):
+
+- Conversational pairs (and string pairs with ``chat_template=True``, as one user turn plus one
+  assistant turn) are rendered through the tokenizer's chat template: the prompt once with the
+  generation prompt, and prompt + completion for each half. The completion text is the full render
+  minus the prompt render. Rendered text is tokenized with ``add_special_tokens=False`` because
+  templates that want a BOS emit it themselves (Mistral): no double BOS.
+- Plain string pairs: ``prompt_ids = tokenizer(prompt)`` with the tokenizer's own leading special
+  tokens (BOS where it adds one); completions are tokenized without special tokens.
+- End of turn: each completion ends with the EOS id exactly once. A template's trailing whitespace
+  after its final special token is dropped (Qwen/ChatML renders ``<|im_end|>\\n``: we keep
+  ``<|im_end|>``, which is the EOS, and drop the ``\\n`` that only separates it from a next turn).
+  When the completion then does not already end with EOS, EOS is appended (plain text; templates
+  whose end-of-turn token is not the EOS, e.g. Llama-3 style). Phi-3's template already ends with
+  ``<|end|>\\n<|endoftext|>`` (EOS) and is kept as rendered. TRL instead appends a second EOS.
+- Pre-tokenized pairs keep their ids unchanged (no EOS added); only truncation applies.
+
+Invariant 2 (the prompt ids are a prefix of prompt+completion ids in both halves, identical across
+halves) holds by construction: each half is ``prompt_ids + completion_ids``. Whether that agrees
+with tokenizing the joint text is checked separately (``prompt_boundary_mismatch``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError, RecordError
+from prefdata.io.manifest import tokenizer_fingerprint
+from prefdata.records import Message, Pair, TokenizedPair
+
+# Characters of prompt and of completion on each side of the boundary that the boundary check
+# re-tokenizes (see `_boundary_mismatches`).
+BOUNDARY_WINDOW_CHARS = 48
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+
+
+@dataclass
+class TokenizeSettings:
+    """How pairs are tokenized and truncated.
+
+    max_length: prompt + completion, per half. max_prompt_length: the prompt alone.
+    chat_template: render plain-string rows through the chat template (one user + one assistant turn).
+    """
+
+    max_length: int | None = None
+    max_prompt_length: int | None = None
+    chat_template: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_length", "max_prompt_length"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise PrefdataError(f"{name} must be a positive integer, got {value!r}")
+        if (
+            self.max_length is not None
+            and self.max_prompt_length is not None
+            and self.max_prompt_length >= self.max_length
+        ):
+            raise PrefdataError(
+                f"max_prompt_length ({self.max_prompt_length}) must be smaller than max_length "
+                f"({self.max_length}) so that completions keep at least one token"
+            )
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
+    """Load a fast Hugging Face tokenizer from a local directory (or a name already in the HF cache)."""
+    path = str(path)
+    if os.path.isdir(path):
+        if not any(os.path.exists(os.path.join(path, name)) for name in _TOKENIZER_FILES):
+            raise PrefdataError(f"no tokenizer files ({', '.join(_TOKENIZER_FILES)}) in {path}")
+    elif os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1:
+        raise PrefdataError(f"tokenizer directory not found: {path}")
+    try:
+        from transformers import AutoTokenizer
+
+        # A name that is not a local directory is only looked up in the local HF cache: preparing
+        # data never downloads anything.
+        local_only = not os.path.isdir(path)
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(path), trust_remote_code=trust_remote_code, local_files_only=local_only
+        )
+    except Exception as exc:  # any loading failure is a usage error: one line, no traceback
+        if _interrupted(exc):  # transformers' lazy imports wrap a Ctrl-C in RuntimeError
+            raise KeyboardInterrupt from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PrefdataError(f"cannot load tokenizer from {path}: {first}") from None
+    if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "_tokenizer", None) is None:
+        raise PrefdataError(
+            f"tokenizer at {path} has no fast (Rust) version; prefdata needs a tokenizer.json-backed tokenizer"
+        )
+    return tokenizer
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is somewhere in the chain of causes of `exc`."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def truncate_pair(
+    prompt_ids: Sequence[int],
+    chosen_ids: Sequence[int],
+    rejected_ids: Sequence[int],
+    settings: TokenizeSettings,
+    eos_token_id: int | None = None,
+) -> TokenizedPair:
+    """Truncate one pair and set the truncation flags. Pure; also used for pre-tokenized rows.
+
+    The prompt is cut from the LEFT (its end, with the assistant turn header, survives), first to
+    max_prompt_length, then to max_length. Completions are cut from the RIGHT so that
+    prompt + completion <= max_length. Both halves keep the very same prompt ids.
+
+    A prompt that alone fills max_length keeps max_length tokens and leaves 0 completion tokens:
+    the pair is flagged `no_completion_tokens` (dropped by the default policy) rather than cut to a
+    1-token completion, which would carry almost no preference signal. Every half that lost tokens
+    from its end (its EOS first) is flagged `completion_truncated`.
+
+    eos_token_id is what the completions end with when untruncated; truncation never re-appends it
+    (the trainer must see that the answer was cut, not a fake end).
+    """
+    del eos_token_id  # documented above; the flags only depend on what was cut
+    prompt = list(prompt_ids)
+    chosen = list(chosen_ids)
+    rejected = list(rejected_ids)
+    lens_full = (len(prompt), len(chosen), len(rejected))
+    result_flags: list[str] = []
+
+    prompt_limit = settings.max_prompt_length
+    if settings.max_length is not None:
+        prompt_limit = settings.max_length if prompt_limit is None else min(prompt_limit, settings.max_length)
+    if prompt_limit is not None and len(prompt) > prompt_limit:
+        prompt = prompt[len(prompt) - prompt_limit :]
+
+    if settings.max_length is not None:
+        budget = settings.max_length - len(prompt)
+        if len(chosen) > budget or len(rejected) > budget:
+            result_flags.append(F.COMPLETION_TRUNCATED)
+            chosen_cut, rejected_cut = chosen[:budget], rejected[:budget]
+            if chosen_cut == rejected_cut and chosen != rejected:
+                result_flags.append(F.IDENTICAL_AFTER_TRUNCATION)
+            chosen, rejected = chosen_cut, rejected_cut
+
+    if not chosen or not rejected:
+        result_flags.append(F.NO_COMPLETION_TOKENS)
+
+    return TokenizedPair(
+        prompt_ids=prompt,
+        chosen_ids=chosen,
+        rejected_ids=rejected,
+        prompt_len_full=lens_full[0],
+        chosen_len_full=lens_full[1],
+        rejected_len_full=lens_full[2],
+        flags=result_flags,
+    )
+
+
+@dataclass
+class _Texts:
+    """The three texts of one row to tokenize, and how."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+    prompt_prefix_ids: bool  # plain text: put the tokenizer's own leading special tokens (BOS) first
+
+
+class PairTokenizer:
+    """Tokenizes batches of pairs. Picklable before and after `setup()` (the tokenizer is reloaded
+    in each worker process), so a pipeline can ship it to worker processes."""
+
+    def __init__(self, tokenizer_path: str, settings: TokenizeSettings, trust_remote_code: bool = False):
+        self.tokenizer_path = str(tokenizer_path)
+        self.settings = settings
+        self.trust_remote_code = trust_remote_code
+        self.tokenizer: Any = None
+        self._backend: Any = None
+        self._eos_id: int | None = None
+        self._prefix_ids: list[int] = []
+        self._special_strings: tuple[str, ...] = ()
+        self._anchor = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {
+            "tokenizer_path": self.tokenizer_path,
+            "settings": self.settings,
+            "trust_remote_code": self.trust_remote_code,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["tokenizer_path"], state["settings"], state["trust_remote_code"])
+
+    def setup(self) -> None:
+        """Load the tokenizer and derive what tokenizing needs (idempotent)."""
+        if self.tokenizer is not None:
+            return
+        tokenizer = load_tokenizer(self.tokenizer_path, self.trust_remote_code)
+        if tokenizer.eos_token_id is None:
+            raise PrefdataError(f"tokenizer at {self.tokenizer_path} has no EOS token; completions need one")
+        if self.settings.chat_template and not tokenizer.chat_template:
+            raise PrefdataError(
+                f"--chat-template was given but the tokenizer at {self.tokenizer_path} has no chat template"
+            )
+        self.tokenizer = tokenizer
+        self._backend = tokenizer._tokenizer  # the Rust tokenizer: batched, no Python per-token work
+        self._eos_id = int(tokenizer.eos_token_id)
+        self._prefix_ids = _leading_special_ids(tokenizer)
+        self._special_strings = tuple(sorted(tokenizer.get_added_vocab(), key=len, reverse=True))
+        self._anchor = _pick_anchor(tokenizer)
+
+    def fingerprint(self) -> str:
+        self.setup()
+        return tokenizer_fingerprint(self.tokenizer)
+
+    @property
+    def eos_token_id(self) -> int:
+        self.setup()
+        assert self._eos_id is not None
+        return self._eos_id
+
+    def tokenize_pairs(self, pairs: list[Pair]) -> list[TokenizedPair]:
+        """Tokenize a batch; same order. Raises the first row's RecordError if a row cannot be
+        rendered (use `tokenize_pairs_or_errors` to keep going)."""
+        results = self.tokenize_pairs_or_errors(pairs)
+        for result in results:
+            if isinstance(result, RecordError):
+                raise result
+        return results  # type: ignore[return-value]
+
+    def tokenize_pairs_or_errors(self, pairs: list[Pair]) -> list[TokenizedPair | RecordError]:
+        """Like `tokenize_pairs`, but a row whose chat template fails to render yields a
+        RecordError (one line, for quarantine) in its place instead of stopping the batch."""
+        self.setup()
+        results: list[TokenizedPair | RecordError | None] = [None] * len(pairs)
+        text_rows: list[int] = []
+        texts: list[_Texts] = []
+        templated: list[int] = []
+        for index, pair in enumerate(pairs):
+            if pair.is_pretokenized:
+                results[index] = truncate_pair(
+                    pair.prompt_ids or [], pair.chosen_ids or [], pair.rejected_ids or [],
+                    self.settings, self._eos_id,
+                )
+            elif pair.is_conversational or self.settings.chat_template:
+                templated.append(index)
+            else:
+                text_rows.append(index)
+                texts.append(_Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True))
+
+        if templated:
+            rendered = self._render_rows([pairs[i] for i in templated])
+            for index, item in zip(templated, rendered):
+                if isinstance(item, RecordError):
+                    results[index] = item
+                else:
+                    text_rows.append(index)
+                    texts.append(item)
+
+        for index, tokenized in zip(text_rows, self._tokenize_texts(texts)):
+            results[index] = tokenized
+        return results  # type: ignore[return-value]
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def _render_rows(self, pairs: list[Pair]) -> list[_Texts | RecordError]:
+        """Render prompt (with generation prompt) once per row, and prompt + completion per half."""
+        if not self.tokenizer.chat_template:
+            raise PrefdataError(
+                f"conversational rows need a chat template, and the tokenizer at {self.tokenizer_path} has none"
+            )
+        conversations = [self._conversation(pair) for pair in pairs]
+        try:  # one batched call per kind of render; a failing row sends us to per-row rendering
+            prompts = self._render([c[0] for c in conversations], generation_prompt=True)
+            fulls_c = self._render([c[0] + c[1] for c in conversations], generation_prompt=False)
+            fulls_r = self._render([c[0] + c[2] for c in conversations], generation_prompt=False)
+        except Exception:
+            return [self._render_one(conversation) for conversation in conversations]
+        return [self._split_render(p, c, r) for p, c, r in zip(prompts, fulls_c, fulls_r)]
+
+    def _conversation(self, pair: Pair) -> tuple[list[Message], list[Message], list[Message]]:
+        if pair.is_conversational:
+            return list(pair.prompt_messages or []), list(pair.chosen_messages or []), list(pair.rejected_messages or [])
+        return (
+            [{"role": "user", "content": pair.prompt}],
+            [{"role": "assistant", "content": pair.chosen}],
+            [{"role": "assistant", "content": pair.rejected}],
+        )
+
+    def _render(self, conversations: list[list[Message]], generation_prompt: bool) -> list[str]:
+        if not conversations:
+            return []
+        rendered = self.tokenizer.apply_chat_template(
+            conversations, tokenize=False, add_generation_prompt=generation_prompt
+        )
+        return list(rendered)
+
+    def _render_one(self, conversation: tuple[list[Message], list[Message], list[Message]]) -> _Texts | RecordError:
+        prompt, chosen, rejected = conversation
+        try:
+            p = self._render([prompt], True)[0]
+            c = self._render([prompt + chosen], False)[0]
+            r = self._render([prompt + rejected], False)[0]
+        except Exception as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return RecordError(f"chat template failed: {first}")
+        return self._split_render(p, c, r)
+
+    def _split_render(self, prompt: str, full_chosen: str, full_rejected: str) -> _Texts:
+        """Completion text = full render minus the prompt render. When a template renders the prompt
+        differently on its own (e.g. a system message moved next to the last user turn), fall back
+        to the longest common prefix of the three renders, shared by both halves."""
+        if not (full_chosen.startswith(prompt) and full_rejected.startswith(prompt)):
+            prompt = os.path.commonprefix([prompt, full_chosen, full_rejected])
+        cut = len(prompt)
+        return _Texts(
+            prompt,
+            self._end_of_turn(full_chosen[cut:]),
+            self._end_of_turn(full_rejected[cut:]),
+            prompt_prefix_ids=False,
+        )
+
+    def _end_of_turn(self, completion: str) -> str:
+        """Drop whitespace a template puts after the final special token (ChatML's '\\n' after
+        <|im_end|>): the turn ends at that token; the separator belongs to a next turn."""
+        stripped = completion.rstrip()
+        if stripped != completion and stripped.endswith(self._special_strings):
+            return stripped
+        return completion
+
+    # -- tokenizing --------------------------------------------------------------------------
+
+    def _tokenize_texts(self, rows: list[_Texts]) -> list[TokenizedPair]:
+        if not rows:
+            return []
+        n = len(rows)
+        # One batched Rust call for every text of the batch; each text is tokenized exactly once
+        # (the prompt once per row, shared by both halves). No offsets are needed: encode_batch_fast.
+        chosen_texts, chosen_drop = self._completion_texts(rows, "chosen")
+        rejected_texts, rejected_drop = self._completion_texts(rows, "rejected")
+        all_texts = [r.prompt for r in rows] + chosen_texts + rejected_texts
+        ids = [e.ids for e in self._backend.encode_batch_fast(all_texts, add_special_tokens=False)]
+
+        mismatch = self._boundary_mismatches(rows)
+        eos = self._eos_id
+        prefix = self._prefix_ids
+        out: list[TokenizedPair] = []
+        for i, row in enumerate(rows):
+            prompt = prefix + ids[i] if row.prompt_prefix_ids and prefix else ids[i]
+            chosen = ids[n + i][chosen_drop[i] :]
+            rejected = ids[2 * n + i][rejected_drop[i] :]
+            if not chosen or chosen[-1] != eos:
+                chosen = chosen + [eos]
+            if not rejected or rejected[-1] != eos:
+                rejected = rejected + [eos]
+            tokenized = truncate_pair(prompt, chosen, rejected, self.settings, eos)
+            if mismatch[i]:
+                tokenized.flags.insert(0, F.PROMPT_BOUNDARY_MISMATCH)
+            out.append(tokenized)
+        return out
+
+    def _completion_texts(self, rows: list[_Texts], half: str) -> tuple[list[str], list[int]]:
+        """Completion texts to tokenize, each behind the anchor token when the row has a prompt.
+
+        A completion never starts its sequence: it follows the prompt. Tokenized on its own, it
+        would get start-of-text treatment (SentencePiece/Metaspace tokenizers such as Mistral and
+        Phi-3 prepend '▁': 'Hi' becomes '▁Hi', which the joint text never produces). Putting a
+        special token in front splits the text there, so the completion is tokenized exactly as in
+        the middle of a text; the anchor's id is then dropped (returned count).
+        """
+        anchor = self._anchor
+        texts: list[str] = []
+        drop: list[int] = []
+        for row in rows:
+            text = getattr(row, half)
+            if anchor and row.prompt:
+                texts.append(anchor + text)
+                drop.append(1)
+            else:
+                texts.append(text)
+                drop.append(0)
+        return texts, drop
+
+    def _boundary_mismatches(self, rows: list[_Texts]) -> list[bool]:
+        """Does tokenizing prompt+completion as one text differ from prompt_ids + completion_ids?
+
+        Trade-off: re-tokenizing every joint text would double the cost of tokenizing. Instead we
+        re-tokenize a window of BOUNDARY_WINDOW_CHARS characters on each side of the boundary:
+        tok(p + c) vs tok(p) + tok(c) (c behind the anchor, as tokenized for real), where p is the
+        end of the prompt and c the start of the completion. The window's artificial edges affect
+        both sides of that comparison alike, so only the boundary itself can make them differ. This
+        is exact unless a single pre-token (or, for split-free SentencePiece BPE, a merge chain)
+        longer than the window straddles the boundary. Cost: five short texts per row in one batched
+        call, a few % of tokenizing.
+        """
+        w = BOUNDARY_WINDOW_CHARS
+        anchor = self._anchor
+        texts: list[str] = []
+        for row in rows:
+            p = row.prompt[-w:]
+            c_chosen, c_rejected = row.chosen[:w], row.rejected[:w]
+            lead = anchor if (anchor and row.prompt) else ""
+            texts += [p, lead + c_chosen, lead + c_rejected, p + c_chosen, p + c_rejected]
+        encodings = self._backend.encode_batch_fast(texts, add_special_tokens=False)
+        result: list[bool] = []
+        for i, row in enumerate(rows):
+            p, c, r, pc, pr = (e.ids for e in encodings[5 * i : 5 * i + 5])
+            if anchor and row.prompt:
+                c, r = c[1:], r[1:]
+            result.append(pc != p + c or pr != p + r)
+        return result
+
+
+def _pick_anchor(tokenizer: Any) -> str:
+    """A special token that splits the text without eating neighbouring whitespace (no lstrip or
+    rstrip) and encodes to exactly one id; the EOS when it qualifies. '' when none does."""
+    backend = tokenizer._tokenizer
+    candidates = sorted(
+        tokenizer.added_tokens_decoder.values(),
+        key=lambda t: (t.content != tokenizer.eos_token, t.content),
+    )
+    for token in candidates:
+        if not token.special or token.lstrip or token.rstrip or token.normalized:
+            continue
+        ids = backend.encode(token.content + "x", add_special_tokens=False).ids
+        if len(ids) >= 2 and ids[0] == tokenizer.convert_tokens_to_ids(token.content):
+            return token.content
+    return ""
+
+
+def _leading_special_ids(tokenizer: Any) -> list[int]:
+    """The ids the tokenizer's post-processor puts before a single text (BOS where it adds one).
+
+    Trailing ones (an EOS some tokenizers append) are not put after a prompt: the prompt continues
+    with the completion, which gets its own EOS.
+    """
+    backend = tokenizer._tokenizer
+    probe = "prefdata probe"
+    bare = backend.encode(probe, add_special_tokens=False).ids
+    full = backend.encode(probe, add_special_tokens=True).ids
+    for start in range(len(full) - len(bare) + 1):
+        if full[start : start + len(bare)] == bare:
+            return list(full[:start])
+    return []

@@ -1,0 +1,319 @@
+"""`prefdata validate`: run prefdata's checks on raw data or a prepared OUT/, report, and set the exit code.
+
+Exit codes: 0 no finding at error severity; 1 findings at error severity (flags the policy makes
+errors, quarantined records, an exceeded dataset limit) -- with a baseline, only regressions;
+2 usage or input error (PrefdataError). Writes nothing but `output` and $GITHUB_STEP_SUMMARY.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError
+from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
+from prefdata.checks.policy import Policy, load_policy
+from prefdata.report.builder import SCHEMA_VERSION, ReportBuilder, apply_baseline
+
+FORMATS = ("text", "json", "markdown", "github", "html")
+NEAR_DUPLICATE_BATCH = 4096  # prompts handed to MinHash at a time
+# Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
+# re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
+_STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
+_STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION,)
+
+
+@dataclass
+class ValidateResult:
+    exit_code: int
+    report: dict[str, Any] = field(default_factory=dict)
+    rendered: str = ""  # the report in the requested format (what went to stdout or `output`)
+
+
+def is_prepared_dir(path: str | Path) -> bool:
+    """A directory written by `prefdata prepare`: a manifest next to a save_to_disk dataset."""
+    p = Path(path)
+    return p.is_dir() and (p / MANIFEST_NAME).is_file() and (p / "state.json").is_file()
+
+
+def validate(
+    input: str | Path,
+    *,
+    tokenizer: str | None = None,
+    policy: str | Path | None = None,
+    format: str = "text",
+    output: str | Path | None = None,
+    baseline: str | Path | None = None,
+    against: str | Path | None = None,
+    max_length: int | None = None,
+    max_prompt_length: int | None = None,
+    chat_template: bool = False,
+    progress: bool = True,
+    trust_remote_code: bool = False,
+    batch_size: int = 1000,
+    workers: int | None = None,
+) -> ValidateResult:
+    """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
+
+    Without a tokenizer raw input gets every text-level check; with one, the token-level checks on
+    the truncated ids as well (as `prepare` would). A prepared OUT/ is re-checked from its stored
+    columns (its ids are what training sees). `--format github` prints annotations to stdout and
+    appends the Markdown report to $GITHUB_STEP_SUMMARY; its `output`, if given, gets the report as
+    HTML (.html), Markdown (.md) or JSON (anything else), e.g. to keep as the next baseline.
+    `workers`: processes that read and check raw input (default: all cores, at most 8; 1 checks in
+    this process only); the report does not depend on it.
+    """
+    if format not in FORMATS:
+        raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+    input_path = Path(input)
+    if not input_path.exists():
+        raise PrefdataError(f"{input_path}: no such file or directory")
+    loaded_policy = load_policy(policy)
+    base = _load_baseline(baseline) if baseline is not None else None
+    if against is not None and not Path(against).exists():
+        raise PrefdataError(f"--against {against}: no such file or directory")
+    if output is not None and Path(output).resolve().is_relative_to(input_path.resolve()):
+        raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
+    if workers is not None and workers < 1:
+        raise PrefdataError("--workers must be at least 1")
+
+    prepared = is_prepared_dir(input_path)
+    builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
+    if workers is None:
+        from prefdata.engine.local import default_workers
+
+        workers = default_workers()
+    if prepared:
+        rows = iter_prepared_rows(input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size)
+        _accumulate(rows, builder, loaded_policy)
+    else:
+        from prefdata.tokenize.pairs import TokenizeSettings
+
+        settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
+        if tokenizer is None and workers > 1:
+            from prefdata.validate.merge import check_raw_text
+
+            check_raw_text(
+                input_path, builder, policy=loaded_policy, settings=settings, against=against,
+                batch_size=batch_size, progress=progress, workers=workers,
+            )
+        else:
+            from prefdata.ingest import iter_checked_rows
+
+            rows = iter_checked_rows(
+                input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
+                batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
+                workers=workers,
+            )
+            _accumulate(rows, builder, loaded_policy)
+
+    meta: dict[str, Any] = {
+        "command": "validate",
+        "input": str(input),
+        "tokenizer": str(tokenizer) if tokenizer else None,
+        "input_kind": "prepared" if prepared else "raw",
+        "against": str(against) if against is not None else None,
+        # Rows of a directory input name their file relative to it; annotations need the full path.
+        "source_root": str(input) if input_path.is_dir() and not prepared else None,
+        "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
+    }
+    if prepared:
+        manifest = read_manifest(input_path)
+        meta["tokenizer"] = meta["tokenizer"] or (manifest.get("tokenizer") or {}).get("path")
+        meta["prepared_accounting"] = manifest.get("row_accounting")
+        raw = (manifest.get("config") or {}).get("raw")
+        meta["source_root"] = raw if raw and Path(raw).is_dir() else None
+        meta["note"] = "re-checked the stored rows; token-level checks use the stored (already truncated) ids"
+    report = builder.build(None, meta)
+    if base is not None:
+        apply_baseline(report, base)
+        exit_code = 1 if report["baseline"]["regressions"] else 0
+    else:
+        exit_code = 1 if report["errors"] else 0
+    rendered = _emit(report, format, output)
+    return ValidateResult(exit_code=exit_code, report=report, rendered=rendered)
+
+
+def _accumulate(rows: Iterator[Any], builder: ReportBuilder, policy: Policy) -> None:
+    """Feed every row to the report, and every prompt to MinHash for near-duplicate prompts."""
+    from prefdata.checks.minhash import NearDuplicatePrompts
+
+    near = NearDuplicatePrompts(threshold=policy.near_duplicate_prompt_threshold)
+    ids: list[int] = []
+    prompts: list[str] = []
+    for row in rows:
+        ordinal = builder.rows  # the row id MinHash reports back; builder.location() resolves it
+        builder.add(row)
+        if row.pair is None or not row.pair.prompt:
+            continue
+        ids.append(ordinal)
+        prompts.append(row.pair.prompt)
+        if len(prompts) >= NEAR_DUPLICATE_BATCH:
+            near.add_batch(ids, prompts)
+            ids, prompts = [], []
+    if prompts:
+        near.add_batch(ids, prompts)
+    builder.add_near_duplicate_prompts(near.clusters(), builder.location)
+
+
+# ----------------------------------------------------------------------------- prepared OUT/
+
+
+def iter_prepared_rows(
+    out_dir: str | Path,
+    *,
+    policy: Policy,
+    against: str | Path | None = None,
+    progress: bool = True,
+    batch_size: int = 1000,
+) -> Iterator[Any]:
+    """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
+
+    Each row is rebuilt as Pair + TokenizedPair from its columns and goes through the same checks as
+    in `prepare`: text flags, token flags on the stored ids, dataset-wide duplicates, prompt leaks,
+    non-finite reference log-probs. Flags that need the original tokenization are taken as stored."""
+    import datasets
+
+    from prefdata.checks.checker import PairChecker
+    from prefdata.records import CheckedRow
+    from prefdata.records import Pair, RawRecord, TokenizedPair
+
+    try:
+        dataset = datasets.load_from_disk(str(out_dir))
+    except Exception as exc:  # a damaged OUT/ is an input error, not a crash
+        raise PrefdataError(f"{out_dir}: cannot load the prepared dataset ({type(exc).__name__}: {exc})") from None
+    missing = {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "source_file", "source_line"} - set(
+        dataset.column_names
+    )
+    if missing:
+        raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None)
+    has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
+    batches = dataset.iter(batch_size=batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
+    for batch in batches:
+        for i in range(len(batch["prompt"])):
+            stored = batch["flags"][i] if "flags" in batch else []
+            prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
+            prompt, chosen, rejected = batch["prompt"][i] or "", batch["chosen"][i] or "", batch["rejected"][i] or ""
+            text_less = not (prompt or chosen or rejected)
+            pair = Pair(
+                source_file=batch["source_file"][i],
+                source_line=batch["source_line"][i],
+                prompt=prompt,
+                chosen=chosen,
+                rejected=rejected,
+                # Ids on the Pair only when there is no text: the text checks then compare ids.
+                prompt_ids=prompt_ids if text_less else None,
+                chosen_ids=chosen_ids if text_less else None,
+                rejected_ids=rejected_ids if text_less else None,
+                flags=[f for f in stored if f in _STORED_PAIR_FLAGS],
+            )
+            tokenized = TokenizedPair(
+                prompt_ids=prompt_ids,
+                chosen_ids=chosen_ids,
+                rejected_ids=rejected_ids,
+                prompt_len_full=len(prompt_ids),
+                chosen_len_full=len(chosen_ids),
+                rejected_len_full=len(rejected_ids),
+                flags=[f for f in stored if f in _STORED_TOKEN_FLAGS],
+            )
+            non_finite = has_refs and not all(
+                v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
+            )
+            kept, severity, outcome = checker.check(pair, tokenized, [F.NON_FINITE_REF_LOGPS] if non_finite else [])
+            raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
+            yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
+
+
+def _leak_index(against: str | Path) -> Any:
+    """Prompts of OTHER: a prepared OUT/ (its prompt column) or raw data (read like INPUT)."""
+    if is_prepared_dir(against):
+        import datasets
+
+        from prefdata.checks.dataset import PromptLeakIndex
+
+        dataset = datasets.load_from_disk(str(against))
+
+        def prompts() -> Iterator[Any]:
+            for batch in dataset.select_columns(["prompt", "prompt_ids"]).iter(batch_size=4096):
+                for text, ids in zip(batch["prompt"], batch["prompt_ids"]):
+                    yield text if text else ids
+
+        return PromptLeakIndex(prompts())
+    from prefdata.checks.checker import build_leak_index
+
+    return build_leak_index(against)
+
+
+# ----------------------------------------------------------------------------- baseline / output
+
+
+def _load_baseline(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PrefdataError(f"--baseline {p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PrefdataError(f"--baseline {p}: not a JSON report ({exc})") from None
+    if not isinstance(data, dict) or "schema_version" not in data or "flagged_rows" not in data:
+        raise PrefdataError(f"--baseline {p}: not a prefdata report.json (no schema_version / flagged_rows)")
+    if not isinstance(data["schema_version"], int) or data["schema_version"] > SCHEMA_VERSION:
+        raise PrefdataError(
+            f"--baseline {p}: report schema {data['schema_version']!r} is newer than this prefdata reads ({SCHEMA_VERSION})"
+        )
+    return data
+
+
+def _render(report: dict[str, Any], fmt: str) -> str:
+    from prefdata.report import render
+
+    if fmt == "json":
+        return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    if fmt == "markdown":
+        return render.render_markdown(report)
+    if fmt == "html":
+        return render.render_html(report)
+    return render.render_text(report)
+
+
+def _emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
+    from prefdata.report import render
+
+    if fmt == "github":
+        annotations = render.github_annotations(report)
+        text = "".join(line + "\n" for line in annotations)
+        sys.stdout.write(text)  # GitHub reads workflow commands from stdout only
+        sys.stdout.write(render.render_text(report))
+        render.write_step_summary(render.render_markdown(report))
+        if output is not None:
+            suffix = Path(output).suffix.lower()
+            file_format = {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
+            _write(output, _render(report, file_format))
+        return text
+    rendered = _render(report, fmt)
+    if output is not None:
+        _write(output, rendered)
+        if fmt != "text":
+            sys.stdout.write(render.render_text(report))  # still say what happened on the terminal
+    else:
+        sys.stdout.write(rendered)
+    return rendered
+
+
+def _write(path: str | Path, text: str) -> None:
+    p = Path(path)
+    if p.is_dir():
+        raise PrefdataError(f"--output {p} is a directory")
+    if not p.parent.exists():
+        raise PrefdataError(f"--output {p}: directory {p.parent} does not exist")
+    atomic_write_text(p, text)
