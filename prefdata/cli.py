@@ -170,7 +170,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
     settings = _merged("prepare", args, {"raw", "out"}, prepare)
     _require(settings, "tokenizer", "--tokenizer PATH")
     result = prepare(args.raw, args.out, **settings)
-    from prefdata.report.render import render_text
+    from prefdata.report.render_text import render_text
 
     print(render_text(result.report))
     print(f"wrote {result.out_dir}/ (report: {result.out_dir}/report.html, {result.out_dir}/report.md)")

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
     from prefdata.prepare import prepare
     from prefdata.refs import compute_refs
-    from prefdata.report.render import render_text
+    from prefdata.report.render_text import render_text
     from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
     from prefdata.train.recipe import train
     from prefdata.validate.command import validate

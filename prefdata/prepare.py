@@ -135,7 +135,8 @@ def prepare(
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports)."""
     from prefdata.io import writer as W
     from prefdata.checks.minhash import NearDuplicatePrompts
-    from prefdata.report.render import render_html, render_markdown
+    from prefdata.report.render_html import render_html
+    from prefdata.report.render_markdown import render_markdown
     from prefdata.report.builder import ReportBuilder
 
     started = time.time()

@@ -18,7 +18,9 @@ from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.checks.policy import Policy, load_policy
-from prefdata.report.builder import SCHEMA_VERSION, ReportBuilder, apply_baseline
+from prefdata.report.baseline import apply_baseline
+from prefdata.report.builder import ReportBuilder
+from prefdata.report.sections import SCHEMA_VERSION
 
 FORMATS = ("text", "json", "markdown", "github", "html")
 NEAR_DUPLICATE_BATCH = 4096  # prompts handed to MinHash at a time
@@ -275,26 +277,30 @@ def _load_baseline(path: str | Path) -> dict[str, Any]:
 
 
 def _render(report: dict[str, Any], fmt: str) -> str:
-    from prefdata.report import render
+    from prefdata.report.render_html import render_html
+    from prefdata.report.render_markdown import render_markdown
+    from prefdata.report.render_text import render_text
 
     if fmt == "json":
         return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     if fmt == "markdown":
-        return render.render_markdown(report)
+        return render_markdown(report)
     if fmt == "html":
-        return render.render_html(report)
-    return render.render_text(report)
+        return render_html(report)
+    return render_text(report)
 
 
 def _emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
-    from prefdata.report import render
+    from prefdata.report.render_github import github_annotations, write_step_summary
+    from prefdata.report.render_markdown import render_markdown
+    from prefdata.report.render_text import render_text
 
     if fmt == "github":
-        annotations = render.github_annotations(report)
+        annotations = github_annotations(report)
         text = "".join(line + "\n" for line in annotations)
         sys.stdout.write(text)  # GitHub reads workflow commands from stdout only
-        sys.stdout.write(render.render_text(report))
-        render.write_step_summary(render.render_markdown(report))
+        sys.stdout.write(render_text(report))
+        write_step_summary(render_markdown(report))
         if output is not None:
             suffix = Path(output).suffix.lower()
             file_format = {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
@@ -304,7 +310,7 @@ def _emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
     if output is not None:
         _write(output, rendered)
         if fmt != "text":
-            sys.stdout.write(render.render_text(report))  # still say what happened on the terminal
+            sys.stdout.write(render_text(report))  # still say what happened on the terminal
     else:
         sys.stdout.write(rendered)
     return rendered

@@ -35,7 +35,8 @@ from prefdata.checks.minhash import NearDuplicatePrompts
 from prefdata.checks.checker import build_leak_index
 from prefdata.records import CheckedRow
 from prefdata.checks.policy import Policy
-from prefdata.report.builder import OUTCOMES, SEVERITY_CODES, CompactRows, ReportBuilder
+from prefdata.report.builder import ReportBuilder
+from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, CompactRows
 from prefdata.io.chunks import Chunk, RangeChunk, exact_record, iter_chunks
 from prefdata.validate.scan import FLAG_BIT, ChunkScan, ScanSettings, flags_of, scan_chunk
 from prefdata.tokenize.pairs import TokenizeSettings

@@ -25,7 +25,8 @@ from prefdata.io.formats import normalize_record
 from prefdata.checks.minhash import prompt_digest, prompt_signatures
 from prefdata.checks.policy import Policy
 from prefdata.records import Pair
-from prefdata.report.builder import TokenLengths, _Similarity, excerpt, token_lengths
+from prefdata.report.compact import TokenLengths, excerpt, token_lengths
+from prefdata.report.similarity import LazySimilarity
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
 from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair
 
@@ -171,7 +172,7 @@ def _halves(pair: Pair) -> tuple[Any, Any] | float:
         halves = pair.chosen_ids or [], pair.rejected_ids or []
     else:
         halves = completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
-    if len(halves[0]) + len(halves[1]) > _Similarity.DEFER_CHARS:
+    if len(halves[0]) + len(halves[1]) > LazySimilarity.DEFER_CHARS:
         return similarity(*halves)
     return halves
 

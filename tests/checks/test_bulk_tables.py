@@ -102,7 +102,8 @@ def test_stable_order_is_a_stable_argsort():
 def test_duplicate_groups_match_a_full_stable_sort():
     from array import array
 
-    from prefdata.report.builder import LINES_PER_GROUP, TOP_GROUPS, ReportBuilder
+    from prefdata.report.builder import ReportBuilder
+    from prefdata.report.sections import LINES_PER_GROUP, TOP_GROUPS, duplicate_groups
 
     rng = np.random.default_rng(6)
     builder = ReportBuilder()
@@ -111,7 +112,7 @@ def test_duplicate_groups_match_a_full_stable_sort():
         builder.pair_row = array("q", range(n))
         builder.prompt_excerpts = [f"row {i}" for i in range(n)]
         builder.file_index, builder.line, builder.files = array("I", [0] * n), array("q", range(1, n + 1)), {"f": 0}
-        got = builder._groups(keys)
+        got = duplicate_groups(builder, keys)
         # The reference: a stable argsort of every key.
         values = np.frombuffer(keys, dtype=np.uint64)
         order = np.argsort(values, kind="stable")

@@ -9,16 +9,12 @@ import pytest
 
 from prefdata import flags as F
 from prefdata.checks.policy import load_policy
-from prefdata.report.render import (
-    STEP_SUMMARY_LIMIT,
-    github_annotations,
-    render_html,
-    render_markdown,
-    render_text,
-    truncate_utf8,
-    write_step_summary,
-)
-from prefdata.report.builder import ReportBuilder, apply_baseline
+from prefdata.report.baseline import apply_baseline
+from prefdata.report.builder import ReportBuilder
+from prefdata.report.render_github import STEP_SUMMARY_LIMIT, github_annotations, truncate_utf8, write_step_summary
+from prefdata.report.render_html import render_html
+from prefdata.report.render_markdown import render_markdown
+from prefdata.report.render_text import render_text
 from tests.report.test_report import quarantined, row, tok
 
 ANNOTATION = re.compile(r"^::(error|warning|notice) ((?:[a-z]+=[^,:]*)(?:,[a-z]+=[^,:]*)*)::(.+)$")

@@ -11,15 +11,12 @@ from prefdata import flags as F
 from prefdata.records import CheckedRow
 from prefdata.checks.policy import load_policy
 from prefdata.records import Pair, RawRecord, TokenizedPair
-from prefdata.report.builder import (
-    SCHEMA_VERSION,
-    IntDistribution,
-    ReportBuilder,
-    SimilaritySample,
-    apply_baseline,
-    compare_to_baseline,
-    content_hash,
-)
+from prefdata.report.baseline import apply_baseline, compare_to_baseline
+from prefdata.report.builder import ReportBuilder
+from prefdata.report.compact import content_hash
+from prefdata.report.distributions import IntDistribution
+from prefdata.report.sections import SCHEMA_VERSION
+from prefdata.report.similarity import SimilaritySample
 
 FILE = "data/train.jsonl"
 
@@ -252,7 +249,7 @@ def test_similarity_sample_is_bounded_uniform_and_order_independent():
 def test_similarity_sample_holds_each_distinct_pair_once(monkeypatch):
     """Copies of a pair (same content hash) enter the sample once and are measured once, not on
     every heap comparison between copies."""
-    import prefdata.report.builder as report_module
+    import prefdata.report.similarity as report_module
 
     calls = []
     real = report_module.similarity

@@ -230,7 +230,7 @@ def test_baseline_only_regressions_fail(tmp_path, capsys):
 
 
 def _gh(path: Path) -> str:
-    from prefdata.report.render import _workspace_path
+    from prefdata.report.render_github import _workspace_path
 
     return _workspace_path(str(path)).replace(":", "%3A").replace(",", "%2C")
 

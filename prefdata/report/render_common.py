@@ -1,0 +1,90 @@
+"""What every renderer of a report dict shares: flag meanings, status words, number and location formats.
+
+Every renderer reads only the report dict, so a report.json from any run renders the same way.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any, Iterable, Mapping
+
+Report = Mapping[str, Any]
+
+FLAG_MEANINGS: dict[str, str] = {
+    "identical": "chosen and rejected are identical",
+    "whitespace_only": "chosen and rejected differ only in whitespace",
+    "near_duplicate": "chosen and rejected are nearly identical",
+    "identical_after_truncation": "chosen and rejected token ids are equal after truncation",
+    "empty_prompt": "the prompt is empty",
+    "empty_chosen": "the chosen completion is empty",
+    "empty_rejected": "the rejected completion is empty",
+    "no_completion_tokens": "a completion has no tokens left after truncation",
+    "completion_truncated": "a completion lost its end (EOS) to truncation",
+    "prompt_boundary_mismatch": "prompt tokens are not a prefix of prompt+completion tokens",
+    "duplicate_pair": "the same pair appears earlier in the data",
+    "conflicting_pair": "the same pair appears earlier with chosen and rejected swapped",
+    "multi_turn_completion": "the completion spans several turns",
+    "prompt_leak": "the prompt also occurs in the --against data",
+    "non_finite_ref_logps": "reference log-probs are not finite",
+    "quarantined": "the record could not be read or normalized",
+}
+
+STATUS_WORD = {"pass": "PASS", "warn": "PASS with warnings", "fail": "FAIL"}
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f}%"
+
+
+def num(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return "–" if value is None else str(value)
+
+
+def loc(row: Mapping[str, Any]) -> str:
+    return f"{row.get('source_file')}:{row.get('source_line')}"
+
+
+def locs(rows: Iterable[Mapping[str, Any]], limit: int = 5) -> str:
+    """file:line, file:line … — the file name is only repeated when it changes."""
+    parts, last = [], None
+    for row in list(rows)[:limit]:
+        file = row.get("source_file")
+        parts.append(f"{file}:{row.get('source_line')}" if file != last else f":{row.get('source_line')}")
+        last = file
+    return ", ".join(parts)
+
+
+_SEVERITY_ORDER = {"error": 0, "drop": 1, "warn": 2}
+
+
+def flags_by_severity(report: Report) -> list[tuple[str, Mapping[str, Any]]]:
+    """Worst severity first, then most rows: what a reader should look at first."""
+    flags = report.get("flags", {})
+    return sorted(flags.items(), key=lambda kv: (_SEVERITY_ORDER.get(kv[1].get("severity"), 3), -kv[1]["count"], kv[0]))
+
+
+def threshold_findings(report: Report) -> list[Mapping[str, Any]]:
+    return [f for f in report.get("findings", []) if f.get("kind") == "threshold"]
+
+
+def threshold_line(f: Mapping[str, Any]) -> str:
+    label = {"max_flagged_share": "flagged rows", "length_bias": "chosen longer than rejected"}.get(f["name"], f["name"])
+    verdict = "exceeds" if f.get("exceeded") else "within"
+    return f"{label}: {pct(f['value'])} ({verdict} the limit {pct(f['limit'])}, `{f['name']}`)"
+
+
+def headline(report: Report) -> str:
+    acc = report.get("accounting", {})
+    return (
+        f"{num(acc.get('rows_in', 0))} rows in · {num(acc.get('rows_out', 0))} kept · "
+        f"{num(acc.get('rows_dropped', 0))} dropped · {num(acc.get('rows_quarantined', 0))} quarantined"
+    )
+
+
+def esc(value: Any) -> str:
+    """HTML-escaped text (None is empty), for the HTML page and its SVG plots."""
+    return html.escape("" if value is None else str(value), quote=True)

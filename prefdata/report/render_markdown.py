@@ -1,0 +1,204 @@
+"""The report dict as Markdown: tables a pull request comment or a GitHub step summary can show."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from prefdata.report.render_common import (
+    FLAG_MEANINGS,
+    STATUS_WORD,
+    Report,
+    flags_by_severity,
+    headline,
+    loc,
+    locs,
+    num,
+    pct,
+    threshold_findings,
+)
+
+
+def _md_escape(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def _spark(counts: list[int]) -> str:
+    """A histogram as one line of block characters (Markdown has no plots)."""
+    blocks = " ▁▂▃▄▅▆▇█"
+    peak = max(counts) if counts else 0
+    if not peak:
+        return ""
+    return "".join(blocks[0 if c == 0 else max(1, round(c / peak * 8))] for c in counts)
+
+
+def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
+    out = _md_summary(report)
+    out += _md_limits(report)
+    out += _md_baseline(report.get("baseline"))
+    out += _md_flags(report, max_flagged_examples)
+    out += _md_quarantine(report.get("quarantine", {}))
+    out += _md_dataset(report.get("dataset", {}))
+    out += _md_lengths(report.get("lengths", {}))
+    out += _md_truncation_bias_similarity(report)
+    out += ["", f"<sub>prefdata {report.get('prefdata_version')} · report schema {report.get('schema_version')} · {report.get('generated_at')}</sub>", ""]
+    return "\n".join(out)
+
+
+def _md_summary(report: Report) -> list[str]:
+    status = report.get("status", "pass")
+    icon = {"pass": "✅", "warn": "⚠️", "fail": "❌"}.get(status, "")
+    return [
+        f"## {icon} prefdata {report.get('command') or 'report'}: {STATUS_WORD.get(status, status)}",
+        "",
+        f"`{_md_escape(report.get('input'))}` — {headline(report)}. "
+        f"**{report.get('errors', 0):,}** at error severity, {report.get('warnings', 0):,} warnings. "
+        f"Policy: `{_md_escape((report.get('policy') or {}).get('source'))}`.",
+        "",
+    ]
+
+
+def _md_limits(report: Report) -> list[str]:
+    limits = threshold_findings(report)
+    if not limits:
+        return []
+    out = ["| limit | value | max | |", "| --- | ---: | ---: | --- |"]
+    for f in limits:
+        mark = "❌ exceeded" if f.get("exceeded") else "ok"
+        out.append(f"| `{f['name']}` | {pct(f['value'])} | {pct(f['limit'])} | {mark} |")
+    out.append("")
+    return out
+
+
+def _md_baseline(baseline: Mapping[str, Any] | None) -> list[str]:
+    if not baseline:
+        return []
+    out = [
+        "### Changes against the baseline",
+        "",
+        f"{baseline['new_flagged_rows']:,} new flagged rows ({baseline['new_error_rows']:,} at error severity), "
+        f"{baseline['resolved_rows']:,} resolved; **{baseline['regressions']:,} regressions**"
+        + (f"; limits newly exceeded: {', '.join(baseline['new_thresholds_exceeded'])}" if baseline["new_thresholds_exceeded"] else "")
+        + ".",
+        "",
+    ]
+    changed = {k: v for k, v in baseline.get("flag_deltas", {}).items() if v["delta"]}
+    if changed:
+        out += ["| flag | before | after | change |", "| --- | ---: | ---: | ---: |"]
+        for name, d in changed.items():
+            out.append(f"| `{name}` | {d['before']:,} | {d['after']:,} | {d['delta']:+,} |")
+        out.append("")
+    if baseline.get("new_rows"):
+        out += ["| new finding | where | severity |", "| --- | --- | --- |"]
+        for row in baseline["new_rows"][:20]:
+            out.append(f"| {', '.join(f'`{f}`' for f in row['new_flags'])} | `{_md_escape(loc(row))}` | {row.get('severity') or '-'} |")
+        if len(baseline["new_rows"]) > 20:
+            out.append(f"| … {len(baseline['new_rows']) - 20:,} more | | |")
+        out.append("")
+    return out
+
+
+def _md_flags(report: Report, max_flagged_examples: int) -> list[str]:
+    flags = report.get("flags", {})
+    out = ["### Flags", ""]
+    if flags:
+        out += ["| flag | severity | rows | meaning | examples |", "| --- | --- | ---: | --- | --- |"]
+        for name, info in flags_by_severity(report):
+            examples = "<br>".join(
+                f"`{_md_escape(loc(e))}` {_md_escape(e.get('prompt', ''))[:60]}" for e in info.get("examples", [])[:max_flagged_examples]
+            )
+            out.append(
+                f"| `{name}` | {info.get('severity') or '-'} | {info['count']:,} | {FLAG_MEANINGS.get(name, '')} | {examples} |"
+            )
+    else:
+        out.append("No flagged rows.")
+    out.append("")
+    return out
+
+
+def _md_quarantine(quarantine: Mapping[str, Any]) -> list[str]:
+    if not quarantine.get("count"):
+        return []
+    out = ["### Quarantined records", "", "| reason | rows | lines |", "| --- | ---: | --- |"]
+    for reason in quarantine.get("reasons", []):
+        out.append(f"| {_md_escape(reason['reason'])} | {reason['count']:,} | `{_md_escape(locs(reason['rows']))}` |")
+    if quarantine.get("other_reasons_count"):
+        out.append(f"| other reasons | {quarantine['other_reasons_count']:,} | |")
+    out.append("")
+    return out
+
+
+def _md_dataset(dataset: Mapping[str, Any]) -> list[str]:
+    if not dataset:
+        return []
+    dp, dpair = dataset.get("duplicate_prompts", {}), dataset.get("duplicate_pairs", {})
+    conf, near = dataset.get("conflicting_pairs", {}), dataset.get("near_duplicate_prompts", {})
+    return [
+        "### Dataset-wide",
+        "",
+        "| check | groups | rows | largest groups (lines) |",
+        "| --- | ---: | ---: | --- |",
+        f"| exact duplicate prompts | {dp.get('groups', 0):,} | {dp.get('rows', 0):,} | {_groups_md(dp.get('top', []))} |",
+        f"| exact duplicate pairs | {dpair.get('groups', 0):,} | {dpair.get('rows', 0):,} | {_groups_md(dpair.get('top', []))} |",
+        f"| conflicting pairs (swapped) | – | {conf.get('count', 0):,} | {_md_escape(locs(conf.get('examples', [])))} |",
+        f"| near-duplicate prompts (MinHash ≥ {near.get('threshold')}) | {near.get('clusters', 0):,} | {near.get('rows', 0):,} | "
+        + "; ".join(_md_escape(locs(c["rows"], 3)) + f" ({c['size']})" for c in near.get("top", [])[:3])
+        + " |",
+        "",
+    ]
+
+
+def _groups_md(top: list[Mapping[str, Any]]) -> str:
+    return "; ".join(
+        f"{g['count']}× `{_md_escape(locs(g['rows'], 3))}`" + (f" “{_md_escape(g['excerpt'][:40])}”" if g.get("excerpt") else "")
+        for g in top[:3]
+    )
+
+
+def _md_lengths(lengths: Mapping[str, Any]) -> list[str]:
+    if not lengths:
+        return []
+    out = [
+        f"### Lengths ({lengths.get('unit')}, {lengths.get('measured')})",
+        "",
+        "| | mean | p5 | p50 | p95 | p99 | max | histogram |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name in ("prompt", "chosen", "rejected"):
+        d = lengths.get(name, {})
+        if not d.get("count"):
+            continue
+        q = d["quantiles"]
+        out.append(
+            f"| {name} | {num(d['mean'])} | {q['p5']:,} | {q['p50']:,} | {q['p95']:,} | {q['p99']:,} | {d['max']:,} | `{_spark(d['histogram']['counts'])}` |"
+        )
+    out.append("")
+    return out
+
+
+def _md_truncation_bias_similarity(report: Report) -> list[str]:
+    trunc = report.get("truncation", {})
+    bias = report.get("length_bias", {})
+    sim = report.get("similarity", {})
+    out = ["### Truncation, length bias, similarity", ""]
+    if trunc.get("available"):
+        out.append(
+            f"- Truncated: prompt {pct(trunc['prompt_rate'])}, chosen {pct(trunc['chosen_rate'])}, "
+            f"rejected {pct(trunc['rejected_rate'])} (any: {pct(trunc['any_rate'])} of {trunc['rows']:,} tokenized pairs)."
+        )
+    else:
+        out.append(f"- Truncation: not measured ({trunc.get('reason', 'no tokenizer')}).")
+    if bias.get("pairs"):
+        out.append(
+            f"- Length bias ({bias['unit']}): chosen longer in {pct(bias['chosen_longer'])}, rejected longer in "
+            f"{pct(bias['rejected_longer'])}, equal in {pct(bias['equal'])} of {bias['pairs']:,} pairs"
+            + (f" (limit {pct(bias['limit'])})." if bias.get("limit") is not None else ".")
+        )
+    if sim.get("rows_measured"):
+        sampled = f" (sample of {sim['rows_measured']:,} of {sim['rows_total']:,})" if sim.get("sampled") else ""
+        out.append(
+            f"- Chosen/rejected similarity{sampled}: mean {sim['mean']:.3f}, median {sim['quantiles']['p50']:.3f}, "
+            f"p95 {sim['quantiles']['p95']:.3f}; `{_spark(sim['histogram']['counts'])}` over 0…1"
+            + (f"; {pct(sim['share_at_or_above_threshold'])} at or above {sim['threshold']}" if "threshold" in sim else "")
+            + "."
+        )
+    return out

@@ -1,0 +1,46 @@
+"""The terminal summary of a report dict: status, rows in/out, the most common flags with example lines."""
+
+from __future__ import annotations
+
+from prefdata.report.render_common import (
+    STATUS_WORD,
+    Report,
+    flags_by_severity,
+    headline,
+    locs,
+    threshold_findings,
+    threshold_line,
+)
+
+
+def render_text(report: Report, top: int = 8) -> str:
+    """A short terminal summary: rows in/out, status, the most common flags with example lines."""
+    status = report.get("status", "pass")
+    command = report.get("command") or "report"
+    lines = [
+        f"prefdata {command}: {report.get('input')} — {STATUS_WORD.get(status, status)} "
+        f"({report.get('errors', 0)} at error severity, {report.get('warnings', 0)} warnings)",
+        "  " + headline(report),
+    ]
+    flags = report.get("flags", {})
+    if flags:
+        lines.append("  flags:")
+        width = max(len(name) for name in flags)
+        for name, info in flags_by_severity(report)[:top]:
+            where = locs(info.get("examples", []), 3)
+            lines.append(f"    {name:<{width}}  {info.get('severity') or '-':<5}  {info['count']:>7,}  e.g. {where}")
+        if len(flags) > top:
+            lines.append(f"    … and {len(flags) - top} more flags (see the full report)")
+    quarantine = report.get("quarantine", {})
+    for reason in quarantine.get("reasons", [])[:3]:
+        lines.append(f"  quarantined {reason['count']:,}×: {reason['reason']}  ({locs(reason['rows'], 3)})")
+    for f in threshold_findings(report):
+        if f.get("exceeded"):
+            lines.append("  limit: " + threshold_line(f).replace("`", ""))
+    baseline = report.get("baseline")
+    if baseline:
+        lines.append(
+            f"  vs baseline: {baseline['new_flagged_rows']:,} new flagged rows, "
+            f"{baseline['regressions']:,} regressions, {baseline['resolved_rows']:,} resolved"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,267 @@
+"""The dataset health report, laid out: report.json's sections from a ReportBuilder's collected state.
+
+The layout is documented in docs/report-schema.md; bump SCHEMA_VERSION on any breaking change.
+"""
+
+from __future__ import annotations
+
+import time
+from array import array
+from collections import Counter
+from typing import TYPE_CHECKING, Any, Mapping
+
+from prefdata import __version__
+
+if TYPE_CHECKING:
+    from prefdata.report.builder import ReportBuilder
+
+SCHEMA_VERSION = 1
+TOP_GROUPS = 10  # duplicate-prompt / duplicate-pair / near-duplicate groups listed in the report
+LINES_PER_GROUP = 5
+# A record that cannot be read fails `validate` (a PR must not bring one in); `prepare` sets it aside
+# in quarantine.jsonl and goes on, so there it is a warning.
+QUARANTINE_SEVERITY = {"validate": "error", "prepare": "warn"}
+
+
+def build_report(
+    builder: "ReportBuilder", accounting: Mapping[str, int] | None = None, meta: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """report.json as a dict, from everything `builder` collected (its pending lengths flushed)."""
+    meta = dict(meta or {})
+    policy = builder.policy
+    q_severity = builder.quarantine_severity or QUARANTINE_SEVERITY.get(meta.get("command") or "", "error")
+    flagged_rows = _flagged_rows(builder, q_severity)
+    severities = builder.severities + Counter({q_severity: builder.outcomes["quarantined"]})
+    pairs = len(builder.pair_row)
+    accounting = dict(accounting or {})
+    accounting.setdefault("rows_in", builder.rows)
+    accounting.setdefault("rows_out", builder.outcomes["kept"])
+    accounting.setdefault("rows_dropped", builder.outcomes["dropped"])
+    accounting.setdefault("rows_quarantined", builder.outcomes["quarantined"])
+
+    tokens = builder.tokenized_rows > 0
+    unit = "tokens" if tokens else "characters"
+    lengths_src = builder.tokens if tokens else builder.chars
+    bias = builder.bias["tokens" if tokens else "chars"]
+    bias_total = sum(bias.values())
+    length_bias = {
+        "unit": unit,
+        "pairs": bias_total,
+        "chosen_longer": _share(bias["chosen"], bias_total),
+        "rejected_longer": _share(bias["rejected"], bias_total),
+        "equal": _share(bias["equal"], bias_total),
+    }
+    flags = {
+        flag: {
+            "count": count,
+            "severity": _severity(policy, flag),
+            "examples": builder.flag_examples.get(flag, []),
+        }
+        for flag, count in sorted(builder.flag_counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    }
+    findings = _findings(builder, flags, pairs, length_bias, q_severity)
+    # Rows at error severity (quarantined records included) plus each exceeded threshold.
+    errors = severities["error"] + sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
+    warnings = severities["warn"]
+    report: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "prefdata_version": __version__,
+        "generated_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "command": meta.pop("command", None),
+        "input": meta.pop("input", None),
+        "tokenizer": meta.pop("tokenizer", None),
+        "policy": _policy_section(policy),
+        "status": "fail" if errors else ("warn" if (warnings or severities["drop"]) else "pass"),
+        "errors": errors,
+        "warnings": warnings,
+        "accounting": accounting,
+        "outcomes": dict(builder.outcomes),
+        "rows_checked": pairs,
+        "rows_flagged": builder.flagged_rows_any,
+        "findings": findings,
+        "flags": flags,
+        "quarantine": _quarantine_section(builder, q_severity),
+        "dataset": _dataset_section(builder),
+        "lengths": {
+            "unit": unit,
+            "measured": ("before truncation" if builder.truncation_known else "as stored")
+            if tokens
+            else "normalized text",
+            **{name: dist.to_dict() for name, dist in lengths_src.items()},
+        },
+        "truncation": _truncation_section(builder),
+        "length_bias": {**length_bias, "limit": getattr(policy, "length_bias_limit", None)},
+        "similarity": builder.similarity.to_dict(getattr(policy, "near_duplicate_threshold", None)),
+        "flagged_rows": flagged_rows,
+        "flagged_rows_total": builder.flagged_total,
+        "flagged_rows_complete": builder.flagged_total == len(builder.flagged),
+    }
+    if meta:
+        report["meta"] = meta
+    return report
+
+
+def _findings(
+    builder: "ReportBuilder", flags: dict[str, Any], pairs: int, length_bias: dict[str, Any], q_severity: str
+) -> list[dict[str, Any]]:
+    """Everything that can fail a check: flags at error severity, quarantine, exceeded thresholds."""
+    findings: list[dict[str, Any]] = []
+    for flag, info in flags.items():
+        if info["severity"] in ("error", "warn", "drop"):
+            findings.append({"kind": "flag", "name": flag, "severity": info["severity"], "count": info["count"]})
+    quarantined = builder.outcomes["quarantined"]
+    if quarantined:
+        findings.append(
+            {"kind": "quarantine", "name": "quarantined", "severity": q_severity, "count": quarantined}
+        )
+    # Same meaning as policy.dataset_limit_findings: flagged = any warn-or-worse flag (ignored flags
+    # are already removed), length bias = share of pairs whose chosen half is longer.
+    policy = builder.policy
+    max_share = getattr(policy, "max_flagged_share", None)
+    if max_share is not None and pairs:
+        share = builder.flagged_rows_any / pairs
+        findings.append(_threshold("max_flagged_share", share, max_share, share > max_share))
+    bias_limit = getattr(policy, "length_bias_limit", None)
+    if bias_limit is not None and length_bias["pairs"]:
+        share = length_bias["chosen_longer"]
+        findings.append(_threshold("length_bias", share, bias_limit, share > bias_limit))
+    order = {"error": 0, "drop": 1, "warn": 2, None: 3}
+    findings.sort(key=lambda f: (order.get(f["severity"], 3), -f.get("count", 0), f["name"]))
+    return findings
+
+
+def _flagged_rows(builder: "ReportBuilder", q_severity: str) -> list[dict[str, Any]]:
+    files = builder.file_names()
+    rows = []
+    for digest, file_id, line, flags, severity, outcome, detail in builder.flagged:
+        quarantined = outcome == "quarantined"
+        rows.append(
+            {
+                "hash": digest,
+                "source_file": files[file_id],
+                "source_line": line,
+                "flags": list(flags),
+                "severity": q_severity if quarantined else severity,
+                "outcome": outcome,
+                ("error" if quarantined else "excerpt"): detail,
+            }
+        )
+    return rows
+
+
+def _quarantine_section(builder: "ReportBuilder", q_severity: str) -> dict[str, Any]:
+    reasons = sorted(builder.quarantine_reasons.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    return {
+        "count": builder.outcomes["quarantined"],
+        "severity": q_severity,
+        "reasons": [{"reason": reason, "count": count, "rows": rows} for reason, (count, rows) in reasons],
+        "other_reasons_count": builder.quarantine_other,
+    }
+
+
+def duplicate_groups(builder: "ReportBuilder", keys: array) -> dict[str, Any]:
+    """Exact duplicate groups among 64-bit keys: rows involved, groups, and the largest groups."""
+    import numpy as np
+
+    if not len(keys):
+        return {"groups": 0, "rows": 0, "extra_copies": 0, "top": []}
+    values = np.frombuffer(keys, dtype=np.uint64)
+    # Only keys that occur more than once matter: one plain sort finds them, and only their rows
+    # get the (slower) stable sort that keeps the first occurrence first within a group.
+    sorted_all = np.sort(values)
+    repeated = np.unique(sorted_all[1:][sorted_all[1:] == sorted_all[:-1]])
+    del sorted_all
+    at = np.minimum(np.searchsorted(repeated, values), max(repeated.size - 1, 0))
+    members = np.flatnonzero(repeated[at] == values) if repeated.size else np.zeros(0, dtype=np.int64)
+    order = members[np.argsort(values[members], kind="stable")]
+    sorted_values = values[order]
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]]) if order.size else order
+    sizes = np.diff(np.r_[starts, len(order)])
+    dup = np.flatnonzero(sizes > 1)
+    rows_in_groups = int(sizes[dup].sum()) if len(dup) else 0
+    # Largest first; ties by first appearance in the input.
+    firsts = order[starts[dup]]
+    ranked = sorted(zip((-sizes[dup]).tolist(), firsts.tolist(), starts[dup].tolist()))[:TOP_GROUPS]
+    top = []
+    for neg_size, _, start in ranked:
+        members = sorted(order[start : start - neg_size].tolist())[:LINES_PER_GROUP]
+        ordinals = [builder.pair_row[m] for m in members]
+        top.append(
+            {
+                "count": -neg_size,
+                "excerpt": builder.prompt_excerpts[ordinals[0]] if ordinals[0] < len(builder.prompt_excerpts) else None,
+                "rows": [
+                    {"source_file": loc["source_file"], "source_line": loc["source_line"]}
+                    for loc in map(builder.location, ordinals)
+                ],
+            }
+        )
+    return {"groups": len(dup), "rows": rows_in_groups, "extra_copies": rows_in_groups - len(dup), "top": top}
+
+
+def _dataset_section(builder: "ReportBuilder") -> dict[str, Any]:
+    conflicting = builder.flag_counts.get("conflicting_pair", 0)
+    return {
+        "duplicate_prompts": duplicate_groups(builder, builder.prompt_key),
+        "duplicate_pairs": duplicate_groups(builder, builder.pair_key),
+        "conflicting_pairs": {
+            "count": conflicting,
+            "examples": builder.flag_examples.get("conflicting_pair", []),
+            "note": "counted from the conflicting_pair flag (absent when the policy ignores it)",
+        },
+        "near_duplicate_prompts": {
+            "method": "minhash",
+            "computed": builder.near_duplicates_run,
+            "threshold": getattr(builder.policy, "near_duplicate_prompt_threshold", None),
+            "clusters": builder.near_duplicate_clusters,
+            "rows": builder.near_duplicate_rows,
+            "top": builder.near_duplicates,
+        },
+    }
+
+
+def _truncation_section(builder: "ReportBuilder") -> dict[str, Any]:
+    n = builder.tokenized_rows
+    if not builder.truncation_known:
+        return {"available": False, "rows": n, "reason": "stored ids are already truncated"}
+    if not n:
+        return {"available": False, "rows": 0, "reason": "no tokenizer"}
+    return {
+        "available": True,
+        "rows": n,
+        **{f"{name}_rate": _share(builder.truncated[name], n) for name in ("prompt", "chosen", "rejected", "any")},
+        **{f"{name}_count": builder.truncated[name] for name in ("prompt", "chosen", "rejected", "any")},
+    }
+
+
+def _share(part: int, whole: int) -> float:
+    return round(part / whole, 6) if whole else 0.0
+
+
+def _threshold(name: str, value: float, limit: float, exceeded: bool) -> dict[str, Any]:
+    return {
+        "kind": "threshold",
+        "name": name,
+        "value": round(value, 6),
+        "limit": limit,
+        "exceeded": exceeded,
+        "severity": "error" if exceeded else None,
+        "count": 1 if exceeded else 0,
+    }
+
+
+def _severity(policy: Any, flag: str) -> str | None:
+    if policy is None:
+        return None
+    try:
+        return policy.severity(flag)
+    except Exception:  # a flag the policy does not know (e.g. from an older OUT/)
+        return None
+
+
+def _policy_section(policy: Any) -> dict[str, Any] | None:
+    if policy is None:
+        return None
+    source = getattr(policy, "source", None)
+    settings = policy.to_dict() if hasattr(policy, "to_dict") else {}
+    return {"source": str(source) if source is not None else None, "settings": settings}
