@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
+from prefdata.io.formats import text_of
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.builder import SCHEMA_VERSION, ReportBuilder, apply_baseline
@@ -203,7 +204,9 @@ def iter_prepared_rows(
         for i in range(len(batch["prompt"])):
             stored = batch["flags"][i] if "flags" in batch else []
             prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
-            prompt, chosen, rejected = batch["prompt"][i] or "", batch["chosen"][i] or "", batch["rejected"][i] or ""
+            # Conversational rows are message lists: checked as the text `prepare` checked.
+            prompt = text_of(batch["prompt"][i], completion=False)
+            chosen, rejected = text_of(batch["chosen"][i], completion=True), text_of(batch["rejected"][i], completion=True)
             text_less = not (prompt or chosen or rejected)
             pair = Pair(
                 source_file=batch["source_file"][i],
@@ -246,6 +249,7 @@ def _leak_index(against: str | Path) -> Any:
         def prompts() -> Iterator[Any]:
             for batch in dataset.select_columns(["prompt", "prompt_ids"]).iter(batch_size=4096):
                 for text, ids in zip(batch["prompt"], batch["prompt_ids"]):
+                    text = text_of(text, completion=False)
                     yield text if text else ids
 
         return PromptLeakIndex(prompts())
