@@ -90,6 +90,9 @@ def validate(
 
         workers = default_workers()
     if prepared:
+        from prefdata.schema import check_out
+
+        check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
         rows = iter_prepared_rows(input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size)
         _accumulate(rows, builder, loaded_policy)
     else:
