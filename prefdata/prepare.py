@@ -22,6 +22,7 @@ from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows
+from prefdata.io.hub import hub_input, parse_hub_id
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.records import CheckedRow
@@ -150,8 +151,9 @@ def prepare(
     if workers < 1:
         raise PrefdataError("--workers must be at least 1")
     raw_path, out_path = Path(raw), Path(out)
-    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
-    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
+    hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
+    input_files = [] if hub else list_input_files(raw_path)  # raises on a missing path / nothing readable
+    if not hub and (out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents):
         raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
     loaded_policy = load_policy(policy)
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
@@ -247,7 +249,7 @@ def prepare(
             "format_version": FORMAT_VERSION,
             "prefdata_version": __version__,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "inputs": [
+            "inputs": [hub_input(hub)] if hub else [
                 {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
             ],
             "config": config,
