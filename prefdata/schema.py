@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pandera.polars as pa
 import polars as pl
@@ -193,20 +193,34 @@ def describe_failures(
     return "; ".join(parts)
 
 
-def check_out(out_dir: str | Path, *, tokens_only: bool = False, batch_rows: int = BATCH_ROWS) -> int:
-    """Validate every row of OUT's dataset against its model (see `model_for`); the rows checked.
+def check_frame(frame: pl.DataFrame, label: str, *, tokens_only: bool = False, first_row: int = 1) -> None:
+    """Validate one frame of OUT's rows; PrefdataError (one line) naming the model, the failing checks
+    and where they fail first. `first_row` numbers the frame's rows within the whole dataset."""
+    model = model_for(frame.columns, tokens_only)
+    try:
+        model.validate(frame, lazy=True)
+    except (pa.errors.SchemaErrors, pa.errors.SchemaError) as exc:
+        raise PrefdataError(
+            f"{label} breaks OUT's schema (prefdata.schema.{model.__name__}, rows {first_row}-"
+            f"{first_row + frame.height - 1}): {describe_failures(exc, frame)}"
+        ) from None
 
-    Raises PrefdataError (one line) naming the model, the failing checks and where they fail first."""
+
+def check_table(table: Any, label: str, *, tokens_only: bool = False, batch_rows: int = BATCH_ROWS) -> int:
+    """`check_frame` over an Arrow table (e.g. `datasets.Dataset.data.table`) in slices; rows checked."""
+    checked = 0
+    for start in range(0, table.num_rows, batch_rows):
+        frame = pl.from_arrow(table.slice(start, batch_rows))
+        check_frame(frame, label, tokens_only=tokens_only, first_row=start + 1)
+        checked += frame.height
+    return checked
+
+
+def check_out(out_dir: str | Path, *, tokens_only: bool = False, batch_rows: int = BATCH_ROWS) -> int:
+    """Validate every row of OUT's dataset against its model (see `model_for`); the rows checked."""
     out = Path(out_dir)
     checked = 0
     for frame in _frames(out, batch_rows):
-        model = model_for(frame.columns, tokens_only)
-        try:
-            model.validate(frame, lazy=True)
-        except (pa.errors.SchemaErrors, pa.errors.SchemaError) as exc:
-            raise PrefdataError(
-                f"{out} breaks OUT's schema (prefdata.schema.{model.__name__}, rows {checked + 1}-"
-                f"{checked + frame.height}): {describe_failures(exc, frame)}"
-            ) from None
+        check_frame(frame, str(out), tokens_only=tokens_only, first_row=checked + 1)
         checked += frame.height
     return checked

@@ -40,6 +40,7 @@ from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
+from prefdata.schema import check_table
 
 __all__ = ["DPOConfig", "DPOTrainer", "load_out", "out_settings", "TESTED_TRL"]
 
@@ -245,6 +246,10 @@ class DPOTrainer(_trl.DPOTrainer):
         if not isinstance(dataset, datasets.Dataset):
             raise PrefdataError(f"{name} must be a prepared dataset or OUT path, got {type(dataset).__name__}")
         settings = out_settings(dataset, name)
+        checked = self.__dict__.setdefault("_prefdata_checked", set())
+        if dataset._fingerprint not in checked:  # each dataset once (TRL's hooks see them again)
+            check_table(dataset.data.table, name, tokens_only=True)  # the part of OUT's contract training reads
+            checked.add(dataset._fingerprint)
         check_tokenizer(self._prefdata_fingerprint, settings, name)
         check_max_length(args.max_length, settings, dataset, name)
         return settings

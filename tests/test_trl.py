@@ -217,6 +217,19 @@ def test_refuses_data_prefdata_did_not_prepare(tiny_model_dir, tmp_path):
                    processing_class=_tokenizer(tiny_model_dir))
 
 
+def test_refuses_rows_that_break_outs_schema(with_refs, tiny_model_dir, tmp_path):
+    from prefdata.trl import DPOTrainer
+
+    out = datasets.load_from_disk(str(with_refs), keep_in_memory=True)
+    columns = out.to_dict()
+    columns["chosen_ids"][1] = []  # no loss token, and not flagged `no_completion_tokens`
+    broken = datasets.Dataset.from_dict(columns, features=out.features)
+    broken.info.description = out.info.description
+    with pytest.raises(PrefdataError, match=r"ScoredTokenPairs.*completions_have_tokens_unless_flagged"):
+        DPOTrainer("/nonexistent/model", args=_config(tmp_path), train_dataset=broken,
+                   processing_class=_tokenizer(tiny_model_dir))
+
+
 def test_a_ref_model_can_stand_in_for_missing_refs(prepared, tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
