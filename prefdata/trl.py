@@ -157,7 +157,7 @@ def _no_model_hash(content_hash: str) -> Iterator[None]:
         _dpo_module.hash_module = original
 
 
-def _as_dataset(value: Any, name: str) -> Any:
+def _as_dataset(value: Any) -> Any:
     return load_out(value) if isinstance(value, (str, Path)) else value
 
 
@@ -202,11 +202,11 @@ class DPOTrainer(_trl.DPOTrainer):
             args = DPOConfig(f"{model_name.split('/')[-1]}-DPO")
         if train_dataset is None:
             raise PrefdataError("train_dataset is required (a prepared OUT or its path)")
-        train_dataset = _as_dataset(train_dataset, "train_dataset")
+        train_dataset = _as_dataset(train_dataset)
         if isinstance(eval_dataset, dict):
-            eval_dataset = {key: _as_dataset(value, f"eval_dataset[{key!r}]") for key, value in eval_dataset.items()}
+            eval_dataset = {key: _as_dataset(value) for key, value in eval_dataset.items()}
         elif eval_dataset is not None:
-            eval_dataset = _as_dataset(eval_dataset, "eval_dataset")
+            eval_dataset = _as_dataset(eval_dataset)
         named = [("train_dataset", train_dataset)]
         if isinstance(eval_dataset, dict):
             named += [(f"eval_dataset[{key!r}]", value) for key, value in eval_dataset.items()]
@@ -218,7 +218,7 @@ class DPOTrainer(_trl.DPOTrainer):
             processing_class = _load_tokenizer(model, args)
         self._prefdata_fingerprint = tokenizer_fingerprint(_tokenizer_of(processing_class))
         stored = [has_refs(dataset) for _, dataset in named]
-        for (name, dataset), refs in zip(named, stored):
+        for name, dataset in named:
             self._check_out(dataset, name, args)
         if any(stored) and not all(stored):
             without = [name for (name, _), refs in zip(named, stored) if not refs]

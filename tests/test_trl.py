@@ -123,7 +123,7 @@ def test_policy_equal_to_reference_starts_at_ln2_on_stored_refs_without_a_refere
 
     before = _files(with_refs)
     dataset = datasets.load_from_disk(str(with_refs))
-    trainer = DPOTrainer(tiny_model_dir, args=_config(tmp_path), train_dataset=dataset)
+    trainer = DPOTrainer(tiny_model_dir, args=_config(tmp_path), train_dataset=dataset, eval_dataset=str(with_refs))
     assert trainer.ref_model is None  # no reference model loaded: the stored refs are the reference
     # The trainer's rows are OUT's ids, not a re-tokenization of the text columns.
     for name in ("prompt_ids", "chosen_ids", "rejected_ids", "ref_chosen_logps", "ref_rejected_logps"):
@@ -131,6 +131,8 @@ def test_policy_equal_to_reference_starts_at_ln2_on_stored_refs_without_a_refere
     trainer.train()
     loss = trainer.state.log_history[0]["loss"]
     assert abs(loss - math.log(2)) < 1e-3
+    # Evaluation reads the stored refs too (one step at lr 1e-6 barely moves the policy).
+    assert abs(trainer.evaluate()["eval_loss"] - math.log(2)) < 1e-3
     assert _files(with_refs) == before  # nothing cached inside OUT
 
 
