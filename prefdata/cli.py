@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         "dropped.jsonl, quarantine.jsonl, report.json/.md/.html).",
         epilog=EPILOG,
     )
-    p.add_argument("raw", metavar="RAW", help="a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, or a save_to_disk dataset")
+    p.add_argument("raw", metavar="RAW", help="a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, a save_to_disk dataset, "
+                   "or a Hub dataset id with a split (org/name:split, streamed)")
     p.add_argument("out", metavar="OUT", help="output directory (must not exist unless --overwrite)")
     p.add_argument("--tokenizer", metavar="PATH", help="Hugging Face tokenizer directory (required)")
     _add_tokenize_options(p)
