@@ -17,6 +17,7 @@ from typing import Any, Iterator
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.formats import text_of
+from prefdata.io.hub import parse_hub_id
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.builder import SCHEMA_VERSION, ReportBuilder, apply_baseline
@@ -72,7 +73,8 @@ def validate(
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
     input_path = Path(input)
-    if not input_path.exists():
+    hub = parse_hub_id(input)  # `org/name:split`: a Hub dataset split, streamed (prefdata.io.hub)
+    if not input_path.exists() and hub is None:
         raise PrefdataError(f"{input_path}: no such file or directory")
     loaded_policy = load_policy(policy)
     base = _load_baseline(baseline) if baseline is not None else None
@@ -99,7 +101,7 @@ def validate(
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and workers > 1:
+        if tokenizer is None and workers > 1 and hub is None:  # byte-range workers need files
             from prefdata.validate.merge import check_raw_text
 
             check_raw_text(

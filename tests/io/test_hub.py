@@ -77,3 +77,11 @@ def test_a_missing_split_is_one_line(hub_repo, tiny_model_dir):
     with pytest.raises(PrefdataError, match="cannot read the Hub dataset org/name:nosuch") as error:
         prepare("org/name:nosuch", hub_repo / "out", tokenizer=tiny_model_dir, progress=False, workers=1)
     assert "\n" not in str(error.value)
+
+
+def test_validate_reads_a_hub_split_too(hub_repo):
+    from prefdata.validate.command import validate
+
+    result = validate("org/name:train_prefs", format="json", progress=False, workers=2)
+    assert result.exit_code == 0
+    assert result.report["accounting"]["rows_in"] == len(QUESTIONS)
