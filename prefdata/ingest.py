@@ -14,6 +14,7 @@ from prefdata.checks.checker import PairChecker, build_leak_index
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.engine.local import process_batches
 from prefdata.errors import PrefdataError
+from prefdata.io.hub import iter_hub_records, parse_hub_id
 from prefdata.io.readers import iter_raw_records
 from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
@@ -63,7 +64,8 @@ def iter_checked_rows(
         pair_tokenizer.setup()
     checker = PairChecker(policy, build_leak_index(against) if against is not None else None)
 
-    records = _progress(iter_raw_records(raw_path), progress, "checking")
+    hub = parse_hub_id(raw_path)  # `org/name:split`: rows stream from the Hub (prefdata.io.hub)
+    records = _progress(iter_hub_records(hub) if hub else iter_raw_records(raw_path), progress, "checking")
     seen_pairs = 0
     seen_records = 0
     first_problem: str | None = None

@@ -22,6 +22,7 @@ from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows
+from prefdata.io.hub import hub_input, parse_hub_id
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.records import CheckedRow
@@ -46,16 +47,20 @@ class PrepareResult:
 _RESERVED = frozenset(
     {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "flags", "source_file", "source_line"}
     | {"ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count"}
+    | {"prompt_messages", "chosen_messages", "rejected_messages"}
 )
 
 
 def output_row(row: CheckedRow) -> dict[str, Any]:
     pair, tokenized = row.pair, row.tokenized
     assert pair is not None and tokenized is not None
+    # Conversational rows keep TRL's message format, so TRL itself renders their chat template;
+    # the writer handles datasets that mix them with string rows.
+    conversational = pair.is_conversational and pair.prompt_messages is not None
     out: dict[str, Any] = {
-        "prompt": pair.prompt,
-        "chosen": pair.chosen,
-        "rejected": pair.rejected,
+        "prompt": pair.prompt_messages if conversational else pair.prompt,
+        "chosen": pair.chosen_messages if conversational else pair.chosen,
+        "rejected": pair.rejected_messages if conversational else pair.rejected,
         "prompt_ids": tokenized.prompt_ids,
         "chosen_ids": tokenized.chosen_ids,
         "rejected_ids": tokenized.rejected_ids,
@@ -109,7 +114,8 @@ def _row_digest(row: dict[str, Any]) -> bytes:
         digest.update(len(ids).to_bytes(8, "little"))
         digest.update(ids)
     for key in _TEXT_COLUMNS:
-        data = row[key].encode("utf-8", "surrogatepass")
+        text = row[key] if type(row[key]) is str else json.dumps(row[key], ensure_ascii=False)  # messages
+        data = text.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS and k not in _TEXT_COLUMNS}
@@ -146,8 +152,9 @@ def prepare(
     if workers < 1:
         raise PrefdataError("--workers must be at least 1")
     raw_path, out_path = Path(raw), Path(out)
-    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
-    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
+    hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
+    input_files = [] if hub else list_input_files(raw_path)  # raises on a missing path / nothing readable
+    if not hub and (out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents):
         raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
     loaded_policy = load_policy(policy)
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
@@ -203,7 +210,14 @@ def prepare(
         dropped.close()
         quarantine.close()
         fingerprint = content.hexdigest()
-        schema = dataset.finish(fingerprint)
+        tok = pair_tokenizer.tokenizer
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+        schema = dataset.finish(fingerprint, {  # travels with the dataset: prefdata.io.handoff
+            "format_version": FORMAT_VERSION, "prefdata_version": __version__, "max_length": max_length,
+            "max_prompt_length": max_prompt_length, "chat_template": chat_template, "tokenizer_path": str(tokenizer),
+            "tokenizer_fingerprint": pair_tokenizer.fingerprint(), "pad_token_id": pad_id if pad_id is not None else 0,
+            "eos_token_id": tok.eos_token_id, "content_hash": fingerprint,
+        })
 
         accounting = {
             "rows_in": rows_in,
@@ -232,13 +246,11 @@ def prepare(
         (tmp / "report.md").write_text(render_markdown(built), encoding="utf-8")
         (tmp / "report.html").write_text(render_html(built), encoding="utf-8")
 
-        tok = pair_tokenizer.tokenizer
-        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         manifest = {
             "format_version": FORMAT_VERSION,
             "prefdata_version": __version__,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "inputs": [
+            "inputs": [hub_input(hub)] if hub else [
                 {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
             ],
             "config": config,
@@ -256,6 +268,7 @@ def prepare(
             "content_hash": fingerprint,
             "columns": schema.names,
             "json_columns": sorted(dataset.json_columns),
+            "text_columns": dataset.text_columns,
             "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
         }
         write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output

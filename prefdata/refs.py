@@ -303,6 +303,9 @@ def compute_refs(
     manifest = read_manifest(out)
     if rank == 0:
         _finish_swap(out)  # a previous run killed mid-swap
+    from prefdata.schema import check_out
+
+    check_out(out, tokens_only=True)  # the part of OUT's contract refs reads, before loading a model
     tok_fp = _load_tokenizer_checked(model_dir, manifest, trust_remote_code)
     pad_token_id = int((manifest.get("tokenizer") or {}).get("pad_token_id") or 0)
 

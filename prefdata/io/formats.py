@@ -213,6 +213,15 @@ def _completion_text(messages: list[Message]) -> str:
     return _render(messages)
 
 
+def text_of(value: Any, completion: bool) -> str:
+    """The plain text of a stored text column value: a string as is, a message list as rendered for
+    text-level checks (what `normalize_record` puts in `Pair.prompt`/`chosen`/`rejected`)."""
+    if type(value) is list:
+        messages = [m for m in value if type(m) is dict]
+        return _completion_text(messages) if completion else _render(messages)
+    return value if type(value) is str else ""
+
+
 def _assistant_turns(messages: list[Message]) -> int:
     return sum(1 for m in messages if m["role"] == "assistant")
 
@@ -445,11 +454,8 @@ def _ids(row: dict[str, Any], key: str) -> list[int]:
 
 def _pretokenized(raw: RawRecord, row: dict[str, Any]) -> Pair:
     ids = {key: _ids(row, key) for key in ("prompt_ids", "chosen_ids", "rejected_ids")}
-    # Text next to the ids (TRL keeps it) is used for text-level checks; otherwise empty.
-    texts = {}
-    for key in ("prompt", "chosen", "rejected"):
-        value = row.get(key, "")
-        texts[key] = value if type(value) is str else ""
+    # Text next to the ids (TRL keeps it, as strings or message lists) is used for text-level checks.
+    texts = {key: text_of(row.get(key, ""), completion=key != "prompt") for key in ("prompt", "chosen", "rejected")}
     return Pair(
         source_file=raw.source_file,
         source_line=raw.source_line,

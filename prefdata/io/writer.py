@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 from prefdata.errors import PrefdataError
+from prefdata.io.formats import text_of
+from prefdata.io.handoff import describe
 
 MARKER = ".prefdata-output"  # present in every directory prefdata creates; guards deletion
 STAGING_PREFIX = ".prefdata-staging-"
@@ -38,6 +40,11 @@ CORE_SCHEMA = pa.schema(
     ]
 )
 CORE_COLUMNS = frozenset(CORE_SCHEMA.names)
+# Conversational rows keep TRL's message format in the text columns (see `DatasetWriter`).
+MESSAGES_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+TEXT_COLUMNS = ("prompt", "chosen", "rejected")
+MESSAGE_COLUMNS = {name: f"{name}_messages" for name in TEXT_COLUMNS}  # used by mixed datasets only
+_MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
 _ID_COLUMNS = frozenset({"prompt_ids", "chosen_ids", "rejected_ids"})
 # Rows in a single Arrow file before starting the next shard (keeps files a manageable size).
 ROWS_PER_SHARD = 500_000
@@ -145,6 +152,8 @@ def _column_array(name: str, values: list[Any]) -> pa.Array:
         fast = _ids_array(values)
         if fast is not None:
             return fast
+    if (name in TEXT_COLUMNS and values and all(type(v) is list for v in values)) or name in _MESSAGE_NAMES:
+        return pa.array(values, type=MESSAGES_TYPE)
     if name in CORE_COLUMNS:
         return pa.array(values, type=CORE_SCHEMA.field(name).type)
     try:
@@ -166,6 +175,11 @@ class DatasetWriter:
     Pass-through columns are typed per batch; when a later batch needs a wider type, the parts
     written so far are cast to the unified schema at `finish()` (one streaming pass, rare).
     A column whose types cannot be unified is stored as JSON text and listed in `json_columns`.
+
+    Text columns: string rows are strings, conversational rows TRL's message lists. An Arrow column
+    has one type, so a dataset mixing both ("mixed") stores every text column as a string (messages
+    rendered "role: content" as for the text checks) and keeps the messages of conversational rows
+    in `prompt_messages`/`chosen_messages`/`rejected_messages` (null on string rows).
     """
 
     def __init__(self, directory: Path):
@@ -177,10 +191,15 @@ class DatasetWriter:
         self._rows_in_part = 0
         self.json_columns: set[str] = set()
         self.rows = 0
+        self.text_kinds: set[str] = set()  # "strings" / "messages" seen so far
 
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
+        kinds = {"messages" if type(row.get("prompt")) is list else "strings" for row in rows}
+        self.text_kinds |= kinds
+        if len(self.text_kinds) > 1:
+            rows = [_split_messages(row) for row in rows]
         names = list(CORE_SCHEMA.names)
         extra = sorted({key for row in rows for key in row} - CORE_COLUMNS)
         names.extend(extra)
@@ -221,11 +240,17 @@ class DatasetWriter:
         self._schema = None
         self._rows_in_part = 0
 
-    def finish(self, fingerprint: str) -> pa.Schema:
+    @property
+    def text_columns(self) -> str:
+        """How the text columns are stored: "strings", "messages" or "mixed"."""
+        return "mixed" if len(self.text_kinds) > 1 else next(iter(self.text_kinds), "strings")
+
+    def finish(self, fingerprint: str, settings: dict[str, Any] | None = None) -> pa.Schema:
         """Close files, unify schemas, and write datasets' state.json and dataset_info.json.
 
         `fingerprint` (a content hash) becomes the datasets fingerprint, so caches keyed on it never
-        confuse two different outputs written to the same OUT."""
+        confuse two different outputs written to the same OUT. `settings` travel in the DatasetInfo
+        (prefdata.io.handoff), with `text_columns` added."""
         self._close_part()
         if not self.parts:  # no rows kept: still a loadable, empty dataset with the core columns
             path = self.directory / "part-00000.arrow"
@@ -244,13 +269,21 @@ class DatasetWriter:
                 _rewrite_part(path, final_path, schema, to_encode)
                 path.unlink()
             data_files.append({"filename": final_path.name})
-        _write_datasets_metadata(self.directory, schema, data_files, fingerprint)
+        description = describe({**settings, "text_columns": self.text_columns}) if settings is not None else ""
+        _write_datasets_metadata(self.directory, schema, data_files, fingerprint, description)
         return schema
 
     def _final_schema(self) -> pa.Schema:
         fields: dict[str, pa.Field] = {}
         for _path, schema, _rows, _encoded in self.parts:
             for field in schema:
+                if field.name in TEXT_COLUMNS:
+                    mixed = len(self.text_kinds) > 1
+                    fields[field.name] = pa.field(field.name, pa.string() if mixed else field.type)
+                    if mixed:
+                        message_name = MESSAGE_COLUMNS[field.name]
+                        fields[message_name] = pa.field(message_name, MESSAGES_TYPE)
+                    continue
                 if field.name in self.json_columns:
                     fields[field.name] = pa.field(field.name, pa.string())
                     continue
@@ -268,6 +301,17 @@ class DatasetWriter:
                     fields[field.name] = pa.field(field.name, pa.string())
         ordered = list(CORE_SCHEMA.names) + sorted(set(fields) - CORE_COLUMNS)
         return pa.schema([fields[name] for name in ordered])
+
+
+def _split_messages(row: dict[str, Any]) -> dict[str, Any]:
+    """A mixed dataset's row: text columns as strings, messages (if any) in the *_messages columns."""
+    if type(row.get("prompt")) is not list:
+        return row
+    row = dict(row)
+    for name in TEXT_COLUMNS:
+        row[MESSAGE_COLUMNS[name]] = row[name]
+        row[name] = text_of(row[name], completion=name != "prompt")
+    return row
 
 
 def _all_strings(values: list[Any]) -> bool:
@@ -299,10 +343,16 @@ def _rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) 
             columns = []
             for field in schema:
                 if field.name not in batch.schema.names:
-                    columns.append(pa.nulls(batch.num_rows, field.type))
+                    base = field.name.removesuffix("_messages")
+                    if MESSAGE_COLUMNS.get(base) == field.name and batch.schema.field(base).type == MESSAGES_TYPE:
+                        columns.append(batch.column(base))  # a messages part of a mixed dataset
+                    else:
+                        columns.append(pa.nulls(batch.num_rows, field.type))
                     continue
                 column = batch.column(field.name)
-                if field.name in to_encode:
+                if field.name in TEXT_COLUMNS and column.type != field.type:  # messages in a mixed dataset
+                    column = pa.array([text_of(v, field.name != "prompt") for v in column.to_pylist()], pa.string())
+                elif field.name in to_encode:
                     column = _json_array(column.to_pylist())
                 elif column.type != field.type:
                     column = column.cast(field.type)
@@ -311,13 +361,13 @@ def _rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) 
 
 
 def _write_datasets_metadata(
-    directory: Path, schema: pa.Schema, data_files: list[dict[str, str]], fingerprint: str
+    directory: Path, schema: pa.Schema, data_files: list[dict[str, str]], fingerprint: str, description: str = ""
 ) -> None:
     """The two small JSON files that make `datasets.load_from_disk(OUT)` work."""
     from datasets import Features
 
     features = Features.from_arrow_schema(schema)
-    info = {"citation": "", "description": "", "features": features.to_dict(), "homepage": "", "license": ""}
+    info = {"citation": "", "description": description, "features": features.to_dict(), "homepage": "", "license": ""}
     state = {
         "_data_files": data_files,
         "_fingerprint": fingerprint,

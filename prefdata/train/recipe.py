@@ -419,6 +419,9 @@ def _load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
 
     if not (out_dir / "manifest.json").is_file():
         raise PrefdataError(f"{out_dir} is not a prepared OUT directory (no manifest.json): run `prefdata prepare` first")
+    from prefdata.schema import check_out
+
+    check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.schema)
     try:
         manifest = read_manifest(out_dir)
         dataset = datasets.load_from_disk(str(out_dir))

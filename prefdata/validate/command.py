@@ -16,6 +16,8 @@ from typing import Any, Iterator
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
+from prefdata.io.formats import text_of
+from prefdata.io.hub import parse_hub_id
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
@@ -73,7 +75,8 @@ def validate(
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
     input_path = Path(input)
-    if not input_path.exists():
+    hub = parse_hub_id(input)  # `org/name:split`: a Hub dataset split, streamed (prefdata.io.hub)
+    if not input_path.exists() and hub is None:
         raise PrefdataError(f"{input_path}: no such file or directory")
     loaded_policy = load_policy(policy)
     base = _load_baseline(baseline) if baseline is not None else None
@@ -91,13 +94,16 @@ def validate(
 
         workers = default_workers()
     if prepared:
+        from prefdata.schema import check_out
+
+        check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
         rows = iter_prepared_rows(input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size)
         _accumulate(rows, builder, loaded_policy)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and workers > 1:
+        if tokenizer is None and workers > 1 and hub is None:  # byte-range workers need files
             from prefdata.validate.merge import check_raw_text
 
             check_raw_text(
@@ -205,7 +211,9 @@ def iter_prepared_rows(
         for i in range(len(batch["prompt"])):
             stored = batch["flags"][i] if "flags" in batch else []
             prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
-            prompt, chosen, rejected = batch["prompt"][i] or "", batch["chosen"][i] or "", batch["rejected"][i] or ""
+            # Conversational rows are message lists: checked as the text `prepare` checked.
+            prompt = text_of(batch["prompt"][i], completion=False)
+            chosen, rejected = text_of(batch["chosen"][i], completion=True), text_of(batch["rejected"][i], completion=True)
             text_less = not (prompt or chosen or rejected)
             pair = Pair(
                 source_file=batch["source_file"][i],
@@ -248,6 +256,7 @@ def _leak_index(against: str | Path) -> Any:
         def prompts() -> Iterator[Any]:
             for batch in dataset.select_columns(["prompt", "prompt_ids"]).iter(batch_size=4096):
                 for text, ids in zip(batch["prompt"], batch["prompt_ids"]):
+                    text = text_of(text, completion=False)
                     yield text if text else ids
 
         return PromptLeakIndex(prompts())

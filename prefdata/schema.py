@@ -1,0 +1,226 @@
+"""OUT's contract as pandera models (polars backend): the columns, their types and row-level rules.
+
+`PreparedPairs` is OUT's dataset after `prefdata prepare`; `ScoredPairs` after `prefdata refs`.
+`TokenPairs`/`ScoredTokenPairs` are the part `refs` and `train` read (id and reference columns), so
+they also accept pre-tokenized datasets from elsewhere. `validate OUT` checks the full contract with
+`check_out`, `refs` and `train` the part they read; users' pipelines validate their own frames:
+
+    import glob, polars as pl
+    from prefdata.schema import ScoredPairs
+    frame = pl.concat([pl.read_ipc_stream(f) for f in sorted(glob.glob("out/data-*.arrow"))])
+    ScoredPairs.validate(frame)
+
+Pass-through columns are allowed (not strict). The text columns `prompt`, `chosen`, `rejected` are
+strings, or TRL message lists (`list[struct{role, content}]`) for conversational rows (docs/trl.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import pandera.polars as pa
+import polars as pl
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError
+
+ID_DTYPE = pl.List(pl.Int32)
+MESSAGES_DTYPE = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+TEXT_COLUMNS = ("prompt", "chosen", "rejected")
+ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
+BATCH_ROWS = 65_536  # rows validated at a time by `check_out`: memory stays flat on large OUTs
+# A sum of log-probs is <= 0; float32 accumulation may leave a hair above.
+_LOGP_TOLERANCE = 1e-3
+
+
+def _flagged(data: pa.PolarsData, flag: str) -> pl.Expr:
+    if "flags" not in data.lazyframe.collect_schema():
+        return pl.lit(False)
+    return pl.col("flags").list.contains(flag).fill_null(False)
+
+
+def _is_integer_list(dtype: pl.DataType) -> bool:
+    return isinstance(dtype, pl.List) and dtype.inner.is_integer()
+
+
+class TokenPairs(pa.DataFrameModel):
+    """What `refs` and `train` read: the three id columns (completion ids exclude the prompt)."""
+
+    class Config:
+        strict = False  # every other column travels with the pairs
+
+    @pa.dataframe_check
+    def id_columns_are_integer_lists(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        schema = data.lazyframe.collect_schema()
+        ok = all(name in schema and _is_integer_list(schema[name]) for name in ID_COLUMNS)
+        return data.lazyframe.select(pl.lit(ok).alias("id_columns"))
+
+    @pa.dataframe_check
+    def token_ids_are_non_negative(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        return data.lazyframe.select(
+            pl.all_horizontal((pl.col(name).list.min().fill_null(0) >= 0) for name in ID_COLUMNS)
+        )
+
+    @pa.dataframe_check
+    def completions_have_tokens_unless_flagged(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """Each half needs a loss token; a kept row without one must say so (`no_completion_tokens`)."""
+        has_tokens = (pl.col("chosen_ids").list.len() > 0) & (pl.col("rejected_ids").list.len() > 0)
+        return data.lazyframe.select(has_tokens | _flagged(data, F.NO_COMPLETION_TOKENS))
+
+
+class ScoredTokenPairs(TokenPairs):
+    """What `train` reads after `refs`: numeric reference columns. Non-finite values are allowed here
+    (train skips those rows); the full contract, `ScoredPairs`, requires them flagged."""
+
+    @pa.dataframe_check
+    def ref_columns_are_numbers(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        schema = data.lazyframe.collect_schema()
+        ok = all(name in schema and schema[name].is_numeric() for name in REF_COLUMNS)
+        return data.lazyframe.select(pl.lit(ok).alias("ref_columns"))
+
+
+class PreparedPairs(TokenPairs):
+    """OUT's dataset as `prefdata prepare` writes it: exact types, text and source columns."""
+
+    prompt_ids: ID_DTYPE = pa.Field(nullable=False)
+    chosen_ids: ID_DTYPE = pa.Field(nullable=False)
+    rejected_ids: ID_DTYPE = pa.Field(nullable=False)
+    flags: pl.List(pl.String) = pa.Field(nullable=False)
+    source_file: pl.String = pa.Field(nullable=False)
+    source_line: pl.Int64 = pa.Field(nullable=False, ge=1)
+
+    @pa.dataframe_check
+    def text_columns_are_strings_or_messages(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        schema = data.lazyframe.collect_schema()
+        ok = all(name in schema and schema[name] in (pl.String, MESSAGES_DTYPE) for name in TEXT_COLUMNS)
+        return data.lazyframe.select(pl.lit(ok).alias("text_columns"))
+
+    @pa.dataframe_check
+    def flags_are_known(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        known = pl.col("flags").list.eval(pl.element().is_in(list(F.ALL_FLAGS))).list.all()
+        return data.lazyframe.select(known.fill_null(True))
+
+
+class ScoredPairs(PreparedPairs):
+    """After `prefdata refs`: reference log-probs (sums over the completion) and completion token counts."""
+
+    ref_chosen_logps: pl.Float32 = pa.Field(nullable=True)
+    ref_rejected_logps: pl.Float32 = pa.Field(nullable=True)
+    chosen_token_count: pl.Int64 = pa.Field(nullable=False, ge=0)
+    rejected_token_count: pl.Int64 = pa.Field(nullable=False, ge=0)
+
+    @pa.dataframe_check
+    def refs_are_finite_log_probs_unless_flagged(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        ok = pl.all_horizontal(
+            pl.col(name).is_not_null() & pl.col(name).is_finite() & (pl.col(name) <= _LOGP_TOLERANCE)
+            for name in REF_COLUMNS
+        )
+        return data.lazyframe.select(ok.fill_null(False) | _flagged(data, F.NON_FINITE_REF_LOGPS))
+
+    @pa.dataframe_check
+    def token_counts_match_the_completion_ids(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """The counts are what the loss masks sum to: one per completion id."""
+        return data.lazyframe.select(
+            (pl.col("chosen_token_count") == pl.col("chosen_ids").list.len())
+            & (pl.col("rejected_token_count") == pl.col("rejected_ids").list.len())
+        )
+
+
+def model_for(columns: list[str], tokens_only: bool = False) -> type[TokenPairs]:
+    """The model a frame with `columns` must satisfy: the full contract (`PreparedPairs`, or
+    `ScoredPairs` once reference columns exist), or with `tokens_only` what refs/train read."""
+    scored = any(name in columns for name in REF_COLUMNS)
+    if tokens_only:
+        return ScoredTokenPairs if scored else TokenPairs
+    return ScoredPairs if scored else PreparedPairs
+
+
+def _data_files(out: Path) -> list[Path]:
+    try:
+        state = json.loads((out / "state.json").read_text(encoding="utf-8"))
+        return [out / entry["filename"] for entry in state["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PrefdataError(f"{out}: no readable dataset state.json ({type(exc).__name__}: {exc})") from None
+
+
+def _frames(out: Path, batch_rows: int) -> Iterator[pl.DataFrame]:
+    import pyarrow as pa_arrow
+
+    for path in _data_files(out):
+        try:
+            with pa_arrow.memory_map(str(path)) as source:
+                reader = pa_arrow.ipc.open_stream(source)
+                pending: list[pa_arrow.RecordBatch] = []
+                rows = 0
+                for batch in reader:
+                    pending.append(batch)
+                    rows += batch.num_rows
+                    if rows >= batch_rows:
+                        yield pl.from_arrow(pa_arrow.Table.from_batches(pending))
+                        pending, rows = [], 0
+                if pending:
+                    yield pl.from_arrow(pa_arrow.Table.from_batches(pending))
+        except (OSError, pa_arrow.ArrowInvalid) as exc:
+            raise PrefdataError(f"{path}: cannot read OUT's data ({type(exc).__name__}: {exc})") from None
+
+
+_MODEL_NAMES = ("TokenPairs", "ScoredTokenPairs", "PreparedPairs", "ScoredPairs")
+
+
+def describe_failures(
+    error: pa.errors.SchemaErrors | pa.errors.SchemaError, frame: pl.DataFrame | None = None, limit: int = 3
+) -> str:
+    """pandera's report as one line: which checks failed, on how many rows, and the first row's
+    source_file:source_line when `frame` (the validated frame) is given."""
+    cases = getattr(error, "failure_cases", None)
+    if not isinstance(cases, pl.DataFrame) or cases.is_empty():
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    parts = []
+    for (check,), group in cases.group_by(["check"], maintain_order=True):
+        column = group["column"][0] if "column" in group.columns else None
+        where = f" ({column})" if column and column not in _MODEL_NAMES else ""
+        index = group["index"][0] if "index" in group.columns else None
+        if index is not None and frame is not None and {"source_file", "source_line"} <= set(frame.columns):
+            example = f"first at {frame['source_file'][index]}:{frame['source_line'][index]}"
+        else:
+            example = f"got {str(group['failure_case'][0])[:120]}" if "failure_case" in group.columns else ""
+        parts.append(f"{check}{where}: {group.height} failing, {example}")
+        if len(parts) >= limit:
+            break
+    return "; ".join(parts)
+
+
+def check_frame(frame: pl.DataFrame, label: str, *, tokens_only: bool = False, first_row: int = 1) -> None:
+    """Validate one frame of OUT's rows; PrefdataError (one line) naming the model, the failing checks
+    and where they fail first. `first_row` numbers the frame's rows within the whole dataset."""
+    model = model_for(frame.columns, tokens_only)
+    try:
+        model.validate(frame, lazy=True)
+    except (pa.errors.SchemaErrors, pa.errors.SchemaError) as exc:
+        raise PrefdataError(
+            f"{label} breaks OUT's schema (prefdata.schema.{model.__name__}, rows {first_row}-"
+            f"{first_row + frame.height - 1}): {describe_failures(exc, frame)}"
+        ) from None
+
+
+def check_table(table: Any, label: str, *, tokens_only: bool = False, batch_rows: int = BATCH_ROWS) -> int:
+    """`check_frame` over an Arrow table (e.g. `datasets.Dataset.data.table`) in slices; rows checked."""
+    checked = 0
+    for start in range(0, table.num_rows, batch_rows):
+        frame = pl.from_arrow(table.slice(start, batch_rows))
+        check_frame(frame, label, tokens_only=tokens_only, first_row=start + 1)
+        checked += frame.height
+    return checked
+
+
+def check_out(out_dir: str | Path, *, tokens_only: bool = False, batch_rows: int = BATCH_ROWS) -> int:
+    """Validate every row of OUT's dataset against its model (see `model_for`); the rows checked."""
+    out = Path(out_dir)
+    checked = 0
+    for frame in _frames(out, batch_rows):
+        check_frame(frame, str(out), tokens_only=tokens_only, first_row=checked + 1)
+        checked += frame.height
+    return checked

@@ -1,0 +1,295 @@
+"""Hand-off to TRL: `from prefdata.trl import DPOTrainer` trains on a prepared OUT exactly as written.
+
+TRL's own `DPOTrainer` re-tokenizes the text columns (losing prefdata's truncation, chat rendering
+and EOS handling), recomputes or ignores stored reference log-probs, and trains silently against a
+`max_length` other than the one the refs were computed for. This subclass keeps TRL's constructor
+and training loop and changes only what the data needs:
+
+- `_prepare_dataset` returns OUT's rows untouched: no re-tokenizing, no `map`, no cache files in OUT.
+- With `ref_chosen_logps`/`ref_rejected_logps` in OUT, `precompute_ref_log_probs` is switched on and
+  `_precompute_ref_logps` returns them as stored: no reference model is loaded or run.
+- Before anything is loaded, it refuses (one line naming both values) a tokenizer whose fingerprint
+  differs from OUT's, a `max_length` that disagrees with OUT's, and refs missing where the loss needs
+  them. The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
+
+TRL internals relied on (tests/test_trl.py::test_trl_internals_the_hand_off_relies_on fails on a TRL
+that changes them): `DPOTrainer._prepare_dataset(dataset, processing_class, args, dataset_name)`,
+`DPOTrainer._precompute_ref_logps(dataset, name, batch_size)`, `trl.trainer.dpo_trainer.hash_module`,
+the collator passing `ref_*_logps` through, and `_compute_loss` reading them when
+`precompute_ref_log_probs` is set.
+"""
+
+from __future__ import annotations
+
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+try:
+    import trl as _trl
+    from trl import DPOConfig
+    from trl.trainer import dpo_trainer as _dpo_module
+except ImportError:  # one line, not a traceback through TRL's imports
+    raise ImportError('prefdata.trl needs TRL: pip install "prefdata[trl]"') from None
+
+import datasets
+from packaging.specifiers import SpecifierSet
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError
+from prefdata.io.handoff import read_settings
+from prefdata.io.manifest import tokenizer_fingerprint
+from prefdata.schema import check_table
+
+__all__ = ["DPOConfig", "DPOTrainer", "load_out", "out_settings", "TESTED_TRL"]
+
+TESTED_TRL = ">=1.16,<1.17"  # the `[trl]` extra pins the same range
+if _trl.__version__ not in SpecifierSet(TESTED_TRL):
+    warnings.warn(f"prefdata.trl is tested with trl{TESTED_TRL}, found {_trl.__version__}", stacklevel=2)
+ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
+# TRL 1.16 losses that never read the reference log-probs.
+REFERENCE_FREE_LOSSES = frozenset({"sft"})
+
+
+def load_out(path: str | Path) -> datasets.Dataset:
+    """OUT's dataset, loaded as `datasets.load_from_disk` does; a one-line error otherwise."""
+    try:
+        dataset = datasets.load_from_disk(str(path))
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot load a prepared dataset from {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(dataset, datasets.Dataset):
+        raise PrefdataError(f"{path} holds several splits; pass one prepared OUT per split")
+    return dataset
+
+
+def out_settings(dataset: datasets.Dataset, name: str = "train_dataset") -> dict[str, Any]:
+    """The settings `prefdata prepare` wrote into the dataset's DatasetInfo."""
+    settings = read_settings(dataset.info.description)
+    if settings is None:
+        raise PrefdataError(
+            f"{name} was not written by `prefdata prepare` (no prefdata settings in its DatasetInfo); "
+            "use trl.DPOTrainer for other data, or prepare it first"
+        )
+    missing = [column for column in ID_COLUMNS if column not in dataset.column_names]
+    if missing:
+        raise PrefdataError(f"{name} has no {', '.join(missing)} column: prepare it with a tokenizer")
+    return settings
+
+
+def has_refs(dataset: datasets.Dataset) -> bool:
+    return all(column in dataset.column_names for column in REF_COLUMNS)
+
+
+def longest_sequence(dataset: datasets.Dataset) -> int:
+    """Longest prompt + completion of either half, from the Arrow list lengths (no row decoding)."""
+    import pyarrow.compute as pc
+
+    table = dataset.data.table
+    if dataset.num_rows == 0:
+        return 0
+    prompt, chosen, rejected = (pc.list_value_length(table.column(c)) for c in ID_COLUMNS)
+    longest = pc.max(pc.add(prompt, pc.max_element_wise(chosen, rejected))).as_py()
+    return int(longest or 0)
+
+
+def check_max_length(max_length: int | None, settings: dict[str, Any], dataset: datasets.Dataset, name: str) -> None:
+    """TRL's collator cuts sequences longer than `max_length`; the stored ids and refs assume they are not."""
+    if max_length is None:
+        return  # the collator cuts nothing: OUT's sequences are already within OUT's own limit
+    prepared = settings.get("max_length")
+    if prepared is None:
+        longest = longest_sequence(dataset)
+        if longest > max_length:
+            raise PrefdataError(
+                f"DPOConfig(max_length={max_length}) but {name} was prepared with max_length=None and holds "
+                f"sequences of {longest} tokens, which TRL would cut: pass max_length=None, or prepare with "
+                f"--max-length {max_length}"
+            )
+        return
+    if max_length != prepared:
+        raise PrefdataError(
+            f"DPOConfig(max_length={max_length}) disagrees with {name}'s max_length={prepared} (prepared and "
+            f"scored at that length): pass max_length={prepared} or None, or prepare again with --max-length {max_length}"
+        )
+
+
+def check_tokenizer(fingerprint: str, settings: dict[str, Any], name: str) -> None:
+    prepared = settings.get("tokenizer_fingerprint")
+    if prepared != fingerprint:
+        raise PrefdataError(
+            f"the tokenizer ({fingerprint}) is not the one {name} was prepared with ({prepared}, "
+            f"{settings.get('tokenizer_path')}): pass that tokenizer as processing_class, or prepare with this one"
+        )
+
+
+def finite_rows(dataset: datasets.Dataset) -> datasets.Dataset:
+    """Rows `prefdata refs` flagged for non-finite reference log-probs would make the loss NaN: left out,
+    as `prefdata train` does. In memory (an indices mapping), so nothing is cached inside OUT."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    table = dataset.data.table
+    keep = np.ones(dataset.num_rows, dtype=bool)
+    for column in REF_COLUMNS:
+        keep &= np.isfinite(table.column(column).to_numpy().astype(np.float64))
+    if "flags" in dataset.column_names:
+        flags = table.column("flags").combine_chunks()
+        flagged = pc.list_parent_indices(flags).to_numpy()[
+            pc.equal(pc.list_flatten(flags), F.NON_FINITE_REF_LOGPS).to_numpy(zero_copy_only=False)
+        ]
+        keep[flagged] = False
+    if keep.all():
+        return dataset
+    return dataset.select(np.flatnonzero(keep), keep_in_memory=True)
+
+
+@contextmanager
+def _no_model_hash(content_hash: str) -> Iterator[None]:
+    """TRL hashes every weight of the policy to key its precompute cache file; the hand-off never
+    writes that file (the refs are OUT's), so the hash would only cost a pass over the weights."""
+    original = _dpo_module.hash_module
+    _dpo_module.hash_module = lambda module: f"prefdata:{content_hash}"
+    try:
+        yield
+    finally:
+        _dpo_module.hash_module = original
+
+
+def _as_dataset(value: Any) -> Any:
+    return load_out(value) if isinstance(value, (str, Path)) else value
+
+
+def _tokenizer_of(processing_class: Any) -> Any:
+    return getattr(processing_class, "tokenizer", None) or processing_class
+
+
+def _load_tokenizer(model: Any, args: DPOConfig) -> Any:
+    from transformers import AutoTokenizer
+
+    source = model if isinstance(model, str) else _dpo_module.get_config_model_id(model.config)
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=args.trust_remote_code)
+
+
+class DPOTrainer(_trl.DPOTrainer):
+    """TRL's `DPOTrainer` with the same constructor, training on OUT's token ids and reference
+    log-probs exactly as `prefdata prepare`/`prefdata refs` wrote them.
+
+    `train_dataset`/`eval_dataset` may be prepared datasets (`datasets.load_from_disk(OUT)`) or OUT
+    paths. When OUT holds reference log-probs, `args.precompute_ref_log_probs` is set to True and no
+    reference model is created. Without them the loss needs a `ref_model` (computed on the fly) or
+    a `peft_config` (the adapter-free base is the reference); otherwise it refuses.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        ref_model: Any = None,
+        args: DPOConfig | None = None,
+        data_collator: Any = None,
+        train_dataset: Any = None,
+        eval_dataset: Any = None,
+        processing_class: Any = None,
+        compute_metrics: Any = None,
+        callbacks: Any = None,
+        optimizers: tuple[Any, Any] = (None, None),
+        quantization_config: Any = None,
+        peft_config: Any = None,
+    ) -> None:
+        if args is None:
+            model_name = model if isinstance(model, str) else _dpo_module.get_config_model_id(model.config)
+            args = DPOConfig(f"{model_name.split('/')[-1]}-DPO")
+        if train_dataset is None:
+            raise PrefdataError("train_dataset is required (a prepared OUT or its path)")
+        train_dataset = _as_dataset(train_dataset)
+        if isinstance(eval_dataset, dict):
+            eval_dataset = {key: _as_dataset(value) for key, value in eval_dataset.items()}
+        elif eval_dataset is not None:
+            eval_dataset = _as_dataset(eval_dataset)
+        named = [("train_dataset", train_dataset)]
+        if isinstance(eval_dataset, dict):
+            named += [(f"eval_dataset[{key!r}]", value) for key, value in eval_dataset.items()]
+        elif eval_dataset is not None:
+            named.append(("eval_dataset", eval_dataset))
+
+        # Every check runs before TRL loads a model: a refusal costs nothing.
+        if processing_class is None:
+            processing_class = _load_tokenizer(model, args)
+        self._prefdata_fingerprint = tokenizer_fingerprint(_tokenizer_of(processing_class))
+        stored = [has_refs(dataset) for _, dataset in named]
+        for name, dataset in named:
+            self._check_out(dataset, name, args)
+        if any(stored) and not all(stored):
+            without = [name for (name, _), refs in zip(named, stored) if not refs]
+            raise PrefdataError(f"{', '.join(without)} has no reference log-probs while train/eval data has: run `prefdata refs` on it")
+        self._prefdata_uses_stored_refs = all(stored)
+        self._check_reference(args, ref_model, peft_config)
+        if self._prefdata_uses_stored_refs:
+            args.precompute_ref_log_probs = True  # TRL then reads the refs from each batch and builds no ref model
+            train_dataset = finite_rows(train_dataset)
+            if isinstance(eval_dataset, dict):
+                eval_dataset = {key: finite_rows(value) for key, value in eval_dataset.items()}
+            elif eval_dataset is not None:
+                eval_dataset = finite_rows(eval_dataset)
+
+        content_hash = str(out_settings(train_dataset).get("content_hash"))
+        with _no_model_hash(content_hash):
+            super().__init__(
+                model=model, ref_model=ref_model, args=args, data_collator=data_collator,
+                train_dataset=train_dataset, eval_dataset=eval_dataset, processing_class=processing_class,
+                compute_metrics=compute_metrics, callbacks=callbacks, optimizers=optimizers,
+                quantization_config=quantization_config, peft_config=peft_config,
+            )
+
+    def _check_out(self, dataset: Any, name: str, args: DPOConfig) -> dict[str, Any]:
+        if not isinstance(dataset, datasets.Dataset):
+            raise PrefdataError(f"{name} must be a prepared dataset or OUT path, got {type(dataset).__name__}")
+        settings = out_settings(dataset, name)
+        checked = self.__dict__.setdefault("_prefdata_checked", set())
+        if dataset._fingerprint not in checked:  # each dataset once (TRL's hooks see them again)
+            check_table(dataset.data.table, name, tokens_only=True)  # the part of OUT's contract training reads
+            checked.add(dataset._fingerprint)
+        check_tokenizer(self._prefdata_fingerprint, settings, name)
+        check_max_length(args.max_length, settings, dataset, name)
+        return settings
+
+    def _check_reference(self, args: DPOConfig, ref_model: Any, peft_config: Any) -> None:
+        losses = args.loss_type if isinstance(args.loss_type, list) else [args.loss_type]
+        if self._prefdata_uses_stored_refs:
+            if ref_model is not None:
+                raise PrefdataError(
+                    "the data carries reference log-probs (prefdata refs) and a ref_model was passed too: "
+                    "pass no ref_model to train on the stored refs"
+                )
+            if getattr(args, "ld_alpha", None) is not None:
+                raise PrefdataError(
+                    f"DPOConfig(ld_alpha={args.ld_alpha}) weighs reference tokens differently from the stored "
+                    "refs (plain sums over the completion): use ld_alpha=None"
+                )
+            return
+        if set(losses) <= REFERENCE_FREE_LOSSES or ref_model is not None or peft_config is not None:
+            if args.precompute_ref_log_probs:
+                raise PrefdataError(
+                    "precompute_ref_log_probs=True would make TRL cache reference log-probs inside OUT: "
+                    "run `prefdata refs OUT --model REF` instead"
+                )
+            return
+        raise PrefdataError(
+            f"loss_type={losses} needs reference log-probs and the data has none: run `prefdata refs OUT "
+            "--model REF`, or pass ref_model= (computed during training) or peft_config="
+        )
+
+    # -- TRL hooks ------------------------------------------------------------------------------
+
+    def _prepare_dataset(self, dataset: Any, processing_class: Any, args: DPOConfig, dataset_name: str) -> Any:
+        """OUT's rows as written: TRL would re-tokenize the text columns here and overwrite the ids."""
+        self._check_out(dataset, f"{dataset_name} dataset", args)  # also for datasets given to evaluate()
+        return dataset
+
+    def _precompute_ref_logps(self, dataset: Any, name: str, batch_size: int) -> Any:
+        """The stored refs; TRL would run the reference model and cache a file next to OUT's data."""
+        if not has_refs(dataset):
+            raise PrefdataError(f"the {name} dataset has no reference log-probs: run `prefdata refs` on it")
+        return finite_rows(dataset)
+
