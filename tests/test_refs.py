@@ -3,7 +3,6 @@ non-finite flagging, atomic swap, kill -9 resume, rank split/merge, and the equa
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random

@@ -361,10 +361,7 @@ class PairTokenizer:
             prompt = prefix + ids[i] if row.prompt_prefix_ids and prefix else ids[i]
             chosen = ids[n + i][chosen_drop[i] :]
             rejected = ids[2 * n + i][rejected_drop[i] :]
-            if not chosen or chosen[-1] != eos:
-                chosen = chosen + [eos]
-            if not rejected or rejected[-1] != eos:
-                rejected = rejected + [eos]
+            chosen, rejected = _end_with_one_eos(chosen, eos), _end_with_one_eos(rejected, eos)
             tokenized = truncate_pair(prompt, chosen, rejected, self.settings, eos)
             if mismatch[i]:
                 tokenized.flags.insert(0, F.PROMPT_BOUNDARY_MISMATCH)
@@ -454,3 +451,14 @@ def _leading_special_ids(tokenizer: Any) -> list[int]:
         if full[start : start + len(bare)] == bare:
             return list(full[:start])
     return []
+
+
+def _end_with_one_eos(ids: list[int], eos: int | None) -> list[int]:
+    """The completion ends with EOS exactly once: appended when missing, and a text that itself ends
+    in the literal end token (twice or more) keeps one, so the trainer never learns a double end."""
+    if eos is None:
+        return ids
+    end = len(ids)
+    while end >= 2 and ids[end - 1] == eos and ids[end - 2] == eos:
+        end -= 1
+    return ids[:end] if end < len(ids) else (ids if ids and ids[-1] == eos else ids + [eos])

@@ -372,3 +372,13 @@ def test_property_split_and_truncation(tiny_tokenizer_dir, prompt, chosen, rejec
     assert (F.NO_COMPLETION_TOKENS in cut.flags) == (not cut.chosen_ids or not cut.rejected_ids)
     assert (F.IDENTICAL_AFTER_TRUNCATION in cut.flags) == (
         cut.chosen_ids == cut.rejected_ids and full.chosen_ids != full.rejected_ids)
+
+
+def test_completion_ending_in_literal_end_tokens_keeps_one_eos(tiny_tokenizer_dir):
+    # Found by the property test: a completion whose text itself ends in the end token twice.
+    tok = _pair_tokenizer(tiny_tokenizer_dir)
+    eos_text = tok.tokenizer.eos_token
+    [pair] = tok.tokenize_pairs([_text("Hi", "ok" + eos_text * 2, eos_text * 2)])
+    eos = tok.tokenizer.eos_token_id
+    for ids in (pair.chosen_ids, pair.rejected_ids):
+        assert ids[-1] == eos and (len(ids) == 1 or ids[-2] != eos)

@@ -3,7 +3,6 @@ uninterrupted run (issue 6)."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
