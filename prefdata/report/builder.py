@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 import xxhash
 
 from prefdata import __version__
-from prefdata.checks.pair import completion_content, ids_mode, similarity
+from prefdata.checks.pair import completion_content, ids_mode
+from prefdata.checks.similarity import BOUNDED_METHOD, EXACT_LIMIT, similarity
 from prefdata.checks.dataset import pair_digests_and_key
 from prefdata.records import Pair
 
@@ -391,6 +392,10 @@ class ReportBuilder:
         self.near_duplicate_clusters = 0
         self.near_duplicate_rows = 0
         self.near_duplicates_run = False
+        # Pairs whose halves exceed EXACT_LIMIT together: near_duplicate and the similarity sample
+        # measured them with the bounded method; the report names them.
+        self.bounded_rows = 0
+        self.bounded_examples: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ per row
 
@@ -414,6 +419,9 @@ class ReportBuilder:
             self._add_flagged(row)
         self._add_dataset_keys(ordinal, row)
         self._add_lengths(row)
+        halves = (pair.chosen_ids or [], pair.rejected_ids or []) if ids_mode(pair) else (pair.chosen, pair.rejected)
+        if len(halves[0]) + len(halves[1]) > EXACT_LIMIT:
+            self._add_bounded(raw.source_file, raw.source_line)
 
     def add_compact(self, rows: CompactRows) -> None:
         """`add` for every record of `rows`, in bulk: the same report as adding them one by one."""
@@ -446,6 +454,9 @@ class ReportBuilder:
         self.prompt_key.frombytes(np.asarray(rows.prompt_keys, dtype=np.uint64).tobytes())
         self.pair_key.frombytes(np.asarray(rows.pair_keys, dtype=np.uint64).tobytes())
         self._sample_compact(rows, pairs)
+        lengths = np.asarray(rows.lengths, dtype=np.int64).reshape(-1, 3)
+        for at in np.flatnonzero(lengths[:, 1] + lengths[:, 2] > EXACT_LIMIT).tolist():
+            self._add_bounded(rows.source_file, int(rows.lines[int(pairs[at])]))
         self._pending_chars.frombytes(np.ascontiguousarray(rows.lengths, dtype=np.int64).tobytes())
         if len(self._pending_chars) >= 3 * LENGTH_FLUSH_ROWS:
             self._flush_lengths()
@@ -469,6 +480,17 @@ class ReportBuilder:
                     sample.put_measured(key, halves)
                 else:
                     sample.put(key, *halves)
+
+    def _add_bounded(self, source_file: str, source_line: int) -> None:
+        self.bounded_rows += 1
+        if len(self.bounded_examples) < LINES_PER_REASON:
+            self.bounded_examples.append({"source_file": source_file, "source_line": source_line})
+
+    def _similarity_section(self, threshold: float | None) -> dict[str, Any]:
+        section = self.similarity.to_dict(threshold)
+        section["exact_limit"] = EXACT_LIMIT
+        section["bounded"] = {"method": BOUNDED_METHOD, "rows": self.bounded_rows, "examples": self.bounded_examples}
+        return section
 
     def _add_quarantined(self, row: "CheckedRow") -> None:
         reason = row.error or "unreadable record"
@@ -676,7 +698,7 @@ class ReportBuilder:
             },
             "truncation": self._truncation_section(),
             "length_bias": {**length_bias, "limit": getattr(policy, "length_bias_limit", None)},
-            "similarity": self.similarity.to_dict(getattr(policy, "near_duplicate_threshold", None)),
+            "similarity": self._similarity_section(getattr(policy, "near_duplicate_threshold", None)),
             "flagged_rows": flagged_rows,
             "flagged_rows_total": self.flagged_total,
             "flagged_rows_complete": self.flagged_total == len(self.flagged),

@@ -121,6 +121,9 @@ def render_text(report: Report, top: int = 8) -> str:
     for f in _thresholds(report):
         if f.get("exceeded"):
             lines.append("  limit: " + _threshold_line(f).replace("`", ""))
+    bounded = _bounded_line(report)
+    if bounded:
+        lines.append("  " + bounded.replace("`", ""))
     baseline = report.get("baseline")
     if baseline:
         lines.append(
@@ -144,6 +147,17 @@ def _spark(counts: list[int]) -> str:
     if not peak:
         return ""
     return "".join(blocks[0 if c == 0 else max(1, round(c / peak * 8))] for c in counts)
+
+
+def _bounded_line(report: Report) -> str:
+    """Which rows were too long for the exact similarity (checks.similarity), or "" when none."""
+    bounded = report.get("similarity", {}).get("bounded") or {}
+    if not bounded.get("rows"):
+        return ""
+    return (
+        f"similarity: {bounded['rows']:,} pairs over {report['similarity']['exact_limit']:,} characters "
+        f"were measured by {bounded['method']} ({_locs(bounded['examples'], 5)})"
+    )
 
 
 def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
@@ -274,6 +288,9 @@ def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
             + (f"; {_pct(sim['share_at_or_above_threshold'])} at or above {sim['threshold']}" if "threshold" in sim else "")
             + "."
         )
+    if _bounded_line(report):
+        line = _md_escape(_bounded_line(report))
+        out.append(f"- {line[:1].upper()}{line[1:]}.")
     out += ["", f"<sub>prefdata {report.get('prefdata_version')} · report schema {report.get('schema_version')} · {report.get('generated_at')}</sub>", ""]
     return "\n".join(out)
 
@@ -615,6 +632,7 @@ def _html_distributions(report: Report) -> list[str]:
                 hist["edges"], hist["counts"], color="#6941c6", marker=sim.get("threshold"),
                 marker_label=f"near_duplicate ≥ {sim.get('threshold')}", fmt=lambda v: f"{v:g}" if isinstance(v, float) else _num(v),
             )
+            + (f'<div class="q">{_e(_bounded_line(report))}</div>' if _bounded_line(report) else "")
             + "</div>"
         )
     out.append("</div>")
