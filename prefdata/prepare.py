@@ -22,6 +22,7 @@ from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows
+from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.records import CheckedRow
@@ -40,6 +41,7 @@ class PrepareResult:
     exit_code: int
     report: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    problem: str = ""  # one line when the run kept no pair (exit 1); the CLI prints it
 
 
 # Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
@@ -153,7 +155,12 @@ def prepare(
     pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
     pair_tokenizer.setup()
 
-    tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
+    lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT; released below
+    try:
+        tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
+    except BaseException:
+        lock.release()
+        raise
     try:
         dataset = W.DatasetWriter(tmp)
         dropped = W.JsonlWriter(tmp / "dropped.jsonl")
@@ -257,11 +264,24 @@ def prepare(
             "json_columns": sorted(dataset.json_columns),
             "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
         }
-        write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
+        nothing_read = dataset.rows + dropped.count == 0  # every record quarantined
+        if not nothing_read:  # such an OUT keeps its quarantine and reports but never looks finished
+            write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
         W.publish(tmp, out_path)
     except BaseException:
         W.abandon(tmp, out_path)
         raise
+    finally:
+        lock.release()
+    if nothing_read:
+        reasons = built.get("quarantine", {}).get("reasons") or [{"reason": "unreadable"}]
+        raise PrefdataError(
+            f"no record of {raw_path} could be read: all {rows_in:,} were quarantined, e.g. "
+            f"{reasons[0]['reason']} (every reason in {out_path / 'quarantine.jsonl'})"
+        )
+    problem = ""
+    if dataset.rows == 0:
+        problem = f"no pair kept: all {dropped.count:,} pairs were dropped by the policy (see {out_path / 'dropped.jsonl'})"
     return PrepareResult(
         out_dir=str(out_path),
         rows_in=rows_in,
@@ -270,7 +290,8 @@ def prepare(
         rows_quarantined=accounting["rows_quarantined"],
         flag_counts=dict(flag_counts),
         errors=errors,
-        exit_code=1 if errors else 0,
+        exit_code=1 if errors or problem else 0,
         report=built,
         seconds=time.time() - started,
+        problem=problem,
     )
