@@ -25,6 +25,7 @@ from prefdata.ingest import iter_checked_rows
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
+from prefdata.io.write_errors import write_problem
 from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
@@ -158,8 +159,10 @@ def prepare(
     lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT; released below
     try:
         tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
-    except BaseException:
+    except BaseException as exc:
         lock.release()
+        if isinstance(exc, OSError) and write_problem(exc, out_path):
+            raise write_problem(exc, out_path) from None
         raise
     try:
         dataset = W.DatasetWriter(tmp)
@@ -268,8 +271,10 @@ def prepare(
         if not nothing_read:  # such an OUT keeps its quarantine and reports but never looks finished
             write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
         W.publish(tmp, out_path)
-    except BaseException:
+    except BaseException as exc:
         W.abandon(tmp, out_path)
+        if isinstance(exc, OSError) and write_problem(exc, out_path):  # disk full, read-only OUT
+            raise write_problem(exc, out_path) from None
         raise
     finally:
         lock.release()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from prefdata.errors import PrefdataError
+from prefdata.io.write_errors import write_problem
 
 try:
     import fcntl
@@ -44,7 +45,10 @@ class OutLock:
 
     def acquire(self) -> "OutLock":
         if not self.out.exists() and self.create:
-            self.out.mkdir(parents=True, exist_ok=True)
+            try:
+                self.out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise write_problem(exc, self.out) or exc from None
             self._made_out = True
         while True:
             fd = self._open()
@@ -85,7 +89,7 @@ class OutLock:
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise PrefdataError(f"cannot create the lock file {self.path}: {exc.strerror or exc}") from None
+            raise write_problem(exc, self.out) or PrefdataError(f"cannot create the lock file {self.path}: {exc}") from None
 
     def _undo_mkdir(self) -> None:
         if self._made_out:
@@ -160,7 +164,13 @@ def holding_out_lock(command: str, *, when: Callable[[dict[str, Any]], bool] = l
             if out is None or not when(kwargs) or not Path(out).is_dir():
                 return function(*args, **kwargs)
             with OutLock(out, command, create=False):
-                return function(*args, **kwargs)
+                try:
+                    return function(*args, **kwargs)
+                except OSError as exc:  # disk full or read-only OUT: one line, not a traceback
+                    problem = write_problem(exc, out)
+                    if problem is None:
+                        raise
+                    raise problem from None
 
         return run  # type: ignore[return-value]
 
