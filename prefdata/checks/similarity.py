@@ -27,9 +27,7 @@ from rapidfuzz.distance import Indel
 EXACT_LIMIT = 65_536  # characters/ids in both halves together compared exactly (~0.1 s worst case)
 SHINGLE = 4  # tokens per window of the bounded method
 EXACT_METHOD = "edit-distance ratio (Indel), exact"
-BOUNDED_METHOD = (
-    f"overlap of {SHINGLE}-word windows (Dice), for halves over {EXACT_LIMIT:,} characters or ids together"
-)
+BOUNDED_METHOD = f"overlap of {SHINGLE}-word windows (Dice)"  # beyond EXACT_LIMIT
 
 
 def length_bound(la: int, lb: int) -> float:

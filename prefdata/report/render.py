@@ -154,9 +154,10 @@ def _bounded_line(report: Report) -> str:
     bounded = report.get("similarity", {}).get("bounded") or {}
     if not bounded.get("rows"):
         return ""
+    rows = bounded["rows"]
     return (
-        f"similarity: {bounded['rows']:,} pairs over {report['similarity']['exact_limit']:,} characters "
-        f"were measured by {bounded['method']} ({_locs(bounded['examples'], 5)})"
+        f"similarity: {rows:,} pair{'s' if rows != 1 else ''} over {report['similarity']['exact_limit']:,} "
+        f"characters together measured by {bounded['method']}, not exactly ({_locs(bounded['examples'], 5)})"
     )
 
 
