@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -269,3 +270,16 @@ def test_a_10_mb_pair_goes_through_prepare_and_validate_in_seconds(tmp_path, tin
     assert time.perf_counter() - started < 240
     assert result.rows_out == 3 and result.flag_counts.get("near_duplicate") == 1
     assert "measured by" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_releasing_never_removes_another_runs_lock(tmp_path):
+    out = tmp_path / "out"
+    first = OutLock(out, "prepare").acquire()
+    shutil.rmtree(out)  # what a failed run's cleanup does while it still holds its lock
+    second = OutLock(out, "prepare").acquire()
+    first.release()
+    assert (out / LOCK_NAME).exists()
+    with pytest.raises(PrefdataError, match="in use"):
+        OutLock(out, "refs").acquire()
+    second.release()
+    assert not (out / LOCK_NAME).exists()

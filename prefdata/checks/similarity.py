@@ -26,7 +26,6 @@ from rapidfuzz.distance import Indel
 
 EXACT_LIMIT = 65_536  # characters/ids in both halves together compared exactly (~0.1 s worst case)
 SHINGLE = 4  # tokens per window of the bounded method
-EXACT_METHOD = "edit-distance ratio (Indel), exact"
 BOUNDED_METHOD = f"overlap of {SHINGLE}-word windows (Dice)"  # beyond EXACT_LIMIT
 
 

@@ -80,7 +80,13 @@ class OutLock:
     def release(self) -> None:
         if self._fd is None:
             return
-        self.path.unlink(missing_ok=True)  # unlink before unlocking: see the inode check in acquire
+        # Unlink before unlocking (see the inode check in acquire), and only our own file: OUT may
+        # have been removed under us (a failed run) and a new run may hold a new lock file there.
+        try:
+            if os.stat(self.path).st_ino == os.fstat(self._fd).st_ino:
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
         os.close(self._fd)  # closing drops the flock
         self._fd = None
         self._undo_mkdir()
