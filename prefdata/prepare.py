@@ -161,8 +161,9 @@ def prepare(
         tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
     except BaseException as exc:
         lock.release()
-        if isinstance(exc, OSError) and write_problem(exc, out_path):
-            raise write_problem(exc, out_path) from None
+        failed_write = write_problem(exc, out_path) if isinstance(exc, OSError) else None
+        if failed_write is not None:
+            raise failed_write from None
         raise
     try:
         dataset = W.DatasetWriter(tmp)
@@ -273,8 +274,9 @@ def prepare(
         W.publish(tmp, out_path)
     except BaseException as exc:
         W.abandon(tmp, out_path)
-        if isinstance(exc, OSError) and write_problem(exc, out_path):  # disk full, read-only OUT
-            raise write_problem(exc, out_path) from None
+        failed_write = write_problem(exc, out_path) if isinstance(exc, OSError) else None
+        if failed_write is not None:  # disk full, quota, read-only OUT: one line naming the path
+            raise failed_write from None
         raise
     finally:
         lock.release()

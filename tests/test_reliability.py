@@ -149,9 +149,8 @@ def test_the_lock_is_released_after_success_and_failure(tmp_path, tiny_tokenizer
     assert not (out / LOCK_NAME).exists()
     with pytest.raises(PrefdataError, match="already exists"):
         prepare(_good(tmp_path / "raw.jsonl"), out, tokenizer=tiny_tokenizer_dir, progress=False)
-    with OutLock(out, "prepare"):  # free again after the refusal
-        with pytest.raises(PrefdataError, match="in use"):
-            OutLock(out, "refs").acquire()
+    with OutLock(out, "prepare"), pytest.raises(PrefdataError, match="in use"):  # free again after the refusal
+        OutLock(out, "refs").acquire()
     missing = tmp_path / "fresh" / "out"
     kto = _rows(tmp_path / "kto.jsonl", [{"prompt": "p", "completion": "c", "label": True}])
     with pytest.raises(PrefdataError, match="does not look like preference data"):  # fails mid-run

@@ -14,8 +14,9 @@ import json
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from prefdata.errors import PrefdataError
 from prefdata.io.write_errors import write_problem
@@ -43,7 +44,7 @@ class OutLock:
         self._fd: int | None = None
         self._made_out = False
 
-    def acquire(self) -> "OutLock":
+    def acquire(self) -> OutLock:
         if not self.out.exists() and self.create:
             try:
                 self.out.mkdir(parents=True, exist_ok=True)
@@ -105,7 +106,7 @@ class OutLock:
                 pass
             self._made_out = False
 
-    def __enter__(self) -> "OutLock":
+    def __enter__(self) -> OutLock:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:

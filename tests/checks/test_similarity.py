@@ -7,7 +7,13 @@ import time
 
 from rapidfuzz.distance import Indel
 
-from prefdata.checks.similarity import EXACT_LIMIT, at_least, is_bounded, length_bound, similarity
+from prefdata.checks.similarity import (
+    EXACT_LIMIT,
+    at_least,
+    is_bounded,
+    length_bound,
+    similarity,
+)
 
 
 def _words(seed: int, count: int, vocab_size: int = 5000) -> str:
