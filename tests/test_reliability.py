@@ -282,3 +282,19 @@ def test_releasing_never_removes_another_runs_lock(tmp_path):
         OutLock(out, "refs").acquire()
     second.release()
     assert not (out / LOCK_NAME).exists()
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # the row-by-row and the chunked (compact) report paths
+def test_the_report_names_the_pairs_measured_the_bounded_way(workers, tmp_path):
+    rng = random.Random(5)
+    long_text = _words(rng, 40_000)  # 80k characters in the pair: over EXACT_LIMIT
+    raw = _rows(tmp_path / "mixed.jsonl", [
+        {"prompt": "q1?", "chosen": "short answer", "rejected": "another"},
+        {"prompt": "q2?", "chosen": long_text, "rejected": long_text[:-10] + " different"},
+        {"prompt": "q3?", "chosen": long_text[:30_000], "rejected": long_text[:30_000] + "!"},  # 60k: exact
+    ])
+    result = validate(raw, workers=workers, progress=False, format="markdown", output=tmp_path / "report.md")
+    bounded = result.report["similarity"]["bounded"]
+    assert bounded["rows"] == 1 and bounded["examples"] == [{"source_file": str(raw), "source_line": 2}]
+    assert result.report["flags"]["near_duplicate"]["count"] == 2
+    assert "measured by overlap of 4-word windows" in (tmp_path / "report.md").read_text()
