@@ -176,6 +176,8 @@ def _run_prepare(args: argparse.Namespace) -> int:
 
     print(render_text(result.report))
     print(f"wrote {result.out_dir}/ (report: {result.out_dir}/report.html, {result.out_dir}/report.md)")
+    if result.problem:  # an empty result must not pass for a successful run
+        print(f"prefdata prepare: error: {result.problem}", file=sys.stderr)
     return result.exit_code
 
 

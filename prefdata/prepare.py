@@ -23,8 +23,10 @@ from prefdata.engine.local import default_workers
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows
 from prefdata.io.hub import hub_input, parse_hub_id
+from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
+from prefdata.io.write_errors import write_problem
 from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
@@ -41,6 +43,7 @@ class PrepareResult:
     exit_code: int
     report: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    problem: str = ""  # one line when the run kept no pair (exit 1); the CLI prints it
 
 
 # Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
@@ -161,7 +164,15 @@ def prepare(
     pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
     pair_tokenizer.setup()
 
-    tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
+    lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT; released below
+    try:
+        tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
+    except BaseException as exc:
+        lock.release()
+        failed_write = write_problem(exc, out_path) if isinstance(exc, OSError) else None
+        if failed_write is not None:
+            raise failed_write from None
+        raise
     try:
         dataset = W.DatasetWriter(tmp)
         dropped = W.JsonlWriter(tmp / "dropped.jsonl")
@@ -271,11 +282,27 @@ def prepare(
             "text_columns": dataset.text_columns,
             "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
         }
-        write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
+        nothing_read = dataset.rows + dropped.count == 0  # every record quarantined
+        if not nothing_read:  # such an OUT keeps its quarantine and reports but never looks finished
+            write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
         W.publish(tmp, out_path)
-    except BaseException:
+    except BaseException as exc:
         W.abandon(tmp, out_path)
+        failed_write = write_problem(exc, out_path) if isinstance(exc, OSError) else None
+        if failed_write is not None:  # disk full, quota, read-only OUT: one line naming the path
+            raise failed_write from None
         raise
+    finally:
+        lock.release()
+    if nothing_read:
+        reasons = built.get("quarantine", {}).get("reasons") or [{"reason": "unreadable"}]
+        raise PrefdataError(
+            f"no record of {raw_path} could be read: all {rows_in:,} were quarantined, e.g. "
+            f"{reasons[0]['reason']} (every reason in {out_path / 'quarantine.jsonl'})"
+        )
+    problem = ""
+    if dataset.rows == 0:
+        problem = f"no pair kept: all {dropped.count:,} pairs were dropped by the policy (see {out_path / 'dropped.jsonl'})"
     return PrepareResult(
         out_dir=str(out_path),
         rows_in=rows_in,
@@ -284,7 +311,8 @@ def prepare(
         rows_quarantined=accounting["rows_quarantined"],
         flag_counts=dict(flag_counts),
         errors=errors,
-        exit_code=1 if errors else 0,
+        exit_code=1 if errors or problem else 0,
         report=built,
         seconds=time.time() - started,
+        problem=problem,
     )

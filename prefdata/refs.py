@@ -24,6 +24,7 @@ import numpy as np
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.manifest import read_manifest, sha256_file, tokenizer_fingerprint, write_manifest
+from prefdata.io.lock import holding_out_lock, is_rank_zero
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count")
 WORK_DIR = ".refs-work"
@@ -260,6 +261,7 @@ def _distributed() -> tuple[int, int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
 
 
+@holding_out_lock("refs", when=is_rank_zero)  # one writer per OUT (rank 0 writes for all ranks)
 def compute_refs(
     out_dir: str | Path,
     model: str,

@@ -8,6 +8,7 @@ entries are one line each, exit-2 inputs raise PrefdataError). No other exceptio
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from prefdata.errors import PrefdataError, RecordError, UnknownShapeError
 from prefdata.io.formats import normalize_record
 from prefdata.io.readers import MAX_RAW_TEXT, iter_raw_records
+from prefdata.validate.command import validate
 
 try:
     import tomllib
@@ -26,8 +28,9 @@ except ImportError:  # Python 3.10
 HOSTILE = Path(__file__).parent / "hostile"
 EXPECTATIONS: dict[str, dict] = tomllib.loads((HOSTILE / "EXPECTATIONS.toml").read_text())
 BIG = 5 * 1024 * 1024
-# Tokenizing one valid 5 MB string takes ~10 s here (tokenizer-bound): reader level only.
-NOT_PREPARED = {"big_record.jsonl", "big_record_array.json"}
+# Tokenizing one valid 5 MB string takes ~10 s here (tokenizer-bound): reader level only (the
+# 10 MB pair goes through prepare in tests/test_reliability.py).
+NOT_PREPARED = {"big_record.jsonl", "big_record_array.json"} | {name for name, spec in EXPECTATIONS.items() if "budget_s" in spec}
 
 
 def _row(i: int, **extra) -> dict:
@@ -46,6 +49,20 @@ def _generate(name: str, directory: Path) -> Path:
     elif name == "big_broken_record.jsonl":
         broken = json.dumps(_row(2, chosen=big_text))[:-1] + ',}'
         path.write_text(json.dumps(_row(1)) + "\n" + broken + "\n")
+    elif name == "huge_pair.jsonl":
+        near_copy = big_text[: BIG // 2] + " one small edit " + big_text[BIG // 2 + 16 :]
+        rows = [_row(1), _row(2, chosen=big_text + big_text[:100], rejected=near_copy), _row(3)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif name == "many_messages.jsonl":
+        turns = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i}"} for i in range(100_000)]
+        rows = [
+            {"prompt": [{"role": "user", "content": "hi"}], "chosen": turns[1:], "rejected": turns[1:-1]},
+            {"prompt": turns[:-1], "chosen": [{"role": "assistant", "content": "a"}], "rejected": [{"role": "assistant", "content": "b"}]},
+        ]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    elif name == "huge_single_line_array.json":
+        filler = "word " * 480
+        path.write_text(json.dumps([_row(i, chosen=f"{filler}{i}", rejected=f"{i} other") for i in range(20_000)]))
     elif name == "empty_dir":
         path.mkdir()
     elif name == "missing.jsonl":
@@ -72,6 +89,8 @@ def test_corpus_is_complete():
     listed = {name for name, spec in EXPECTATIONS.items() if not spec.get("generated")}
     assert committed == listed  # every committed input has an expectation and vice versa
     assert len(EXPECTATIONS) >= 30
+    huge = {name for name, spec in EXPECTATIONS.items() if "budget_s" in spec}
+    assert {"huge_pair.jsonl", "many_messages.jsonl", "huge_single_line_array.json"} <= huge
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTATIONS))
@@ -117,6 +136,15 @@ def test_prepare_accounts_for_every_record(name, tmp_path, tiny_tokenizer_dir):
         _one_line(str(info.value))
         assert not out.exists()  # nothing half-written is left behind
         return
+    if not ok:  # issue 16: no record could be read -> exit 2, and OUT shows why
+        with pytest.raises(PrefdataError) as info:
+            prepare(path, out, tokenizer=tiny_tokenizer_dir, progress=False)
+        assert info.value.exit_code == 2 and "quarantine.jsonl" in info.value.args[0]
+        _one_line(str(info.value))
+        entries = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+        assert len(entries) == quarantined + unknown
+        assert not (out / "manifest.json").exists()
+        return
     result = prepare(path, out, tokenizer=tiny_tokenizer_dir, progress=False)
     assert result.rows_in == result.rows_out + result.rows_dropped + result.rows_quarantined
     assert result.rows_in == ok + quarantined + unknown
@@ -127,6 +155,31 @@ def test_prepare_accounts_for_every_record(name, tmp_path, tiny_tokenizer_dir):
     for entry in entries:
         _one_line(entry["error"])
         assert entry["source_line"] >= 1
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTATIONS))
+def test_validate_accounts_for_every_record(name, tmp_path):
+    """The same corpus through `validate` (raw input, default workers): the same counts, or the
+    same one-line exit 2; huge inputs within their stated time budget."""
+    spec = EXPECTATIONS[name]
+    path = _input(name, tmp_path)
+    ok, quarantined, unknown = (spec.get(key, 0) for key in ("ok", "quarantined", "unknown"))
+    started = time.perf_counter()
+    try:
+        report = validate(path, progress=False, format="json", output=tmp_path / "report.json").report
+    except PrefdataError as exc:
+        _one_line(str(exc))
+        assert "exit2" in spec or (unknown and not ok and not quarantined), f"{name}: unexpected PrefdataError: {exc}"
+        if "exit2" in spec:
+            assert spec["exit2"] in str(exc)
+        return
+    seconds = time.perf_counter() - started
+    assert "exit2" not in spec, f"{name}: expected exit 2 ({spec['exit2']})"
+    outcomes = report["outcomes"]
+    assert sum(outcomes.values()) == ok + quarantined + unknown
+    assert outcomes.get("quarantined", 0) == quarantined + unknown
+    if "budget_s" in spec:
+        assert seconds < spec["budget_s"], f"{name}: validate took {seconds:.1f} s (budget {spec['budget_s']} s)"
 
 
 # --- property: random records never break prepare -----------------------------------------------
@@ -173,3 +226,39 @@ def test_prepare_never_raises_on_random_records(lines, tmp_path_factory, tiny_to
         return
     assert result.rows_in == records
     assert result.rows_in == result.rows_out + result.rows_dropped + result.rows_quarantined
+
+
+def _pairs_in(path: Path) -> int:
+    pairs = 0
+    for raw in iter_raw_records(path):
+        try:
+            normalize_record(raw)
+            pairs += 1
+        except RecordError:
+            pass
+    return pairs
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_line, min_size=1, max_size=12), tokenized=st.booleans(), workers=st.sampled_from([1, 2]))
+def test_validate_never_raises_on_random_records(lines, tokenized, workers, tmp_path_factory, tiny_tokenizer_dir):
+    """`validate` gets the same property as `prepare` (issue 16): random record shapes never raise
+    anything but a one-line PrefdataError, and every record is accounted for in the report."""
+    directory = tmp_path_factory.mktemp("random-validate")
+    path = directory / "random.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    records = sum(1 for line in lines if line.strip())
+    try:
+        result = validate(
+            path, tokenizer=tiny_tokenizer_dir if tokenized else None, workers=workers,
+            progress=False, format="json", output=directory / "report.json",
+        )
+    except PrefdataError as exc:  # only for inputs with no pairs at all: empty, or no preference shape
+        _one_line(str(exc))
+        assert (_pairs_in(path) if records else 0) == 0
+        return
+    outcomes = result.report["outcomes"]
+    assert sum(outcomes.values()) == records
+    assert outcomes.get("kept", 0) + outcomes.get("dropped", 0) == _pairs_in(path)
+    assert result.exit_code in (0, 1)
+    assert json.loads((directory / "report.json").read_text())["outcomes"] == outcomes

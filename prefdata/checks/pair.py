@@ -1,8 +1,9 @@
 """Pair-level checks: which DESIGN flags one pair carries, and what the policy makes of them.
 
 Text checks (`text_flags`) run on every row, so they stay cheap: string equality first, whitespace
-normalization only when the halves differ, and the edit-distance ratio with a score cutoff (rapidfuzz
-stops early when the lengths alone rule the threshold out).
+normalization only when the halves differ, and the edit-distance ratio through
+`prefdata.checks.similarity`, which rules most pairs out from their lengths alone and bounds the
+time of the rest (exact up to a documented size, token windows beyond it).
 
 What a half's "content" is, precisely:
 - Plain-text pairs: the `chosen`/`rejected` strings.
@@ -23,10 +24,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rapidfuzz.distance import Indel
-
 from prefdata import flags as F
 from prefdata.checks.policy import SEVERITY_RANK, Policy, Severity
+from prefdata.checks.similarity import at_least, similarity  # noqa: F401 (re-exported for callers)
 from prefdata.records import Message, Pair, TokenizedPair
 
 _ORDER = {flag: i for i, flag in enumerate(F.ALL_FLAGS)}
@@ -35,14 +35,6 @@ _ORDER = {flag: i for i, flag in enumerate(F.ALL_FLAGS)}
 def normalize_whitespace(text: str) -> str:
     """Collapse every run of (Unicode) whitespace to one space and strip both ends."""
     return " ".join(text.split())
-
-
-def similarity(a: str | Sequence[int], b: str | Sequence[int]) -> float:
-    """Normalized Indel similarity in [0, 1] (rapidfuzz `fuzz.ratio` / 100): 1 - edits / (len a + len b).
-
-    Works on strings and on token id sequences; the same measure `near_duplicate` uses.
-    """
-    return Indel.normalized_similarity(a, b)
 
 
 # ASCII bytes that str.split() treats as whitespace, and every other character it splits on.
@@ -122,7 +114,8 @@ def text_flags(pair: Pair, policy: Policy) -> list[str]:
     - identical: the two completions are exactly equal.
     - whitespace_only: not identical, but equal after `normalize_whitespace` (this includes a
       leading/trailing space difference and tabs/newlines vs spaces).
-    - near_duplicate: neither of the above, and `similarity` >= policy.near_duplicate_threshold.
+    - near_duplicate: neither of the above, and `similarity` >= policy.near_duplicate_threshold
+      (checks.similarity: exact up to EXACT_LIMIT elements, token windows beyond).
     Ignored flags are still reported here; `apply_policy` removes them.
     """
     ids = pair.chosen_ids is not None and not pair.chosen and not pair.rejected  # ids_mode, inlined
@@ -153,9 +146,8 @@ def text_flags(pair: Pair, policy: Policy) -> list[str]:
     if not ids and _whitespace_only(chosen, rejected):  # whitespace has no meaning for ids
         found.insert(0, F.WHITESPACE_ONLY)
         return found
-    threshold = policy.near_duplicate_threshold
-    # score_cutoff lets rapidfuzz return 0 early (length difference alone) for most pairs.
-    if Indel.normalized_similarity(chosen, rejected, score_cutoff=threshold) >= threshold:
+    # Bounded in time whatever the lengths (see prefdata.checks.similarity).
+    if at_least(chosen, rejected, policy.near_duplicate_threshold):
         found.insert(0, F.NEAR_DUPLICATE)
     return found
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 from prefdata.errors import PrefdataError
 from prefdata.io.formats import text_of
 from prefdata.io.handoff import describe
+from prefdata.io.lock import LOCK_NAME
 
 MARKER = ".prefdata-output"  # present in every directory prefdata creates; guards deletion
 STAGING_PREFIX = ".prefdata-staging-"
@@ -63,7 +64,7 @@ def prepare_output_dir(out: Path, overwrite: bool) -> Path:
     if out.exists():
         if not out.is_dir():
             raise PrefdataError(f"{out} exists and is not a directory")
-        if any(out.iterdir()):
+        if any(entry.name != LOCK_NAME for entry in out.iterdir()):  # the lock is the caller's own
             if not overwrite and (out / "manifest.json").exists():
                 raise PrefdataError(f"{out} already exists; pass --overwrite to replace it")
             if not is_prefdata_dir(out):
@@ -96,7 +97,7 @@ def publish(staging: Path, out: Path) -> None:
         raise PrefdataError(f"{out} was not created by prefdata; refusing to replace it")
     (out / "manifest.json").unlink(missing_ok=True)
     for entry in out.iterdir():
-        if entry == staging or entry.name == MARKER:
+        if entry == staging or entry.name in (MARKER, LOCK_NAME):
             continue
         if entry.is_dir() and not entry.is_symlink():
             shutil.rmtree(entry)
@@ -113,7 +114,7 @@ def publish(staging: Path, out: Path) -> None:
 def abandon(staging: Path, out: Path) -> None:
     """After a failure: drop the staging directory, and OUT itself if it holds nothing else."""
     shutil.rmtree(staging, ignore_errors=True)
-    if out.is_dir() and [entry.name for entry in out.iterdir()] == [MARKER]:
+    if out.is_dir() and [entry.name for entry in out.iterdir() if entry.name != LOCK_NAME] == [MARKER]:
         shutil.rmtree(out, ignore_errors=True)
 
 

@@ -16,6 +16,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from prefdata.checks.pair import completion_content, ids_mode
+from prefdata.checks.similarity import EXACT_LIMIT
 from prefdata.report.compact import (
     OUTCOMES,
     SEVERITY_CODES,
@@ -91,6 +92,10 @@ class ReportBuilder:
         self.near_duplicate_clusters = 0
         self.near_duplicate_rows = 0
         self.near_duplicates_run = False
+        # Pairs whose halves exceed EXACT_LIMIT together: near_duplicate and the similarity sample
+        # measured them with the bounded method; the report names them.
+        self.bounded_rows = 0
+        self.bounded_examples: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ per row
 
@@ -114,6 +119,9 @@ class ReportBuilder:
             self._add_flagged(row)
         self._add_dataset_keys(ordinal, row)
         self._add_lengths(row)
+        halves = (pair.chosen_ids or [], pair.rejected_ids or []) if ids_mode(pair) else (pair.chosen, pair.rejected)
+        if len(halves[0]) + len(halves[1]) > EXACT_LIMIT:
+            self._add_bounded(raw.source_file, raw.source_line)
 
     def add_compact(self, rows: CompactRows) -> None:
         """`add` for every record of `rows`, in bulk: the same report as adding them one by one."""
@@ -146,11 +154,19 @@ class ReportBuilder:
         self.prompt_key.frombytes(np.asarray(rows.prompt_keys, dtype=np.uint64).tobytes())
         self.pair_key.frombytes(np.asarray(rows.pair_keys, dtype=np.uint64).tobytes())
         self._sample_compact(rows, pairs)
+        lengths = np.asarray(rows.lengths, dtype=np.int64).reshape(-1, 3)
+        for at in np.flatnonzero(lengths[:, 1] + lengths[:, 2] > EXACT_LIMIT).tolist():
+            self._add_bounded(rows.source_file, int(rows.lines[int(pairs[at])]))
         self._pending_chars.frombytes(np.ascontiguousarray(rows.lengths, dtype=np.int64).tobytes())
         if len(self._pending_chars) >= 3 * LENGTH_FLUSH_ROWS:
             self._flush_lengths()
         for position in sorted(rows.tokens):
             self._add_token_lengths(rows.tokens[position])
+
+    def _add_bounded(self, source_file: str, source_line: int) -> None:
+        self.bounded_rows += 1
+        if len(self.bounded_examples) < LINES_PER_REASON:
+            self.bounded_examples.append({"source_file": source_file, "source_line": source_line})
 
     def _sample_compact(self, rows: CompactRows, pairs: "np.ndarray") -> None:
         """The similarity sample's share of `add_compact`: only keys below the cut-off can enter."""

@@ -88,3 +88,15 @@ def headline(report: Report) -> str:
 def esc(value: Any) -> str:
     """HTML-escaped text (None is empty), for the HTML page and its SVG plots."""
     return html.escape("" if value is None else str(value), quote=True)
+
+
+def bounded_line(report: Report) -> str:
+    """Which rows were too long for the exact similarity (checks.similarity), or "" when none."""
+    bounded = report.get("similarity", {}).get("bounded") or {}
+    if not bounded.get("rows"):
+        return ""
+    rows = bounded["rows"]
+    return (
+        f"similarity: {rows:,} pair{'s' if rows != 1 else ''} over {report['similarity']['exact_limit']:,} "
+        f"characters together measured by {bounded['method']}, not exactly ({locs(bounded['examples'], 5)})"
+    )

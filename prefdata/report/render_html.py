@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from prefdata.report.render_common import (
+    bounded_line,
     FLAG_MEANINGS,
     STATUS_WORD,
     Report,
@@ -248,6 +249,7 @@ def _html_distributions(report: Report) -> list[str]:
             + svg_histogram(
                 hist["edges"], hist["counts"], color=colors[name], overflow=hist.get("overflow", 0), fmt=lambda v: num(round(v))
             )
+            + (f'<div class="q">{esc(bounded_line(report))}</div>' if bounded_line(report) else "")
             + "</div>"
         )
     out.append("</div>")

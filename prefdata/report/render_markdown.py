@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from prefdata.report.render_common import (
+    bounded_line,
     FLAG_MEANINGS,
     STATUS_WORD,
     Report,
@@ -201,4 +202,7 @@ def _md_truncation_bias_similarity(report: Report) -> list[str]:
             + (f"; {pct(sim['share_at_or_above_threshold'])} at or above {sim['threshold']}" if "threshold" in sim else "")
             + "."
         )
+    if bounded_line(report):
+        line = _md_escape(bounded_line(report))
+        out.append(f"- {line[:1].upper()}{line[1:]}.")
     return out

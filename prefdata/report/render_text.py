@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prefdata.report.render_common import (
+    bounded_line,
     STATUS_WORD,
     Report,
     flags_by_severity,
@@ -37,6 +38,8 @@ def render_text(report: Report, top: int = 8) -> str:
     for f in threshold_findings(report):
         if f.get("exceeded"):
             lines.append("  limit: " + threshold_line(f).replace("`", ""))
+    if bounded_line(report):
+        lines.append("  " + bounded_line(report).replace("`", ""))
     baseline = report.get("baseline")
     if baseline:
         lines.append(

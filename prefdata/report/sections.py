@@ -11,6 +11,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping
 
 from prefdata import __version__
+from prefdata.checks.similarity import BOUNDED_METHOD, EXACT_LIMIT
 
 if TYPE_CHECKING:
     from prefdata.report.builder import ReportBuilder
@@ -91,7 +92,7 @@ def build_report(
         },
         "truncation": _truncation_section(builder),
         "length_bias": {**length_bias, "limit": getattr(policy, "length_bias_limit", None)},
-        "similarity": builder.similarity.to_dict(getattr(policy, "near_duplicate_threshold", None)),
+        "similarity": _similarity_section(builder, getattr(policy, "near_duplicate_threshold", None)),
         "flagged_rows": flagged_rows,
         "flagged_rows_total": builder.flagged_total,
         "flagged_rows_complete": builder.flagged_total == len(builder.flagged),
@@ -265,3 +266,11 @@ def _policy_section(policy: Any) -> dict[str, Any] | None:
     source = getattr(policy, "source", None)
     settings = policy.to_dict() if hasattr(policy, "to_dict") else {}
     return {"source": str(source) if source is not None else None, "settings": settings}
+
+
+def _similarity_section(builder: "ReportBuilder", threshold: float | None) -> dict[str, Any]:
+    """The similarity sample, plus the pairs too long for the exact measure (checks.similarity)."""
+    section = builder.similarity.to_dict(threshold)
+    section["exact_limit"] = EXACT_LIMIT
+    section["bounded"] = {"method": BOUNDED_METHOD, "rows": builder.bounded_rows, "examples": builder.bounded_examples}
+    return section
