@@ -3,7 +3,9 @@
 Same tiny models built in code (a Qwen2-architecture policy with the ChatML tokenizer, and a Llama
 sequence-classification reward model with its own tokenizer and template), same conversational
 prompts, 2 samples per prompt (TRL's fixed number), same max_new_tokens, temperature, batch size
-(pairs per optimizer step), learning rate and beta, one pass over the prompts.
+(pairs per optimizer step), learning rate and beta, one pass over the prompts. TRL generates one
+training batch at a time; prefdata generates and scores `--gen-batch` prompts per call, since its
+generation is a stage of its own.
 
 Timed for both: everything one round takes, model loading included: for prefdata `run_online`
 (generate, score, prepare with its checks, refs, train, save); for TRL the trainer's construction
@@ -55,12 +57,14 @@ def run_prefdata(prompts_file: Path, policy: Path, rm: Path, out: Path, args: ar
     started = time.perf_counter()
     result = run_online(
         prompts_file, model=policy, output=out, reward_model=rm, rounds=1, prompts_per_round=args.prompts,
-        samples=2, max_new_tokens=args.max_new_tokens, temperature=1.0, batch_size=args.batch_pairs,
+        samples=2, max_new_tokens=args.max_new_tokens, temperature=1.0, batch_size=args.gen_batch,
         batch_pairs=args.batch_pairs, lr=args.lr, beta=0.1, device=device, progress=False,
     )
     seconds = time.perf_counter() - started
     line = result.rounds[0]
-    print(f"  prefdata: {seconds:7.2f}s  pairs kept {line['pairs_kept']}/{line['pairs']}, steps {line.get('steps', 0)}")
+    stages = ", ".join(f"{k} {v:.1f}s" for k, v in line["stage_seconds"].items())
+    print(f"  prefdata: {seconds:7.2f}s  pairs kept {line['pairs_kept']}/{line['pairs']}, steps {line.get('steps', 0)} "
+          f"({stages})")
     return seconds
 
 
@@ -99,7 +103,7 @@ def section(name: str, device: str, args: argparse.Namespace) -> None:
         policy, rm = _models(work, args.hidden, args.layers)
         prompts = _prompts(work / "prompts.jsonl", args.prompts)
         print(f"{name}: {args.prompts} prompts x 2 samples, max_new_tokens {args.max_new_tokens}, "
-              f"batch {args.batch_pairs}, hidden {args.hidden} x {args.layers} layers, device {device}")
+              f"batch {args.batch_pairs} pairs per step (prefdata generates {args.gen_batch} prompts per call), hidden {args.hidden} x {args.layers} layers, device {device}")
         ours = run_prefdata(work / "prompts.jsonl", policy, rm, work / "prefdata-run", args, device)
         theirs = run_trl(prompts, policy, rm, work / "trl-run", args, device)
         print(f"  throughput: prefdata {args.prompts / ours:.2f} prompts/s, TRL {args.prompts / theirs:.2f} prompts/s; "
@@ -111,6 +115,8 @@ def main() -> int:
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--batch-pairs", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--gen-batch", type=int, default=32,
+                        help="prompts per generate call / rows per reward batch for prefdata (TRL: --batch-pairs)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-4)
@@ -119,7 +125,8 @@ def main() -> int:
     section("CPU", "cpu", args)
     if torch.cuda.is_available():
         gpu = argparse.Namespace(**{**vars(args), "prompts": max(args.prompts, 256), "hidden": 512, "layers": 8,
-                                    "max_new_tokens": max(args.max_new_tokens, 128), "batch_pairs": 32})
+                                    "max_new_tokens": max(args.max_new_tokens, 128), "batch_pairs": 32,
+                                    "gen_batch": 256})
         section("GPU", "cuda", gpu)
     else:
         print("GPU: not measured (no GPU)")

@@ -144,7 +144,8 @@ def render_prompts(tokenizer: Any, prompts: list[PromptRow], chat_template: bool
         encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         for i, row_ids in zip(templated, encoded):
             ids[i] = list(row_ids)
-    plain = [i for i in range(len(prompts)) if i not in set(templated)]
+    templated_set = set(templated)
+    plain = [i for i in range(len(prompts)) if i not in templated_set]
     if plain:
         encoded = tokenizer([prompts[i].prompt for i in plain], add_special_tokens=True)["input_ids"]
         for i, row_ids in zip(plain, encoded):
@@ -213,7 +214,7 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
             generated = policy.generate(
                 input_ids=input_ids, attention_mask=mask, max_new_tokens=settings.max_new_tokens,
                 do_sample=sampling, temperature=settings.temperature if sampling else None,
-                top_p=settings.top_p if sampling else None, top_k=None,
+                top_p=settings.top_p if sampling else None, top_k=0 if sampling else None,  # no hidden top-k
                 num_return_sequences=settings.samples, eos_token_id=eos, pad_token_id=pad, use_cache=True,
             )
         completions = generated[:, width:].tolist()

@@ -235,9 +235,12 @@ class _Round:
         shutil.rmtree(rdir, ignore_errors=True)  # an unfinished round of a killed run starts over
         rdir.mkdir(parents=True)
         settings = replace(self.generation, seed=self.generation.seed + r)  # per round: a rerun samples the same
+        clock = _Clock()
         rows = generate_rows(prompts, policy_dir, settings, progress=self.progress,
                              trust_remote_code=self.trust_remote_code)
+        clock.lap("generate")
         scored = score_generations(rows, self.scorer, rdir / "generations.jsonl", rdir / "pairs.jsonl", self.progress)
+        clock.lap("score")
         rewards = [row["reward"] for row in rows if row["reward"] is not None]
         line: dict[str, Any] = {
             "round": r, "prompts": len(prompts), "samples": len(rows), "policy_in": str(policy_dir),
@@ -252,6 +255,7 @@ class _Round:
         else:
             prepared = prepare(rdir / "pairs.jsonl", rdir / "pairs", tokenizer=str(self.start_model), workers=1,
                                progress=self.progress, **self.prepare_kwargs)
+            clock.lap("prepare")
             line.update(pairs_kept=prepared.rows_out, pairs_dropped=prepared.rows_dropped + prepared.rows_quarantined,
                         flag_counts=dict(prepared.flag_counts))
             if prepared.rows_out == 0:
@@ -259,11 +263,27 @@ class _Round:
             else:
                 compute_refs(rdir / "pairs", model=str(self.ref_model), device=self.device, progress=self.progress,
                              trust_remote_code=self.trust_remote_code)
+                clock.lap("refs")
                 trained = train(rdir / "pairs", model=policy_dir, output=rdir / "policy", seed=self.generation.seed + r,
                                 save_every=None, device=self.device, progress=self.progress, **self.train_kwargs)
+                clock.lap("train")
                 line.update(trained=True, steps=trained.steps, **_train_means(trained.metrics_path))
         line["seconds"] = round(time.time() - started, 3)
+        line["stage_seconds"] = clock.laps
         return line
+
+
+class _Clock:
+    """Seconds per stage of a round (for rounds.jsonl and the benchmark)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 3)
+        self._last = now
 
 
 def _train_means(metrics_path: Path) -> dict[str, float]:
