@@ -157,3 +157,16 @@ def test_make_pairs_skips_prompts_without_two_rewards():
     pairs, stats = make_pairs(rows)
     assert [p["chosen"] for p in pairs] == ["y"] and stats.unpaired == 1 and stats.prompts == 2
     assert not math.isnan(pairs[0]["reward_rejected"])
+
+
+def test_cli_generate_then_score_with_a_reward_model(tmp_path, tiny_model_dir, reward_model_dir, prompts_file, capsys):
+    gen = tmp_path / "gen"
+    assert main(["generate", str(prompts_file), str(gen), "--model", tiny_model_dir, "--samples", "2",
+                 "--max-new-tokens", "4", "--batch-size", "8", "--device", "cpu", "--no-progress"]) == 0
+    assert main(["score", str(gen / "generations.jsonl"), "--reward-model", reward_model_dir, "--device", "cpu",
+                 "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "generated 32 samples for 16 prompts" in out and "16 pairs" in out
+    rows = _read(gen / "generations.jsonl")
+    assert len(rows) == 32 and all(isinstance(r["reward"], float) for r in rows)
+    assert len(_read(gen / "pairs.jsonl")) == 16
