@@ -70,7 +70,11 @@ def run_prefdata(prompts_file: Path, policy: Path, rm: Path, out: Path, args: ar
 
 def run_trl(prompts: list, policy: Path, rm: Path, out: Path, args: argparse.Namespace, device: str) -> float:
     import datasets
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+    )
     from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
 
     started = time.perf_counter()

@@ -176,6 +176,7 @@ def _add_online_commands(sub: Any) -> None:
     g.add_argument("prompts", metavar="PROMPTS", help="prompt-only rows ({\"prompt\": ...}) or preference data in any shape prepare reads")
     g.add_argument("out", metavar="OUT", help="output directory (generations.jsonl goes there)")
     g.add_argument("--model", metavar="POLICY", help="policy model directory (required)")
+    g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT/generations.jsonl")
     _add_generation_options(g)
     _add_common(g)
 

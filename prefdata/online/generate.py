@@ -82,11 +82,15 @@ def generate(
     chat_template: bool = False,
     engine: str = "transformers",
     device: str = "auto",
+    overwrite: bool = False,
     progress: bool = True,
     trust_remote_code: bool = False,
 ) -> GenerateResult:
     """Sample `samples` completions per prompt of PROMPTS with MODEL and write OUT/generations.jsonl."""
     started = time.time()
+    path = Path(out) / GENERATIONS_FILE
+    if path.exists() and not overwrite:
+        raise PrefdataError(f"{path} exists (it may hold rewards already): pass --overwrite to replace it")
     settings = GenerateSettings(samples, max_new_tokens, temperature, top_p, seed, batch_size, chat_template,
                                 engine, device)
     prompt_set = read_prompts(prompts)
@@ -94,7 +98,6 @@ def generate(
         print(f"warning: skipped {prompt_set.skipped} rows with no usable prompt (first: {prompt_set.first_problem})",
               file=sys.stderr)
     rows = generate_rows(prompt_set.rows, model, settings, progress=progress, trust_remote_code=trust_remote_code)
-    path = Path(out) / GENERATIONS_FILE
     write_jsonl(path, rows)
     return GenerateResult(path, len(prompt_set.rows), len(rows), sum(r["finished"] for r in rows),
                           prompt_set.skipped, time.time() - started)

@@ -7,9 +7,10 @@ usable prompt are skipped and counted, with the first reason, never a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.formats import ROLE_ALIASES, normalize_record

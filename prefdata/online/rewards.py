@@ -16,8 +16,9 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from prefdata.errors import PrefdataError
 from prefdata.records import Message
@@ -110,7 +111,7 @@ class RewardFunctionScorer:
         ]
         try:
             values = self.function(prompts=list(prompts), completions=shaped, **(columns or {}))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- user code may raise anything: one line, no traceback
             raise PrefdataError(f"--reward-fn {self.spec} raised {type(exc).__name__}: {exc}") from None
         if not isinstance(values, (list, tuple)) or len(values) != len(prompts):
             got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
@@ -140,7 +141,7 @@ def load_reward_function(spec: str) -> Callable[..., Any]:
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 -- user code may raise anything: one line, no traceback
         raise PrefdataError(f"--reward-fn {spec!r}: importing {path} failed: {type(exc).__name__}: {exc}") from None
     function = getattr(module, name, None)
     if not callable(function):

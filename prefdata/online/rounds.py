@@ -123,10 +123,10 @@ def run_online(
                                   engine=engine, device=device)
     context = _Round(
         out=out, start_model=Path(model), ref_model=Path(ref_model or model), scorer=scorer, generation=generation,
-        prepare_kwargs=dict(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
-                            policy=policy, trust_remote_code=trust_remote_code),
-        train_kwargs=dict(loss=loss, beta=beta, lr=lr, epochs=epochs, batch_pairs=batch_pairs,
-                          warmup_ratio=warmup_ratio, trust_remote_code=trust_remote_code),
+        prepare_kwargs={"max_length": max_length, "max_prompt_length": max_prompt_length,
+                        "chat_template": chat_template, "policy": policy, "trust_remote_code": trust_remote_code},
+        train_kwargs={"loss": loss, "beta": beta, "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs,
+                      "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code},
         device=device, progress=progress, trust_remote_code=trust_remote_code,
     )
     result = OnlineResult(out, out / "policy", resumed_after=len(done))

@@ -13,9 +13,10 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.formats import normalize_record

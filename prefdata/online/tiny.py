@@ -30,7 +30,11 @@ def build_tiny_reward_model(out_dir: str | Path, hidden_size: int = 32, num_laye
     """Save a tiny random LlamaForSequenceClassification (num_labels=1) and its tokenizer to `out_dir`."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForSequenceClassification, PreTrainedTokenizerFast
+    from transformers import (
+        LlamaConfig,
+        LlamaForSequenceClassification,
+        PreTrainedTokenizerFast,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from prefdata.online.generate import GenerateSettings
 
 
-def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: "GenerateSettings",
+def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: GenerateSettings,
                   trust_remote_code: bool) -> list[list[tuple[str, bool]]]:
     """`samples` completions per prompt: (text without the stop token, finished with EOS/stop)."""
     from prefdata.online.generate import vllm_available

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from prefdata.cli import main
+from prefdata.errors import PrefdataError
 from prefdata.online.generate import _decode, generate, render_prompts
 from prefdata.online.prompts import PromptRow, read_prompts
 
@@ -35,6 +36,8 @@ def test_one_line_per_sample_with_provenance(tmp_path, tiny_model_dir):
     for row in rows:
         assert set(row) == {"prompt", "completion", "sample", "source_file", "source_line", "finished"}
         assert isinstance(row["completion"], str) and isinstance(row["finished"], bool)
+    with pytest.raises(PrefdataError, match="--overwrite"):  # generations may hold rewards by now
+        generate(prompts, tmp_path / "gen", model=tiny_model_dir, samples=1, max_new_tokens=2, progress=False)
 
 
 def test_prompt_ids_are_the_ids_prepare_trains_on(tiny_model_dir):

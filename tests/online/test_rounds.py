@@ -67,8 +67,8 @@ def test_a_round_with_every_pair_dropped_trains_nothing(tmp_path, tiny_model_dir
 def test_a_killed_run_continues_from_the_last_finished_round(tmp_path, tiny_model_dir, prompts_file, reward_model_dir,
                                                               monkeypatch):
     out = tmp_path / "run"
-    kwargs = dict(model=tiny_model_dir, output=out, reward_model=reward_model_dir, prompts_per_round=4, samples=2,
-                  max_new_tokens=4, batch_pairs=2, device="cpu", progress=False)
+    kwargs = {"model": tiny_model_dir, "output": out, "reward_model": reward_model_dir, "prompts_per_round": 4,
+              "samples": 2, "max_new_tokens": 4, "batch_pairs": 2, "device": "cpu", "progress": False}
     real_run = R._Round.run
 
     def killed_in_round_2(self, r, prompts, policy_dir):

@@ -17,7 +17,6 @@ from prefdata.prepare import prepare
 from prefdata.validate.command import validate
 
 
-
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
