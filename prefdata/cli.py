@@ -135,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the model directory (off by default)")
     _add_common(t)
 
+    _add_online_commands(sub)
+
     s = sub.add_parser(
         "show", help="print one row of OUT/ with its loss masks made visible",
         description="Print a prepared row: prompt tokens, and per half the tokens the loss sees.",
@@ -144,6 +146,84 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--line", type=int, default=None, help="find the row by its source line instead")
     _add_common(s)
     return parser
+
+
+def _add_generation_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--samples", type=_positive_int, metavar="K", help="completions sampled per prompt (default 2)")
+    parser.add_argument("--max-new-tokens", type=_positive_int, metavar="N", help="token limit per completion (default 128)")
+    parser.add_argument("--temperature", type=float, metavar="T", help="sampling temperature; 0 is greedy (default 1.0)")
+    parser.add_argument("--top-p", type=float, metavar="P", help="nucleus sampling mass (default 1.0)")
+    parser.add_argument("--seed", type=int, help="sampling seed (default 0)")
+    parser.add_argument("--batch-size", type=_positive_int, metavar="B", help="prompts per generate call, rows per reward-model batch (default 8)")
+    parser.add_argument("--engine", choices=["transformers", "vllm"], help="generation engine (vllm needs vLLM and a GPU)")
+    parser.add_argument("--chat-template", action="store_true", default=None,
+                        help="render string prompts through the policy's chat template (as prepare --chat-template)")
+    parser.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    parser.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the model directories")
+
+
+def _add_reward_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--reward-model", metavar="RM", help="sequence-classification reward model directory (1 output)")
+    group.add_argument("--reward-fn", metavar="FILE.py:NAME", help="reward function f(prompts, completions, **kwargs) -> list[float]")
+
+
+def _add_online_commands(sub: Any) -> None:
+    g = sub.add_parser(
+        "generate", help="sample K completions per prompt from a policy into OUT/generations.jsonl",
+        description="Batched sampling (KV cache, left padding) with the prompt rendered as prepare renders it; "
+        "one JSONL line per sample with prompt, completion, sample, source_file, source_line, finished.",
+        epilog=EPILOG,
+    )
+    g.add_argument("prompts", metavar="PROMPTS", help="prompt-only rows ({\"prompt\": ...}) or preference data in any shape prepare reads")
+    g.add_argument("out", metavar="OUT", help="output directory (generations.jsonl goes there)")
+    g.add_argument("--model", metavar="POLICY", help="policy model directory (required)")
+    g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT/generations.jsonl")
+    _add_generation_options(g)
+    _add_common(g)
+
+    sc = sub.add_parser(
+        "score", help="reward generations (then pair best vs worst) or add reward columns to preference data",
+        description="Generations get a `reward` per sample and pairs.jsonl (highest vs lowest reward per prompt); "
+        "an offline preference file gets reward_chosen/reward_rejected (validate then flags reward_disagrees).",
+        epilog=EPILOG,
+    )
+    sc.add_argument("input", metavar="INPUT", help="generations.jsonl from `prefdata generate`, or a preference file/directory")
+    _add_reward_options(sc)
+    sc.add_argument("--output", metavar="FILE", help="scored rows (default: generations in place, else INPUT.scored.jsonl)")
+    sc.add_argument("--pairs", metavar="FILE", help="where generation pairs go (default: pairs.jsonl beside INPUT)")
+    sc.add_argument("--batch-size", type=_positive_int, metavar="B", help="rows per reward-model batch (default 8)")
+    sc.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
+    sc.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the reward model directory")
+    _add_common(sc)
+
+    o = sub.add_parser(
+        "online", help="online DPO: rounds of generate -> score -> prepare -> refs -> train",
+        description="Each round samples from the current policy on fresh prompts, pairs best vs worst reward, "
+        "checks the pairs like any prepared data, computes reference log-probs and trains one round. "
+        "A rerun continues after the last finished round.",
+        epilog=EPILOG,
+    )
+    o.add_argument("prompts", metavar="PROMPTS", help="prompt-only rows or preference data in any shape prepare reads")
+    o.add_argument("--model", metavar="POLICY", help="starting policy directory (required)")
+    o.add_argument("--output", metavar="DIR", help="run directory: round-<r>/, rounds.jsonl, policy/ (required)")
+    _add_reward_options(o)
+    o.add_argument("--rounds", type=_positive_int, metavar="R", help="rounds to run (default 1)")
+    o.add_argument("--prompts-per-round", type=_positive_int, metavar="N", help="fresh prompts per round (default 64)")
+    o.add_argument("--ref-model", metavar="M", help="reference model (default: the starting policy)")
+    _add_generation_options(o)
+    o.add_argument("--max-length", type=_positive_int, metavar="N", help="max prompt+completion tokens per half when preparing")
+    o.add_argument("--max-prompt-length", type=_positive_int, metavar="N", help="max prompt tokens when preparing")
+    o.add_argument("--policy", metavar="FILE", help="check policy TOML (default: checks/default.toml)")
+    o.add_argument("--loss", choices=["sigmoid", "ipo", "hinge", "robust"], help="preference loss (default sigmoid)")
+    o.add_argument("--beta", type=float, help="DPO beta (default 0.1)")
+    o.add_argument("--lr", type=float, help="learning rate (default 5e-6)")
+    o.add_argument("--epochs", type=_positive_int, help="epochs over each round's pairs (default 1)")
+    o.add_argument("--batch-pairs", type=_positive_int, metavar="N", help="pairs per optimizer step (default 8)")
+    o.add_argument("--warmup-ratio", type=float, help="share of each round's steps for warmup (default 0)")
+    o.add_argument("--keep-round-policies", action="store_true", default=None,
+                   help="keep every round's weights (default: only the current policy's)")
+    _add_common(o)
 
 
 def _kwargs(args: argparse.Namespace, skip: set[str]) -> dict[str, Any]:
@@ -212,6 +292,45 @@ def _run_train(args: argparse.Namespace) -> int:
     return int(getattr(result, "exit_code", 0))
 
 
+def _run_generate(args: argparse.Namespace) -> int:
+    from prefdata.online.generate import generate
+
+    settings = _merged("generate", args, {"prompts", "out"}, generate)
+    _require(settings, "model", "--model POLICY")
+    if settings.get("engine") == "vllm":
+        from prefdata.online.generate import vllm_available
+
+        reason = vllm_available()
+        if reason is not None:
+            raise PrefdataError(reason)
+    print(generate(args.prompts, args.out, **settings).summary())
+    return 0
+
+
+def _run_score(args: argparse.Namespace) -> int:
+    from prefdata.online.score import score
+
+    settings = _merged("score", args, {"input"}, score)
+    print(score(args.input, **settings).summary())
+    return 0
+
+
+def _run_online(args: argparse.Namespace) -> int:
+    from prefdata.online.rounds import run_online
+
+    settings = _merged("online", args, {"prompts"}, run_online)
+    _require(settings, "model", "--model POLICY")
+    _require(settings, "output", "--output DIR")
+    if settings.get("engine") == "vllm":
+        from prefdata.online.generate import vllm_available
+
+        reason = vllm_available()
+        if reason is not None:
+            raise PrefdataError(reason)
+    print(run_online(args.prompts, **settings).summary())
+    return 0
+
+
 def _run_show(args: argparse.Namespace) -> int:
     from prefdata.show import show_row
 
@@ -225,6 +344,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "refs": _run_refs,
     "train": _run_train,
     "show": _run_show,
+    "generate": _run_generate,
+    "score": _run_score,
+    "online": _run_online,
 }
 
 

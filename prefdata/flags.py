@@ -15,6 +15,8 @@ CONFLICTING_PAIR = "conflicting_pair"
 MULTI_TURN_COMPLETION = "multi_turn_completion"
 PROMPT_LEAK = "prompt_leak"
 NON_FINITE_REF_LOGPS = "non_finite_ref_logps"
+TIED_REWARD = "tied_reward"
+REWARD_DISAGREES = "reward_disagrees"
 
 ALL_FLAGS: tuple[str, ...] = (
     IDENTICAL,
@@ -32,6 +34,8 @@ ALL_FLAGS: tuple[str, ...] = (
     MULTI_TURN_COMPLETION,
     PROMPT_LEAK,
     NON_FINITE_REF_LOGPS,
+    TIED_REWARD,
+    REWARD_DISAGREES,
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).

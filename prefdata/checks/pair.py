@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 from prefdata import flags as F
 from prefdata.checks.policy import SEVERITY_RANK, Policy, Severity
+from prefdata.checks.reward import column_flags
 from prefdata.checks.similarity import at_least, similarity  # noqa: F401 (re-exported for callers)
 from prefdata.records import Message, Pair, TokenizedPair
 
@@ -108,6 +109,17 @@ def ids_mode(pair: Pair) -> bool:
 
 
 def text_flags(pair: Pair, policy: Policy) -> list[str]:
+    """`content_flags`, plus the flags of the pair's scoring columns (`checks.reward`), in
+    flags.ALL_FLAGS order."""
+    found = content_flags(pair, policy)
+    if pair.extra and ("reward_chosen" in pair.extra or "chosen_finished" in pair.extra):
+        scored = column_flags(pair.extra, policy)
+        if scored:
+            found = sorted(set(found).union(scored), key=_ORDER.__getitem__)
+    return found
+
+
+def content_flags(pair: Pair, policy: Policy) -> list[str]:
     """Text-level flags of one pair, in flags.ALL_FLAGS order (see the module doc for "content").
 
     - empty_prompt / empty_chosen / empty_rejected: empty or whitespace-only (no ids when ids mode).

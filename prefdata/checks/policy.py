@@ -10,6 +10,8 @@ A policy is a TOML file (see checks/README.md):
     near_duplicate_prompt = 0.8 # MinHash Jaccard of prompt word 3-grams for near-duplicate prompts
     max_flagged_share = false   # share of rows with a warn-or-worse flag above which validate fails
     length_bias = false         # share of pairs with chosen longer than rejected above which it fails
+    tie_threshold = 0.0         # generated pairs whose rewards differ by <= this -> tied_reward
+    reward_margin = 1.0         # reward_rejected - reward_chosen > this -> reward_disagrees
 
 A file only needs the keys it changes: everything it leaves out keeps the built-in default below.
 `false` turns an optional limit off. The built-in default is embedded here (and mirrored verbatim by
@@ -54,20 +56,28 @@ conflicting_pair = "warn"
 multi_turn_completion = "warn"
 prompt_leak = "warn"
 non_finite_ref_logps = "drop"
+tied_reward = "drop"
+reward_disagrees = "warn"
 
 [thresholds]
 near_duplicate = 0.95
 near_duplicate_prompt = 0.8
 max_flagged_share = false
 length_bias = false
+tie_threshold = 0.0
+reward_margin = 1.0
 """
 
-# Threshold key -> (Policy attribute, may be turned off with `false`, lowest allowed, open at lowest).
-_THRESHOLDS: dict[str, tuple[str, bool, float, bool]] = {
-    "near_duplicate": ("near_duplicate_threshold", False, 0.0, True),
-    "near_duplicate_prompt": ("near_duplicate_prompt_threshold", False, 0.0, True),
-    "max_flagged_share": ("max_flagged_share", True, 0.0, False),
-    "length_bias": ("length_bias_limit", True, 0.0, False),
+# Threshold key -> (Policy attribute, may be turned off with `false`, lowest allowed, open at lowest,
+# highest allowed). Shares and similarities live in [0, 1]; reward differences are on the reward's own
+# scale, so they have no upper bound.
+_THRESHOLDS: dict[str, tuple[str, bool, float, bool, float]] = {
+    "near_duplicate": ("near_duplicate_threshold", False, 0.0, True, 1.0),
+    "near_duplicate_prompt": ("near_duplicate_prompt_threshold", False, 0.0, True, 1.0),
+    "max_flagged_share": ("max_flagged_share", True, 0.0, False, 1.0),
+    "length_bias": ("length_bias_limit", True, 0.0, False, 1.0),
+    "tie_threshold": ("tie_threshold", False, 0.0, False, math.inf),
+    "reward_margin": ("reward_margin", False, 0.0, False, math.inf),
 }
 _TOP_LEVEL = {"description": str, "flags": dict, "thresholds": dict}
 
@@ -81,6 +91,8 @@ class Policy:
     length_bias_limit: float | None  # None: off
     source: str  # the file it came from, or "default" / a built-in name
     description: str = ""
+    tie_threshold: float = 0.0  # |reward_chosen - reward_rejected| <= this: tied_reward (generated pairs)
+    reward_margin: float = 1.0  # reward_rejected - reward_chosen > this: reward_disagrees
 
     def __post_init__(self) -> None:
         missing = [f for f in F.ALL_FLAGS if f not in self.severities]
@@ -108,6 +120,8 @@ class Policy:
                 "near_duplicate_prompt": self.near_duplicate_prompt_threshold,
                 "max_flagged_share": self.max_flagged_share,
                 "length_bias": self.length_bias_limit,
+                "tie_threshold": self.tie_threshold,
+                "reward_margin": self.reward_margin,
             },
         }
 
@@ -182,7 +196,7 @@ def _parse(data: dict[str, Any], base: Policy | None, source: str) -> Policy:
     for key, value in data.get("thresholds", {}).items():
         if key not in _THRESHOLDS:
             raise fail(f"unknown key {key!r} in [thresholds] (allowed: {', '.join(_THRESHOLDS)})")
-        attr, can_be_off, low, open_low = _THRESHOLDS[key]
+        attr, can_be_off, low, open_low, high = _THRESHOLDS[key]
         if value is False and can_be_off:
             values[attr] = None
             continue
@@ -190,9 +204,10 @@ def _parse(data: dict[str, Any], base: Policy | None, source: str) -> Policy:
             off = " or false" if can_be_off else ""
             raise fail(f"[thresholds] {key} = {value!r}: must be a number{off}")
         v = float(value)
-        if not math.isfinite(v) or v > 1.0 or v < low or (open_low and v == low):
+        if not math.isfinite(v) or v > high or v < low or (open_low and v == low):
             lo = f"{'>' if open_low else '>='} {low:g}"
-            raise fail(f"[thresholds] {key} = {value!r}: must be {lo} and <= 1")
+            hi = f" and <= {high:g}" if math.isfinite(high) else " and finite"
+            raise fail(f"[thresholds] {key} = {value!r}: must be {lo}{hi}")
         values[attr] = v
 
     description = data.get("description", base.description if base else "")

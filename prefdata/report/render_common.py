@@ -26,6 +26,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "multi_turn_completion": "the completion spans several turns",
     "prompt_leak": "the prompt also occurs in the --against data",
     "non_finite_ref_logps": "reference log-probs are not finite",
+    "tied_reward": "the two generated samples got the same reward (within the tie threshold)",
+    "reward_disagrees": "the reward model prefers rejected over chosen by more than the margin",
     "quarantined": "the record could not be read or normalized",
 }
 

@@ -29,7 +29,7 @@ NEAR_DUPLICATE_BATCH = 4096  # prompts handed to MinHash at a time
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
 # re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
 _STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
-_STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION,)
+_STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION, F.TIED_REWARD, F.REWARD_DISAGREES)
 
 
 @dataclass

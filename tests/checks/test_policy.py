@@ -29,6 +29,8 @@ DESIGN_DEFAULTS = {
     F.MULTI_TURN_COMPLETION: "warn",
     F.PROMPT_LEAK: "warn",
     F.NON_FINITE_REF_LOGPS: "drop",
+    F.TIED_REWARD: "drop",
+    F.REWARD_DISAGREES: "warn",
 }
 
 
@@ -83,7 +85,9 @@ def test_false_turns_limits_off(tmp_path):
 def test_to_dict_lists_every_flag_and_threshold():
     d = load_policy().to_dict()
     assert list(d["flags"]) == list(F.ALL_FLAGS)
-    assert set(d["thresholds"]) == {"near_duplicate", "near_duplicate_prompt", "max_flagged_share", "length_bias"}
+    assert set(d["thresholds"]) == {
+        "near_duplicate", "near_duplicate_prompt", "max_flagged_share", "length_bias", "tie_threshold", "reward_margin"
+    }
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,245 @@
+"""`prefdata generate`: K sampled completions per prompt from a policy, one JSONL line per sample.
+
+Prompts are rendered as `prepare` renders them, so the ids the policy is sampled from are the ids it
+is later trained on: message-list prompts (and string prompts with `chat_template=True`, as one user
+turn) through the tokenizer's chat template with the generation prompt, tokenized without special
+tokens; plain string prompts with the tokenizer's own leading special tokens (BOS).
+
+The transformers engine runs batched `generate` with a KV cache on left-padded prompts; the vLLM
+engine (`engine="vllm"`) needs vLLM and a GPU. `finished` says a sample ended with EOS; one that hit
+`max_new_tokens` is unfinished, and its pair is flagged `completion_truncated` downstream.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefdata.errors import PrefdataError
+from prefdata.online.jsonl import write_jsonl
+from prefdata.online.prompts import PromptRow, read_prompts
+
+GENERATIONS_FILE = "generations.jsonl"
+ENGINES = ("transformers", "vllm")
+
+
+@dataclass
+class GenerateSettings:
+    samples: int = 2
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    batch_size: int = 8  # prompts per generate call (each yields `samples` sequences)
+    chat_template: bool = False
+    engine: str = "transformers"
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.samples < 1 or self.max_new_tokens < 1 or self.batch_size < 1:
+            raise PrefdataError("--samples, --max-new-tokens and --batch-size must be at least 1")
+        if self.temperature < 0:
+            raise PrefdataError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise PrefdataError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.engine not in ENGINES:
+            raise PrefdataError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
+
+
+@dataclass
+class GenerateResult:
+    path: Path
+    prompts: int
+    samples: int
+    finished: int  # samples that ended with EOS
+    skipped_rows: int  # input rows with no usable prompt
+    seconds: float
+
+    def summary(self) -> str:
+        share = self.finished / self.samples if self.samples else 0.0
+        text = (f"generated {self.samples} samples for {self.prompts} prompts in {self.seconds:.1f}s "
+                f"({share:.0%} ended with EOS) -> {self.path}")
+        if self.skipped_rows:
+            text += f"\nskipped {self.skipped_rows} rows with no usable prompt"
+        return text
+
+
+def generate(
+    prompts: str | Path,
+    out: str | Path,
+    *,
+    model: str | Path,
+    samples: int = 2,
+    max_new_tokens: int = 128,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 8,
+    chat_template: bool = False,
+    engine: str = "transformers",
+    device: str = "auto",
+    overwrite: bool = False,
+    progress: bool = True,
+    trust_remote_code: bool = False,
+) -> GenerateResult:
+    """Sample `samples` completions per prompt of PROMPTS with MODEL and write OUT/generations.jsonl."""
+    started = time.time()
+    path = Path(out) / GENERATIONS_FILE
+    if path.exists() and not overwrite:
+        raise PrefdataError(f"{path} exists (it may hold rewards already): pass --overwrite to replace it")
+    settings = GenerateSettings(samples, max_new_tokens, temperature, top_p, seed, batch_size, chat_template,
+                                engine, device)
+    prompt_set = read_prompts(prompts)
+    if prompt_set.first_problem:
+        print(f"warning: skipped {prompt_set.skipped} rows with no usable prompt (first: {prompt_set.first_problem})",
+              file=sys.stderr)
+    rows = generate_rows(prompt_set.rows, model, settings, progress=progress, trust_remote_code=trust_remote_code)
+    write_jsonl(path, rows)
+    return GenerateResult(path, len(prompt_set.rows), len(rows), sum(r["finished"] for r in rows),
+                          prompt_set.skipped, time.time() - started)
+
+
+def generate_rows(
+    prompts: list[PromptRow],
+    model: str | Path,
+    settings: GenerateSettings,
+    *,
+    progress: bool = True,
+    trust_remote_code: bool = False,
+) -> list[dict[str, Any]]:
+    """The generation rows (prompt, completion, sample, source_file, source_line, finished), prompt by
+    prompt in input order, samples 0..K-1 of a prompt next to each other."""
+    model_dir = Path(model)
+    if not model_dir.is_dir():
+        raise PrefdataError(f"--model {model} is not a local model directory")
+    tokenizer = _load_tokenizer(model_dir, trust_remote_code)
+    prompt_ids = render_prompts(tokenizer, prompts, settings.chat_template)
+    if settings.engine == "vllm":
+        from prefdata.online.vllm_engine import vllm_generate
+
+        outputs = vllm_generate(model_dir, prompt_ids, settings, trust_remote_code)
+    else:
+        outputs = _transformers_generate(model_dir, tokenizer, prompt_ids, settings, progress, trust_remote_code)
+    rows: list[dict[str, Any]] = []
+    for row, samples in zip(prompts, outputs):
+        for k, (text, finished) in enumerate(samples):
+            rows.append({"prompt": row.prompt, "completion": text, "sample": k, "source_file": row.source_file,
+                         "source_line": row.source_line, "finished": finished})
+    return rows
+
+
+def render_prompts(tokenizer: Any, prompts: list[PromptRow], chat_template: bool) -> list[list[int]]:
+    """Prompt token ids, rendered as `prepare` renders prompts (see the module doc)."""
+    templated = [i for i, row in enumerate(prompts) if row.is_conversational or chat_template]
+    if templated and not tokenizer.chat_template:
+        raise PrefdataError("message-list prompts (or --chat-template) need a tokenizer with a chat template")
+    ids: list[list[int]] = [[] for _ in prompts]
+    if templated:
+        conversations = [
+            prompts[i].prompt if prompts[i].is_conversational else [{"role": "user", "content": prompts[i].prompt}]
+            for i in templated
+        ]
+        texts = tokenizer.apply_chat_template(conversations, tokenize=False, add_generation_prompt=True)
+        encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        for i, row_ids in zip(templated, encoded):
+            ids[i] = list(row_ids)
+    templated_set = set(templated)
+    plain = [i for i in range(len(prompts)) if i not in templated_set]
+    if plain:
+        encoded = tokenizer([prompts[i].prompt for i in plain], add_special_tokens=True)["input_ids"]
+        for i, row_ids in zip(plain, encoded):
+            ids[i] = list(row_ids)
+    return ids
+
+
+def stop_ids(tokenizer: Any, generation_config: Any) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS and the model's generation EOS ids."""
+    found: list[int] = []
+    for value in (tokenizer.eos_token_id, getattr(generation_config, "eos_token_id", None)):
+        for token in value if isinstance(value, list) else [value]:
+            if token is not None and int(token) not in found:
+                found.append(int(token))
+    if not found:
+        raise PrefdataError("the policy's tokenizer has no EOS token: a completion could never finish")
+    return found
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PrefdataError(f"--device {device}: CUDA is not available")
+    return device
+
+
+def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot load a tokenizer from {model_dir}: {str(exc).splitlines()[0]}") from None
+
+
+def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[list[int]], settings: GenerateSettings,
+                           progress: bool, trust_remote_code: bool) -> list[list[tuple[str, bool]]]:
+    """Batched sampling with a KV cache: left-padded prompts, `samples` sequences per prompt."""
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM
+
+    device = resolve_device(settings.device)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot load a causal LM from {model_dir}: {str(exc).splitlines()[0]}") from None
+    policy.to(device).eval()
+    eos = stop_ids(tokenizer, policy.generation_config)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
+    sampling = settings.temperature > 0
+    torch.manual_seed(settings.seed)
+    outputs: list[list[tuple[str, bool]]] = []
+    starts = range(0, len(prompt_ids), settings.batch_size)
+    for start in tqdm(starts, desc="generate", unit=" batches", disable=not progress or None):
+        batch = prompt_ids[start : start + settings.batch_size]
+        width = max(len(ids) for ids in batch)
+        # Left padding: every prompt ends at the same position, where generation starts.
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=device)
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch], device=device)
+        with torch.inference_mode():
+            generated = policy.generate(
+                input_ids=input_ids, attention_mask=mask, max_new_tokens=settings.max_new_tokens,
+                do_sample=sampling, temperature=settings.temperature if sampling else None,
+                top_p=settings.top_p if sampling else None, top_k=0 if sampling else None,  # no hidden top-k
+                num_return_sequences=settings.samples, eos_token_id=eos, pad_token_id=pad, use_cache=True,
+            )
+        completions = generated[:, width:].tolist()
+        for p in range(len(batch)):
+            outputs.append([_decode(tokenizer, completions[p * settings.samples + k], eos)
+                            for k in range(settings.samples)])
+    return outputs
+
+
+def _decode(tokenizer: Any, ids: list[int], eos: list[int]) -> tuple[str, bool]:
+    """(text up to the first EOS, whether there was one)."""
+    end = next((i for i, token in enumerate(ids) if token in eos), None)
+    text = tokenizer.decode(ids if end is None else ids[:end], skip_special_tokens=True)
+    return text, end is not None
+
+
+def vllm_available() -> str | None:
+    """None when the vLLM engine can run here, else the one-line reason it cannot."""
+    if importlib.util.find_spec("vllm") is None:
+        return "--engine vllm needs vLLM (pip install vllm), which is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "--engine vllm needs a CUDA GPU, and none is available"
+    return None

@@ -1,0 +1,295 @@
+"""`prefdata online`: rounds of generate -> score -> prepare -> refs -> train on fresh prompts.
+
+Each round samples from the current policy, scores the samples, pairs best vs worst per prompt, and
+sends the pairs through `prepare` (the same checks and policy as offline data, plus `tied_reward`),
+`compute_refs` (the reference is the starting policy unless `ref_model`) and `train`, which
+continues from the last round's policy. Many prompts per round is semi-online DPO; as many prompts
+per round as pairs per optimizer step (one step per round) is fully online.
+
+Layout of DIR: `online_config.json`, `rounds.jsonl` (one line per finished round), `round-<r>/`
+(`generations.jsonl`, `pairs.jsonl`, `pairs/` = a prefdata OUT, `policy/` = that round's trained
+model and metrics.jsonl) and `policy/` (the final policy, save_pretrained). A round is finished when
+its line is in rounds.jsonl; a rerun after a kill redoes the unfinished round from the start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefdata.errors import PrefdataError
+from prefdata.io.manifest import atomic_write_text
+from prefdata.online.generate import GenerateSettings, generate_rows
+from prefdata.online.jsonl import read_jsonl, write_jsonl
+from prefdata.online.prompts import PromptRow, read_prompts
+from prefdata.online.score import make_scorer, score_generations
+
+ROUNDS_FILE = "rounds.jsonl"
+CONFIG_FILE = "online_config.json"
+# Settings a rerun must share with the run it continues (the prompt schedule and what was trained).
+_RESUME_KEYS = ("prompts", "model", "ref_model", "reward_model", "reward_fn", "prompts_per_round", "samples", "seed",
+                "max_new_tokens", "temperature", "top_p", "chat_template", "loss", "beta", "lr")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+@dataclass
+class OnlineResult:
+    output: Path
+    policy: Path
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    resumed_after: int = 0  # rounds that an earlier run had finished
+
+    def summary(self) -> str:
+        lines = [f"{len(self.rounds)} rounds" + (f" ({self.resumed_after} from an earlier run)" if self.resumed_after else "")]
+        lines += [format_round(line) for line in self.rounds]
+        lines.append(f"policy: {self.policy}\nrounds: {self.output / ROUNDS_FILE}")
+        return "\n".join(lines)
+
+
+def format_round(line: dict[str, Any]) -> str:
+    """One human line per round: rewards, pairs, what training did."""
+    mean, std = line.get("reward_mean"), line.get("reward_std")
+    reward = "-" if mean is None else f"{mean:.4g} ± {std:.3g}"
+    flags = ", ".join(f"{k} {v}" for k, v in sorted(line.get("flag_counts", {}).items())) or "no flags"
+    text = (f"round {line['round']}: reward {reward}; pairs {line['pairs_kept']} kept, "
+            f"{line['pairs_dropped']} dropped ({flags})")
+    if line.get("trained"):
+        text += f"; trained {line['steps']} steps, loss {line['loss']:.4f}, margin {line['rewards/margins']:.4f}"
+    else:
+        text += f"; {line.get('note', 'nothing trained')}"
+    return text
+
+
+def run_online(
+    prompts: str | Path,
+    *,
+    model: str | Path,
+    output: str | Path,
+    reward_model: str | Path | None = None,
+    reward_fn: str | None = None,
+    rounds: int = 1,
+    prompts_per_round: int = 64,
+    samples: int = 2,
+    ref_model: str | Path | None = None,
+    max_new_tokens: int = 128,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 8,
+    chat_template: bool = False,
+    engine: str = "transformers",
+    max_length: int | None = None,
+    max_prompt_length: int | None = None,
+    policy: str | Path | None = None,
+    loss: str = "sigmoid",
+    beta: float = 0.1,
+    lr: float = 5e-6,
+    epochs: int = 1,
+    batch_pairs: int = 8,
+    warmup_ratio: float = 0.0,
+    keep_round_policies: bool = False,
+    device: str = "auto",
+    progress: bool = True,
+    trust_remote_code: bool = False,
+) -> OnlineResult:
+    """Run `rounds` rounds of online DPO into `output` (see the module doc); continue a killed run."""
+    if rounds < 1 or prompts_per_round < 1 or samples < 2:
+        raise PrefdataError("--rounds and --prompts-per-round must be at least 1, --samples at least 2")
+    if not Path(model).is_dir():
+        raise PrefdataError(f"--model {model} is not a local model directory")
+    out = Path(output)
+    prompt_rows = read_prompts(prompts).rows
+    if prompts_per_round > len(prompt_rows):
+        raise PrefdataError(f"--prompts-per-round {prompts_per_round} is more than the {len(prompt_rows)} prompts in {prompts}")
+    config = {
+        "prompts": str(prompts), "model": str(model), "ref_model": str(ref_model or model),
+        "reward_model": None if reward_model is None else str(reward_model), "reward_fn": reward_fn,
+        "prompts_per_round": prompts_per_round, "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens,
+        "temperature": temperature, "top_p": top_p, "chat_template": chat_template, "loss": loss, "beta": beta,
+        "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs, "max_length": max_length, "engine": engine,
+        "max_prompt_length": max_prompt_length, "policy": None if policy is None else str(policy),
+    }
+    done = _start_or_resume(out, config)
+    scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
+                         trust_remote_code=trust_remote_code)
+    generation = GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                  top_p=top_p, seed=seed, batch_size=batch_size, chat_template=chat_template,
+                                  engine=engine, device=device)
+    context = _Round(
+        out=out, start_model=Path(model), ref_model=Path(ref_model or model), scorer=scorer, generation=generation,
+        prepare_kwargs={"max_length": max_length, "max_prompt_length": max_prompt_length,
+                        "chat_template": chat_template, "policy": policy, "trust_remote_code": trust_remote_code},
+        train_kwargs={"loss": loss, "beta": beta, "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs,
+                      "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code},
+        device=device, progress=progress, trust_remote_code=trust_remote_code,
+    )
+    result = OnlineResult(out, out / "policy", resumed_after=len(done))
+    current = current_policy(out, done, Path(model))
+    for r in range(len(done) + 1, rounds + 1):
+        line = context.run(r, round_prompts(prompt_rows, r, prompts_per_round), current)
+        if line["trained"]:
+            current = out / f"round-{r}" / "policy"
+        _append_round(out, line)
+        print(format_round(line), flush=True)
+        result.rounds.append(line)
+        if not keep_round_policies:
+            _drop_old_weights(out, r, current)
+    _publish_policy(current, out / "policy")
+    result.rounds = read_jsonl(out / ROUNDS_FILE)
+    return result
+
+
+def round_prompts(rows: list[PromptRow], r: int, per_round: int) -> list[PromptRow]:
+    """Round r's prompts (1-based): the next `per_round` prompts, wrapping around at the end."""
+    start = (r - 1) * per_round
+    return [rows[(start + i) % len(rows)] for i in range(per_round)]
+
+
+def current_policy(out: Path, done: list[dict[str, Any]], start_model: Path) -> Path:
+    """The policy after the finished rounds: the last one that trained, else the starting model."""
+    for line in reversed(done):
+        if line.get("trained"):
+            return out / f"round-{line['round']}" / "policy"
+    return start_model
+
+
+def _start_or_resume(out: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The finished rounds of an earlier run in `out` (after checking it ran with the same settings)."""
+    config_path = out / CONFIG_FILE
+    if config_path.is_file():
+        saved = json.loads(config_path.read_text(encoding="utf-8"))
+        changed = [k for k in _RESUME_KEYS if saved.get(k) != config.get(k)]
+        if changed:
+            detail = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed)
+            raise PrefdataError(f"{out} holds a run with other settings ({detail}): choose another --output")
+        rounds_path = out / ROUNDS_FILE
+        return read_jsonl(rounds_path) if rounds_path.is_file() else []
+    if out.exists() and any(out.iterdir()):
+        raise PrefdataError(f"--output {out} exists and is not an online run directory: choose an empty one")
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(config_path, json.dumps(config, indent=2) + "\n")
+    return []
+
+
+def _append_round(out: Path, line: dict[str, Any]) -> None:
+    """Commit a finished round: rounds.jsonl is rewritten whole and renamed, never half-written."""
+    path = out / ROUNDS_FILE
+    lines = read_jsonl(path) if path.is_file() else []
+    write_jsonl(path, [*lines, line])
+
+
+def _drop_old_weights(out: Path, finished: int, current: Path) -> None:
+    """Delete the weights of earlier rounds' policies (metrics stay); only `current` is needed."""
+    for r in range(1, finished + 1):
+        policy_dir = out / f"round-{r}" / "policy"
+        if policy_dir == current or not policy_dir.is_dir():
+            continue
+        for file in policy_dir.iterdir():
+            if file.is_file() and file.name.endswith(_WEIGHT_SUFFIXES):
+                file.unlink()
+
+
+def _publish_policy(source: Path, target: Path) -> None:
+    """Copy the final policy to DIR/policy via a temporary directory and a rename."""
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("checkpoints", "metrics.jsonl", "train_config.json"))
+    old = target.with_name(f".{target.name}.old")
+    if target.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        target.rename(old)
+    staging.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@dataclass
+class _Round:
+    """What every round needs; `run` does one round and returns its rounds.jsonl line."""
+
+    out: Path
+    start_model: Path
+    ref_model: Path
+    scorer: Any
+    generation: GenerateSettings
+    prepare_kwargs: dict[str, Any]
+    train_kwargs: dict[str, Any]
+    device: str
+    progress: bool
+    trust_remote_code: bool
+
+    def run(self, r: int, prompts: list[PromptRow], policy_dir: Path) -> dict[str, Any]:
+        from dataclasses import replace
+
+        from prefdata.prepare import prepare
+        from prefdata.refs import compute_refs
+        from prefdata.train import train
+
+        started = time.time()
+        rdir = self.out / f"round-{r}"
+        shutil.rmtree(rdir, ignore_errors=True)  # an unfinished round of a killed run starts over
+        rdir.mkdir(parents=True)
+        settings = replace(self.generation, seed=self.generation.seed + r)  # per round: a rerun samples the same
+        clock = _Clock()
+        rows = generate_rows(prompts, policy_dir, settings, progress=self.progress,
+                             trust_remote_code=self.trust_remote_code)
+        clock.lap("generate")
+        scored = score_generations(rows, self.scorer, rdir / "generations.jsonl", rdir / "pairs.jsonl", self.progress)
+        clock.lap("score")
+        rewards = [row["reward"] for row in rows if row["reward"] is not None]
+        line: dict[str, Any] = {
+            "round": r, "prompts": len(prompts), "samples": len(rows), "policy_in": str(policy_dir),
+            "reward_mean": statistics.fmean(rewards) if rewards else None,
+            "reward_std": statistics.pstdev(rewards) if rewards else None,
+            "finished_share": sum(row["finished"] for row in rows) / len(rows),
+            "pairs": scored.pair_stats.pairs if scored.pair_stats else 0,
+            "pairs_kept": 0, "pairs_dropped": 0, "flag_counts": {}, "trained": False,
+        }
+        if not line["pairs"]:
+            line["note"] = "no prompt had two samples with a reward: nothing to train"
+        else:
+            prepared = prepare(rdir / "pairs.jsonl", rdir / "pairs", tokenizer=str(self.start_model), workers=1,
+                               progress=self.progress, **self.prepare_kwargs)
+            clock.lap("prepare")
+            line.update(pairs_kept=prepared.rows_out, pairs_dropped=prepared.rows_dropped + prepared.rows_quarantined,
+                        flag_counts=dict(prepared.flag_counts))
+            if prepared.rows_out == 0:
+                line["note"] = f"all {line['pairs']} pairs were dropped by the checks: nothing to train"
+            else:
+                compute_refs(rdir / "pairs", model=str(self.ref_model), device=self.device, progress=self.progress,
+                             trust_remote_code=self.trust_remote_code)
+                clock.lap("refs")
+                trained = train(rdir / "pairs", model=policy_dir, output=rdir / "policy", seed=self.generation.seed + r,
+                                save_every=None, device=self.device, progress=self.progress, **self.train_kwargs)
+                clock.lap("train")
+                line.update(trained=True, steps=trained.steps, **_train_means(trained.metrics_path))
+        line["seconds"] = round(time.time() - started, 3)
+        line["stage_seconds"] = clock.laps
+        return line
+
+
+class _Clock:
+    """Seconds per stage of a round (for rounds.jsonl and the benchmark)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(now - self._last, 3)
+        self._last = now
+
+
+def _train_means(metrics_path: Path) -> dict[str, float]:
+    """Loss and reward metrics averaged over the round's logged steps (weighted by steps logged)."""
+    keys = ("loss", "rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies")
+    lines = [line for line in read_jsonl(metrics_path) if "loss" in line and "step" in line and "event" not in line]
+    if not lines:
+        return {key: math.nan for key in keys}
+    return {key: statistics.fmean(float(line[key]) for line in lines if key in line) for key in keys}

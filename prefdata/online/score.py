@@ -1,0 +1,194 @@
+"""`prefdata score`: rewards for generations (then best-vs-worst pairs) or for an offline preference file.
+
+- Generations (rows with a `completion`, as `prefdata generate` writes them): each sample gets a
+  `reward` (written back to the generations file unless `output` says otherwise), and each prompt
+  gives one pair, highest vs lowest reward, written as `pairs.jsonl` for `prepare` (online.pairs).
+- Offline preference rows (any shape `prepare` reads): each row keeps every field and gains
+  `reward_chosen`/`reward_rejected`; `prepare`/`validate` then flag `reward_disagrees` where the
+  reward model prefers the rejected half by more than the policy's margin.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefdata.errors import PrefdataError, RecordError
+from prefdata.io.formats import normalize_record
+from prefdata.io.readers import iter_raw_records
+from prefdata.online.jsonl import write_jsonl
+from prefdata.online.pairs import PairStats, make_pairs
+from prefdata.online.rewards import RewardFunctionScorer, RewardModelScorer
+
+Scorer = Callable[..., list[float]]
+CHUNK = 1024  # rows per reward-function call / progress step
+
+
+@dataclass
+class ScoreResult:
+    mode: str  # "generations" | "pairs"
+    output: Path
+    rows: int  # rows scored
+    unscored: int  # rows left without a reward (unreadable, no text, or a None reward)
+    reward_mean: float | None
+    reward_std: float | None
+    pairs_path: Path | None = None
+    pair_stats: PairStats | None = None
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        mean = "-" if self.reward_mean is None else f"{self.reward_mean:.4g} ± {self.reward_std or 0:.3g}"
+        lines = [f"scored {self.rows} rows (reward {mean}) in {self.seconds:.1f}s -> {self.output}"]
+        if self.unscored:
+            lines.append(f"{self.unscored} rows have no reward")
+        if self.pair_stats is not None:
+            lines.append(f"{self.pair_stats.pairs} pairs (best vs worst of {self.pair_stats.prompts} prompts; "
+                         f"{self.pair_stats.unpaired} without two rewarded samples) -> {self.pairs_path}")
+            lines.append(f"next: prefdata prepare {self.pairs_path} OUT --tokenizer POLICY")
+        else:
+            lines.append(f"next: prefdata validate {self.output}  (flags reward_disagrees)")
+        return "\n".join(lines)
+
+
+def make_scorer(reward_model: str | Path | None, reward_fn: str | None, *, device: str = "auto",
+                batch_size: int = 8, trust_remote_code: bool = False) -> Scorer:
+    """The scorer for exactly one of `reward_model` / `reward_fn`."""
+    if (reward_model is None) == (reward_fn is None):
+        raise PrefdataError("give exactly one of --reward-model RM and --reward-fn FILE.py:NAME")
+    if reward_fn is not None:
+        return RewardFunctionScorer(reward_fn)
+    return RewardModelScorer(reward_model, device=device, batch_size=batch_size,  # type: ignore[arg-type]
+                             trust_remote_code=trust_remote_code)
+
+
+def score(
+    input: str | Path,
+    *,
+    reward_model: str | Path | None = None,
+    reward_fn: str | None = None,
+    output: str | Path | None = None,
+    pairs: str | Path | None = None,
+    batch_size: int = 8,
+    device: str = "auto",
+    progress: bool = True,
+    trust_remote_code: bool = False,
+) -> ScoreResult:
+    """Score INPUT (see the module doc). Generations are rewritten in place unless `output` is given;
+    pairs go to `pairs` (default: pairs.jsonl next to the generations). Offline files go to `output`
+    (default: INPUT's name with .scored.jsonl)."""
+    started = time.time()
+    generations = _generation_rows(input)  # None: an offline preference file
+    scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
+                         trust_remote_code=trust_remote_code)
+    source = Path(input)
+    if generations is not None:
+        result = score_generations(generations, scorer, Path(output) if output else source,
+                                   Path(pairs) if pairs else source.parent / "pairs.jsonl", progress)
+    else:
+        default = source.with_name(source.name.split(".")[0] + ".scored.jsonl")
+        result = score_pairs(input, scorer, Path(output) if output else default, progress)
+    result.seconds = time.time() - started
+    return result
+
+
+def _generation_rows(path: str | Path) -> list[dict[str, Any]] | None:
+    """All rows when the first readable record is a generation (has `completion`), else None."""
+    rows: list[dict[str, Any]] = []
+    for raw in iter_raw_records(path):
+        if raw.error is not None or not isinstance(raw.value, dict):
+            if rows:
+                raise PrefdataError(f"{raw.source_file}:{raw.source_line}: {raw.error or 'record is not an object'}")
+            continue
+        if not rows and "completion" not in raw.value:
+            return None
+        rows.append(raw.value)
+    return rows or None
+
+
+def _columns(rows: Sequence[dict[str, Any]], skip: set[str]) -> dict[str, list[Any]]:
+    """The other columns, as TRL hands dataset columns to reward functions (one list per key)."""
+    keys: list[str] = []
+    for row in rows:
+        keys.extend(k for k in row if k not in skip and k not in keys)
+    return {k: [row.get(k) for row in rows] for k in keys}
+
+
+def _score_all(scorer: Scorer, prompts: list[Any], completions: list[Any], columns: list[dict[str, Any]],
+               progress: bool, skip: set[str]) -> list[float]:
+    from tqdm.auto import tqdm
+
+    rewards: list[float] = []
+    for start in tqdm(range(0, len(prompts), CHUNK), desc="score", unit=" chunks", disable=not progress or None):
+        end = start + CHUNK
+        rewards += scorer(prompts[start:end], completions[start:end], _columns(columns[start:end], skip))
+    return rewards
+
+
+def _stats(values: list[float]) -> tuple[float | None, float | None]:
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return None, None
+    return statistics.fmean(finite), statistics.pstdev(finite)
+
+
+def _json_reward(value: float) -> float | None:
+    return value if math.isfinite(value) else None  # JSON has no NaN: no reward is null
+
+
+def score_generations(rows: list[dict[str, Any]], scorer: Scorer, output: Path, pairs_path: Path,
+                      progress: bool = True) -> ScoreResult:
+    """Add `reward` to every generation row, write them, and write the best-vs-worst pairs."""
+    for row in rows:
+        if not isinstance(row.get("completion"), str) or not isinstance(row.get("prompt"), (str, list)):
+            raise PrefdataError("generation rows need a string 'completion' and a 'prompt' (as `prefdata generate` writes)")
+    rewards = _score_all(scorer, [r["prompt"] for r in rows], [r["completion"] for r in rows], rows, progress,
+                         {"prompt", "completion", "reward"})
+    for row, value in zip(rows, rewards):
+        row["reward"] = _json_reward(value)
+    write_jsonl(output, rows)
+    pair_rows, stats = make_pairs(rows)
+    write_jsonl(pairs_path, pair_rows)
+    mean, std = _stats(rewards)
+    return ScoreResult("generations", output, len(rows), sum(not math.isfinite(v) for v in rewards), mean, std,
+                       pairs_path, stats)
+
+
+def score_pairs(input: str | Path, scorer: Scorer, output: Path, progress: bool = True) -> ScoreResult:
+    """Add `reward_chosen`/`reward_rejected` to every offline pair that has text to score."""
+    records: list[dict[str, Any]] = []
+    scorable: list[int] = []
+    prompts: list[Any] = []
+    chosen: list[Any] = []
+    rejected: list[Any] = []
+    for raw in iter_raw_records(input):
+        if raw.error is not None or not isinstance(raw.value, dict):
+            continue  # nothing to write back; `prepare` quarantines it from the original file
+        records.append(dict(raw.value))
+        try:
+            pair = normalize_record(raw)
+        except RecordError:
+            continue
+        if not (pair.chosen or pair.chosen_messages) or not (pair.rejected or pair.rejected_messages):
+            continue  # pre-tokenized without text: nothing a reward model can read
+        scorable.append(len(records) - 1)
+        prompts.append(pair.prompt_messages if pair.prompt_messages is not None else pair.prompt)
+        chosen.append(pair.chosen_messages if pair.chosen_messages is not None else pair.chosen)
+        rejected.append(pair.rejected_messages if pair.rejected_messages is not None else pair.rejected)
+    if not scorable:
+        raise PrefdataError(f"{input}: no preference pairs with text to score")
+    extras = [records[i] for i in scorable]
+    skip = {"prompt", "chosen", "rejected", "reward_chosen", "reward_rejected"}
+    chosen_rewards = _score_all(scorer, prompts, chosen, extras, progress, skip)
+    rejected_rewards = _score_all(scorer, prompts, rejected, extras, progress, skip)
+    for i, rc, rr in zip(scorable, chosen_rewards, rejected_rewards):
+        records[i]["reward_chosen"], records[i]["reward_rejected"] = _json_reward(rc), _json_reward(rr)
+    write_jsonl(output, records)
+    mean, std = _stats(chosen_rewards + rejected_rewards)
+    unscored = len(records) - len(scorable) + sum(not (math.isfinite(a) and math.isfinite(b))
+                                                   for a, b in zip(chosen_rewards, rejected_rewards))
+    return ScoreResult("pairs", output, len(scorable), unscored, mean, std)

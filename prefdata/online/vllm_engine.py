@@ -1,0 +1,31 @@
+"""The vLLM engine for `prefdata generate --engine vllm` (vLLM and a CUDA GPU required)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prefdata.errors import PrefdataError
+
+if TYPE_CHECKING:
+    from prefdata.online.generate import GenerateSettings
+
+
+def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: GenerateSettings,
+                  trust_remote_code: bool) -> list[list[tuple[str, bool]]]:
+    """`samples` completions per prompt: (text without the stop token, finished with EOS/stop)."""
+    from prefdata.online.generate import vllm_available
+
+    reason = vllm_available()
+    if reason is not None:
+        raise PrefdataError(reason)
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=str(model_dir), seed=settings.seed, trust_remote_code=trust_remote_code)
+    params = SamplingParams(
+        n=settings.samples, temperature=settings.temperature, top_p=settings.top_p,
+        max_tokens=settings.max_new_tokens, seed=settings.seed,
+    )
+    # The same prompt ids the transformers engine uses: vLLM does not re-render or add a BOS.
+    results = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+    return [[(c.text, c.finish_reason == "stop") for c in sorted(r.outputs, key=lambda c: c.index)] for r in results]

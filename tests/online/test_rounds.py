@@ -1,0 +1,98 @@
+"""`prefdata online`: rounds that learn, rounds with nothing to train, and continuing a killed run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from prefdata.cli import main
+from prefdata.errors import PrefdataError
+from prefdata.online import rounds as R
+from prefdata.online.rounds import run_online
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_mean_reward_rises_over_rounds_with_a_rule_reward(tmp_path, tiny_model_dir, prompts_file, rules_file):
+    out = tmp_path / "run"
+    result = run_online(
+        prompts_file, model=tiny_model_dir, output=out, reward_fn=f"{rules_file}:count_e", rounds=3,
+        prompts_per_round=16, samples=4, max_new_tokens=16, lr=1e-2, beta=0.1, batch_pairs=4, epochs=2,
+        batch_size=16, seed=0, device="cpu", progress=False,
+    )
+    means = [line["reward_mean"] for line in result.rounds]
+    assert means[0] < means[1] < means[2], means
+    lines = _lines(out / "rounds.jsonl")
+    assert [line["round"] for line in lines] == [1, 2, 3]
+    for line in lines:
+        assert {"reward_mean", "reward_std", "pairs_kept", "pairs_dropped", "flag_counts", "loss",
+                "rewards/margins"} <= set(line)
+        assert line["trained"] and line["pairs_kept"] + line["pairs_dropped"] == line["pairs"]
+    for r in (1, 2, 3):
+        assert (out / f"round-{r}" / "generations.jsonl").is_file()
+        assert (out / f"round-{r}" / "pairs" / "manifest.json").is_file()
+        assert (out / f"round-{r}" / "pairs" / "dropped.jsonl").is_file()
+        assert (out / f"round-{r}" / "pairs" / "report.json").is_file()
+    # Round 2 sampled from round 1's policy; the reference stayed the starting policy.
+    assert lines[1]["policy_in"] == str(out / "round-1" / "policy")
+    refs_manifest = json.loads((out / "round-2" / "pairs" / "manifest.json").read_text())
+    assert tiny_model_dir in json.dumps(refs_manifest)
+    from transformers import AutoModelForCausalLM
+
+    final = AutoModelForCausalLM.from_pretrained(str(out / "policy"))
+    trained = AutoModelForCausalLM.from_pretrained(str(out / "round-3" / "policy"))
+    assert all((a == b).all() for a, b in zip(final.state_dict().values(), trained.state_dict().values()))
+    assert not list((out / "round-1" / "policy").glob("*.safetensors"))  # old rounds' weights are dropped
+
+
+def test_a_round_with_every_pair_dropped_trains_nothing(tmp_path, tiny_model_dir, prompts_file, rules_file, capsys):
+    out = tmp_path / "run"
+    code = main([
+        "online", str(prompts_file), "--model", tiny_model_dir, "--reward-fn", f"{rules_file}:constant",
+        "--output", str(out), "--rounds", "1", "--prompts-per-round", "4", "--samples", "2",
+        "--max-new-tokens", "4", "--device", "cpu", "--no-progress",
+    ])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "all 4 pairs were dropped" in captured.out and "Traceback" not in captured.err
+    line = _lines(out / "rounds.jsonl")[0]
+    assert line["pairs_kept"] == 0 and line["pairs_dropped"] == 4 and not line["trained"]
+    assert line["flag_counts"]["tied_reward"] == 4
+    assert (out / "policy" / "config.json").is_file()  # the unchanged starting policy
+
+
+def test_a_killed_run_continues_from_the_last_finished_round(tmp_path, tiny_model_dir, prompts_file, reward_model_dir,
+                                                              monkeypatch):
+    out = tmp_path / "run"
+    kwargs = {"model": tiny_model_dir, "output": out, "reward_model": reward_model_dir, "prompts_per_round": 4,
+              "samples": 2, "max_new_tokens": 4, "batch_pairs": 2, "device": "cpu", "progress": False}
+    real_run = R._Round.run
+
+    def killed_in_round_2(self, r, prompts, policy_dir):
+        if r == 2:
+            (self.out / "round-2").mkdir(parents=True, exist_ok=True)
+            (self.out / "round-2" / "half-written").write_text("x")
+            raise KeyboardInterrupt
+        return real_run(self, r, prompts, policy_dir)
+
+    monkeypatch.setattr(R._Round, "run", killed_in_round_2)
+    with pytest.raises(KeyboardInterrupt):
+        run_online(prompts_file, rounds=2, **kwargs)
+    first = _lines(out / "rounds.jsonl")
+    assert [line["round"] for line in first] == [1]
+
+    monkeypatch.setattr(R._Round, "run", real_run)
+    result = run_online(prompts_file, rounds=2, **kwargs)
+    lines = _lines(out / "rounds.jsonl")
+    assert result.resumed_after == 1 and [line["round"] for line in lines] == [1, 2]
+    assert lines[0] == first[0]  # the finished round was not redone
+    assert not (out / "round-2" / "half-written").exists()
+    # Round 2 got the next prompts, not round 1's again.
+    round_2 = {row["source_line"] for row in _lines(out / "round-2" / "generations.jsonl")}
+    assert round_2 == {5, 6, 7, 8}
+
+    with pytest.raises(PrefdataError, match="other settings"):
+        run_online(prompts_file, rounds=3, **{**kwargs, "samples": 3})
