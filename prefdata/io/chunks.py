@@ -231,22 +231,31 @@ def chunk_records(chunk: Chunk, data: bytes | None = None) -> Iterator[tuple[Raw
 
 
 def exact_record(
-    chunk: Chunk, position: int, source_line: int, span: tuple[int, int] | None = None, file: BinaryIO | None = None
+    chunk: Chunk,
+    position: int,
+    source_line: int,
+    span: tuple[int, int] | None = None,
+    file: BinaryIO | None = None,
+    data: bytes | None = None,
 ) -> RawRecord:
     """Record `position` of the chunk (at `source_line`), exactly as `iter_raw_records` yields it.
-    A RangeChunk's record is read again from the file (`file`, if open already): `span` is its
-    line's (offset in the chunk, length)."""
+    A RangeChunk's record is cut from its `data` when given, else read again from the file (`file`,
+    if open already): `span` is its line's (offset in the chunk, length)."""
     if isinstance(chunk, RecordsChunk):
         return chunk.records[position]
     if isinstance(chunk, RangeChunk):
         assert span is not None
-        fh = file if file is not None else open(chunk.path, "rb")
-        try:
-            fh.seek(chunk.start + span[0])
-            item: LineItem = fh.read(span[1])
-        finally:
-            if file is None:
-                fh.close()
+        item: LineItem
+        if data is not None:
+            item = data[span[0] : span[0] + span[1]]
+        else:
+            fh = file if file is not None else open(chunk.path, "rb")
+            try:
+                fh.seek(chunk.start + span[0])
+                item = fh.read(span[1])
+            finally:
+                if file is None:
+                    fh.close()
         file_start = chunk.start == 0 and span[0] == 0
     else:
         item = chunk.items[source_line - chunk.first_line]
@@ -254,6 +263,24 @@ def exact_record(
     record = line_record(chunk.source_file, source_line, item, fast=False, file_start=file_start)
     assert record is not None, "a blank line is not a record"
     return record
+
+
+class LineNumbers:
+    """Places a RangeChunk's lines (numbered from 1 within it) in its file, chunk after chunk in
+    input order: the order-dependent part of reading byte ranges."""
+
+    def __init__(self) -> None:
+        self.next_line = 1  # of the next RangeChunk of the current file
+
+    def offset(self, chunk: Chunk, line_count: int) -> int:
+        """What to add to the chunk's line numbers; `line_count`: its lines (`line_count(data)`)."""
+        if not isinstance(chunk, RangeChunk):
+            return 0
+        if chunk.start == 0:
+            self.next_line = 1
+        offset = self.next_line - 1
+        self.next_line += line_count
+        return offset
 
 
 def line_record(name: str, line_no: int, item: LineItem, *, fast: bool, file_start: bool) -> RawRecord | None:
