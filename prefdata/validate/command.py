@@ -84,41 +84,18 @@ def validate(
     if workers is not None and workers < 1:
         raise PrefdataError("--workers must be at least 1")
 
-    from prefdata.checks.merge import DatasetMerge
-
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
-    if workers is None:
-        from prefdata.engine.local import default_workers
-
-        workers = default_workers()
     if prepared:
-        merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold, background=True)
-        rows = iter_prepared_rows(
-            input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size, merge=merge
-        )
-        _accumulate(rows, builder, merge)
+        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and workers > 1:
-            from prefdata.validate.merge import check_raw_text
-
-            check_raw_text(
-                input_path, builder, policy=loaded_policy, settings=settings, against=against,
-                batch_size=batch_size, progress=progress, workers=workers,
-            )
-        else:
-            from prefdata.ingest import iter_checked_rows
-
-            merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold)
-            rows = iter_checked_rows(
-                input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
-                batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
-                workers=workers, merge=merge,
-            )
-            _accumulate(rows, builder, merge)
+        _check_raw(
+            input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
+            batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code,
+        )
 
     meta: dict[str, Any] = {
         "command": "validate",
@@ -145,6 +122,52 @@ def validate(
         exit_code = 1 if report["errors"] else 0
     rendered = _emit(report, format, output)
     return ValidateResult(exit_code=exit_code, report=report, rendered=rendered)
+
+
+def _check_prepared(
+    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int
+) -> None:
+    from prefdata.checks.merge import DatasetMerge
+
+    merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
+    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge)
+    _accumulate(rows, builder, merge)
+
+
+def _check_raw(
+    input_path: Path,
+    builder: ReportBuilder,
+    policy: Policy,
+    settings: Any,
+    *,
+    tokenizer: str | None,
+    against: str | Path | None,
+    progress: bool,
+    batch_size: int,
+    workers: int | None,
+    trust_remote_code: bool,
+) -> None:
+    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest)."""
+    from prefdata.checks.merge import DatasetMerge
+    from prefdata.engine.local import default_workers
+
+    workers = default_workers() if workers is None else workers
+    if tokenizer is None and workers > 1:
+        from prefdata.validate.merge import check_raw_text
+
+        check_raw_text(
+            input_path, builder, policy=policy, settings=settings, against=against,
+            batch_size=batch_size, progress=progress, workers=workers,
+        )
+        return
+    from prefdata.ingest import iter_checked_rows
+
+    merge = DatasetMerge(policy.near_duplicate_prompt_threshold)
+    rows = iter_checked_rows(
+        input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
+        progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
+    )
+    _accumulate(rows, builder, merge)
 
 
 def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: DatasetMerge) -> None:
