@@ -8,6 +8,7 @@ file, the dataset-wide merge (prefdata.checks.merge) and the policy's verdict.
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -17,7 +18,7 @@ from prefdata.checks.checker import build_leak_index, verdict
 from prefdata.checks.merge import DatasetMerge, dataset_flags
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
-from prefdata.engine.local import LocalEngine
+from prefdata.engine.local import Engine, LocalEngine
 from prefdata.errors import PrefdataError
 from prefdata.io.chunks import Chunk, LineNumbers, iter_chunks
 from prefdata.records import CheckedRow
@@ -82,14 +83,16 @@ def iter_checked_rows(
     trust_remote_code: bool = False,
     workers: int = 1,
     merge: DatasetMerge | None = None,
+    engine: Engine | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
 
     Memory stays flat: a few chunks are in flight; only the dataset-wide hash tables grow. Output
     order equals input order whatever `batch_size` and the number of `workers` (processes that
-    parse, normalize, tokenize and check). `merge`: the dataset-wide step, to read its
-    near-duplicate prompt clusters (by row ordinal) once the rows are through. An input whose
-    first `batch_size` records are all of an unknown shape is not preference data.
+    parse, normalize, tokenize and check; `engine`: another Engine to run them on). `merge`: the
+    dataset-wide step, to read its near-duplicate prompt clusters (by row ordinal) once the rows
+    are through. An input whose first `batch_size` records are all of an unknown shape is not
+    preference data.
     """
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
@@ -98,6 +101,7 @@ def iter_checked_rows(
         pair_tokenizer.setup()
     leak_index = build_leak_index(against) if against is not None else None
     stage = CheckChunk(pair_tokenizer, settings, policy, leak_index)
+    engine = engine or LocalEngine(workers)
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
     probe = _ShapeProbe(raw_path, batch_size)
     lines = LineNumbers()
@@ -105,7 +109,7 @@ def iter_checked_rows(
     chunks = iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
     rows = 0
     try:
-        with LocalEngine(workers).map_ordered(stage, chunks) as results:
+        with closing(engine.map_ordered(stage, chunks)) as results:
             for chunk, checked in results:
                 for row, unknown_shape in _merge_chunk(chunk, checked, lines, merge, policy, rows):
                     probe.add(row, unknown_shape)

@@ -66,14 +66,14 @@ def check_raw_text(
             ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
             for chunk in iter_chunks(input_path)
         )
-        with engine.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index)), units) as scans:
+        with closing(engine.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index)), units)) as scans:
             for unit, scan in scans:
                 merger.merge(unit.chunk, scan)
         merger.check_end()
         # The similarity sample is final: measure it in the workers while this process clusters.
         sampled = builder.similarity.unmeasured()
         batches = [[item.halves for item in sampled[i : i + 500]] for i in range(0, len(sampled), 500)]
-        with engine.map_ordered(MeasureSimilarity(), batches) as measured:
+        with closing(engine.map_ordered(MeasureSimilarity(), batches)) as measured:
             merger.cluster_prompts()
             values = [value for _, batch in measured for value in batch]
         for item, value in zip(sampled, values):
