@@ -1,7 +1,10 @@
 """`prefdata prepare`: raw records -> canonical pairs -> token pairs -> checks -> OUT/.
 
-`prefdata.ingest.iter_checked_rows` is the streaming core that `validate` shares; `prepare` adds
-the writing, the manifest and the reports.
+The recipe, top to bottom in `prepare`: check the arguments, load the policy and the tokenizer,
+stream the checked rows (`prefdata.ingest.iter_checked_rows`, the core `validate` shares: workers
+parse, normalize, tokenize and check chunks; the dataset-wide merge runs here in input order),
+write each row to the dataset, dropped.jsonl or quarantine.jsonl, then the reports and, last, the
+manifest.
 """
 
 from __future__ import annotations
@@ -13,22 +16,27 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 import xxhash
 
 from prefdata import FORMAT_VERSION, __version__
+from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows
-from prefdata.io.hub import hub_input, parse_hub_id
+from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.io.write_errors import write_problem
 from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+
+if TYPE_CHECKING:
+    from prefdata.checks.policy import Policy
+    from prefdata.report.builder import ReportBuilder
 
 
 @dataclass
@@ -143,176 +151,231 @@ def prepare(
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports)."""
     from prefdata.io import writer as W
-    from prefdata.checks.minhash import NearDuplicatePrompts
-    from prefdata.report.render_html import render_html
-    from prefdata.report.render_markdown import render_markdown
-    from prefdata.report.builder import ReportBuilder
 
     started = time.time()
+    workers = _check_numbers(batch_size, workers)
+    raw_path, out_path = Path(raw), Path(out)
+    hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
+    input_files = [] if hub else _input_files(raw_path, out_path)
+    loaded_policy = load_policy(policy)
+    settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
+    pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
+    pair_tokenizer.setup()
+    config = {
+        "raw": str(raw_path),
+        "tokenizer": str(tokenizer),
+        "max_length": max_length,
+        "max_prompt_length": max_prompt_length,
+        "chat_template": chat_template,
+        "batch_size": batch_size,
+        "workers": workers,
+        "trust_remote_code": trust_remote_code,
+        "policy": loaded_policy.to_dict(),
+    }
+
+    lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT
+    try:
+        tmp = _staging_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
+        try:
+            merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold)
+            rows = iter_checked_rows(
+                raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
+                progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
+            )
+            written = _write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer))
+            written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+            meta = {"input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare"}
+            built = _write_reports(tmp, written.report.build(written.accounting, meta))
+            nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
+            if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
+                manifest = _manifest(written, input_files, config, pair_tokenizer, hub)
+                write_manifest(tmp, manifest)  # last: marks OUT finished
+            W.publish(tmp, out_path)
+        except BaseException as exc:
+            W.abandon(tmp, out_path)
+            _raise_write_problem(exc, out_path)
+            raise
+    finally:
+        lock.release()
+    accounting = written.accounting
+    if nothing_read:
+        reasons = built.get("quarantine", {}).get("reasons") or [{"reason": "unreadable"}]
+        raise PrefdataError(
+            f"no record of {raw_path} could be read: all {accounting['rows_in']:,} were quarantined, e.g. "
+            f"{reasons[0]['reason']} (every reason in {out_path / 'quarantine.jsonl'})"
+        )
+    problem = ""
+    if accounting["rows_out"] == 0:
+        problem = (
+            f"no pair kept: all {accounting['rows_dropped']:,} pairs were dropped by the policy "
+            f"(see {out_path / 'dropped.jsonl'})"
+        )
+    return PrepareResult(
+        out_dir=str(out_path),
+        rows_in=accounting["rows_in"],
+        rows_out=accounting["rows_out"],
+        rows_dropped=accounting["rows_dropped"],
+        rows_quarantined=accounting["rows_quarantined"],
+        flag_counts=dict(written.flag_counts),
+        errors=written.errors,
+        exit_code=1 if written.errors or problem else 0,
+        report=built,
+        seconds=time.time() - started,
+        problem=problem,
+    )
+
+
+def _staging_dir(out_path: Path, overwrite: bool) -> Path:
+    from prefdata.io import writer as W
+
+    try:
+        return W.prepare_output_dir(out_path, overwrite)
+    except BaseException as exc:
+        _raise_write_problem(exc, out_path)
+        raise
+
+
+def _raise_write_problem(exc: BaseException, out_path: Path) -> None:
+    """Disk full, quota, read-only OUT: one line naming the path instead of a traceback."""
+    failed_write = write_problem(exc, out_path) if isinstance(exc, OSError) else None
+    if failed_write is not None:
+        raise failed_write from None
+
+
+def _handoff(config: dict[str, Any], pair_tokenizer: PairTokenizer) -> dict[str, Any]:
+    """Settings that travel inside the dataset (its DatasetInfo, prefdata.io.handoff), so that
+    `load_from_disk` alone is enough for the TRL hand-off's checks."""
+    tok = pair_tokenizer.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return {
+        "format_version": FORMAT_VERSION, "prefdata_version": __version__, "max_length": config["max_length"],
+        "max_prompt_length": config["max_prompt_length"], "chat_template": config["chat_template"],
+        "tokenizer_path": config["tokenizer"], "tokenizer_fingerprint": pair_tokenizer.fingerprint(),
+        "pad_token_id": pad_id if pad_id is not None else 0, "eos_token_id": tok.eos_token_id,
+    }
+
+
+def _check_numbers(batch_size: int, workers: int | None) -> int:
+    """The number of workers to use, after checking the numbers given."""
     if batch_size < 1:
         raise PrefdataError("--batch-size must be at least 1")
     workers = default_workers() if workers is None else workers
     if workers < 1:
         raise PrefdataError("--workers must be at least 1")
-    raw_path, out_path = Path(raw), Path(out)
-    hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
-    input_files = [] if hub else list_input_files(raw_path)  # raises on a missing path / nothing readable
-    if not hub and (out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents):
+    return workers
+
+
+def _input_files(raw_path: Path, out_path: Path) -> list[Path]:
+    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
+    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
         raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
-    loaded_policy = load_policy(policy)
-    settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-    pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
-    pair_tokenizer.setup()
+    return input_files
 
-    lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT; released below
-    try:
-        tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
-    except BaseException as exc:
-        lock.release()
-        failed_write = write_problem(exc, out_path) if isinstance(exc, OSError) else None
-        if failed_write is not None:
-            raise failed_write from None
-        raise
-    try:
-        dataset = W.DatasetWriter(tmp)
-        dropped = W.JsonlWriter(tmp / "dropped.jsonl")
-        quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
-        report = ReportBuilder(loaded_policy)
-        near_duplicates = NearDuplicatePrompts(threshold=loaded_policy.near_duplicate_prompt_threshold)
-        flag_counts: Counter[str] = Counter()
-        content = hashlib.blake2b(digest_size=16)
-        errors = rows_in = 0
-        pending: list[dict[str, Any]] = []
-        prompt_rows: list[int] = []  # report ordinals of the prompts waiting for MinHash
-        prompt_texts: list[str] = []
 
-        rows = iter_checked_rows(
-            raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers,
-        )
-        for row in rows:
-            rows_in += 1
-            report.add(row)
-            flag_counts.update(row.flags)
-            if row.severity == "error":
-                errors += 1
-            if row.outcome == "quarantined":
-                quarantine.write(_quarantine_record(row))
-                continue
-            assert row.pair is not None
-            prompt_rows.append(rows_in - 1)  # the report's ordinal: it maps back to file and line
-            prompt_texts.append(row.pair.prompt)
-            if row.outcome == "dropped":
-                dropped.write(_dropped_record(row))
-            else:
-                out_row = output_row(row)
-                content.update(_row_digest(out_row))
-                pending.append(out_row)
+@dataclass
+class _Written:
+    """What writing the rows left behind: the report so far, the counts, the content hash."""
+
+    report: ReportBuilder
+    accounting: dict[str, int]
+    flag_counts: Counter[str]
+    errors: int  # rows with a flag at error severity
+    content_hash: str
+    columns: list[str]
+    json_columns: list[str]
+    text_columns: Any  # how the text columns are stored (strings, messages, or both): io.writer
+
+
+def _write_rows(
+    rows: Iterable[CheckedRow], tmp: Path, policy: Policy, batch_size: int, handoff: dict[str, Any]
+) -> _Written:
+    """Every row to exactly one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report."""
+    from prefdata.io import writer as W
+    from prefdata.report.builder import ReportBuilder
+
+    dataset = W.DatasetWriter(tmp)
+    dropped = W.JsonlWriter(tmp / "dropped.jsonl")
+    quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
+    report = ReportBuilder(policy)
+    flag_counts: Counter[str] = Counter()
+    content = hashlib.blake2b(digest_size=16)
+    errors = rows_in = 0
+    pending: list[dict[str, Any]] = []
+    for row in rows:
+        rows_in += 1
+        report.add(row)
+        flag_counts.update(row.flags)
+        errors += row.severity == "error"
+        if row.outcome == "quarantined":
+            quarantine.write(_quarantine_record(row))
+        elif row.outcome == "dropped":
+            dropped.write(_dropped_record(row))
+        else:
+            out_row = output_row(row)
+            content.update(_row_digest(out_row))
+            pending.append(out_row)
             if len(pending) >= batch_size:
                 dataset.write_rows(pending)
                 pending = []
-            if len(prompt_texts) >= 4096:
-                near_duplicates.add_batch(prompt_rows, prompt_texts)
-                prompt_rows, prompt_texts = [], []
-        dataset.write_rows(pending)
-        if prompt_texts:
-            near_duplicates.add_batch(prompt_rows, prompt_texts)
-        report.add_near_duplicate_prompts(near_duplicates.clusters(), report.location)
-        dropped.close()
-        quarantine.close()
-        fingerprint = content.hexdigest()
-        tok = pair_tokenizer.tokenizer
-        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        schema = dataset.finish(fingerprint, {  # travels with the dataset: prefdata.io.handoff
-            "format_version": FORMAT_VERSION, "prefdata_version": __version__, "max_length": max_length,
-            "max_prompt_length": max_prompt_length, "chat_template": chat_template, "tokenizer_path": str(tokenizer),
-            "tokenizer_fingerprint": pair_tokenizer.fingerprint(), "pad_token_id": pad_id if pad_id is not None else 0,
-            "eos_token_id": tok.eos_token_id, "content_hash": fingerprint,
-        })
-
-        accounting = {
-            "rows_in": rows_in,
-            "rows_out": dataset.rows,
-            "rows_dropped": dropped.count,
-            "rows_quarantined": quarantine.count,
-        }
-        # Invariant 5: every record lands in exactly one place.
-        assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
-        config = {
-            "raw": str(raw_path),
-            "tokenizer": str(tokenizer),
-            "max_length": max_length,
-            "max_prompt_length": max_prompt_length,
-            "chat_template": chat_template,
-            "batch_size": batch_size,
-            "workers": workers,
-            "trust_remote_code": trust_remote_code,
-            "policy": loaded_policy.to_dict(),
-        }
-        meta = {"input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare"}
-        built = report.build(accounting, meta)
-        with open(tmp / "report.json", "w", encoding="utf-8") as handle:  # streamed: no whole-report string
-            json.dump(built, handle, indent=2, sort_keys=True, default=str)
-            handle.write("\n")
-        (tmp / "report.md").write_text(render_markdown(built), encoding="utf-8")
-        (tmp / "report.html").write_text(render_html(built), encoding="utf-8")
-
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "prefdata_version": __version__,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "inputs": [hub_input(hub)] if hub else [
-                {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
-            ],
-            "config": config,
-            "tokenizer": {
-                "path": str(tokenizer),
-                "fingerprint": pair_tokenizer.fingerprint(),
-                "class": type(tok).__name__,
-                "pad_token_id": pad_id if pad_id is not None else 0,
-                "eos_token_id": tok.eos_token_id,
-                "bos_token_id": tok.bos_token_id,
-            },
-            "row_accounting": accounting,
-            "flag_counts": dict(sorted(flag_counts.items())),
-            "errors": errors,
-            "content_hash": fingerprint,
-            "columns": schema.names,
-            "json_columns": sorted(dataset.json_columns),
-            "text_columns": dataset.text_columns,
-            "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
-        }
-        nothing_read = dataset.rows + dropped.count == 0  # every record quarantined
-        if not nothing_read:  # such an OUT keeps its quarantine and reports but never looks finished
-            write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
-        W.publish(tmp, out_path)
-    except BaseException as exc:
-        W.abandon(tmp, out_path)
-        failed_write = write_problem(exc, out_path) if isinstance(exc, OSError) else None
-        if failed_write is not None:  # disk full, quota, read-only OUT: one line naming the path
-            raise failed_write from None
-        raise
-    finally:
-        lock.release()
-    if nothing_read:
-        reasons = built.get("quarantine", {}).get("reasons") or [{"reason": "unreadable"}]
-        raise PrefdataError(
-            f"no record of {raw_path} could be read: all {rows_in:,} were quarantined, e.g. "
-            f"{reasons[0]['reason']} (every reason in {out_path / 'quarantine.jsonl'})"
-        )
-    problem = ""
-    if dataset.rows == 0:
-        problem = f"no pair kept: all {dropped.count:,} pairs were dropped by the policy (see {out_path / 'dropped.jsonl'})"
-    return PrepareResult(
-        out_dir=str(out_path),
-        rows_in=rows_in,
-        rows_out=accounting["rows_out"],
-        rows_dropped=accounting["rows_dropped"],
-        rows_quarantined=accounting["rows_quarantined"],
-        flag_counts=dict(flag_counts),
-        errors=errors,
-        exit_code=1 if errors or problem else 0,
-        report=built,
-        seconds=time.time() - started,
-        problem=problem,
+    dataset.write_rows(pending)
+    dropped.close()
+    quarantine.close()
+    fingerprint = content.hexdigest()
+    schema = dataset.finish(fingerprint, {**handoff, "content_hash": fingerprint})
+    accounting = {
+        "rows_in": rows_in,
+        "rows_out": dataset.rows,
+        "rows_dropped": dropped.count,
+        "rows_quarantined": quarantine.count,
+    }
+    # Invariant 5: every record lands in exactly one place.
+    assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
+    return _Written(
+        report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(dataset.json_columns),
+        dataset.text_columns,
     )
+
+
+def _write_reports(tmp: Path, built: dict[str, Any]) -> dict[str, Any]:
+    from prefdata.report.render_html import render_html
+    from prefdata.report.render_markdown import render_markdown
+
+    with open(tmp / "report.json", "w", encoding="utf-8") as handle:  # streamed: no whole-report string
+        json.dump(built, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+    (tmp / "report.md").write_text(render_markdown(built), encoding="utf-8")
+    (tmp / "report.html").write_text(render_html(built), encoding="utf-8")
+    return built
+
+
+def _manifest(
+    written: _Written, input_files: list[Path], config: dict[str, Any], pair_tokenizer: PairTokenizer,
+    hub: HubSource | None,
+) -> dict[str, Any]:
+    tok = pair_tokenizer.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return {
+        "format_version": FORMAT_VERSION,
+        "prefdata_version": __version__,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "inputs": [hub_input(hub)] if hub else [
+            {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
+        ],
+        "config": config,
+        "tokenizer": {
+            "path": config["tokenizer"],
+            "fingerprint": pair_tokenizer.fingerprint(),
+            "class": type(tok).__name__,
+            "pad_token_id": pad_id if pad_id is not None else 0,
+            "eos_token_id": tok.eos_token_id,
+            "bos_token_id": tok.bos_token_id,
+        },
+        "row_accounting": written.accounting,
+        "flag_counts": dict(sorted(written.flag_counts.items())),
+        "errors": written.errors,
+        "content_hash": written.content_hash,
+        "columns": written.columns,
+        "json_columns": written.json_columns,
+        "text_columns": written.text_columns,
+        "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
+    }

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from prefdata.io.chunks import RecordsChunk
 from prefdata.errors import PrefdataError
 from prefdata.records import RawRecord
 
@@ -59,6 +60,18 @@ def iter_hub_records(source: HubSource) -> Iterator[RawRecord]:
         yield RawRecord(source.name, count, value=dict(row))
     if count == 0:
         raise PrefdataError(f"{source.name}: the split holds no rows (nothing to read)")
+
+
+def iter_hub_chunks(source: HubSource, max_lines: int) -> Iterator[RecordsChunk]:
+    """The split's rows as the engine's work units (chunks of records read here, like Parquet)."""
+    batch: list[RawRecord] = []
+    for record in iter_hub_records(source):
+        batch.append(record)
+        if len(batch) >= max_lines:
+            yield RecordsChunk(source.name, batch)
+            batch = []
+    if batch:
+        yield RecordsChunk(source.name, batch)
 
 
 def hub_input(source: HubSource) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
@@ -24,8 +24,10 @@ from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.sections import SCHEMA_VERSION
 
+if TYPE_CHECKING:
+    from prefdata.checks.merge import DatasetMerge
+
 FORMATS = ("text", "json", "markdown", "github", "html")
-NEAR_DUPLICATE_BATCH = 4096  # prompts handed to MinHash at a time
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
 # re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
 _STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
@@ -89,36 +91,19 @@ def validate(
 
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
-    if workers is None:
-        from prefdata.engine.local import default_workers
-
-        workers = default_workers()
     if prepared:
         from prefdata.schema import check_out
 
         check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
-        rows = iter_prepared_rows(input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size)
-        _accumulate(rows, builder, loaded_policy)
+        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and workers > 1 and hub is None:  # byte-range workers need files
-            from prefdata.validate.merge import check_raw_text
-
-            check_raw_text(
-                input_path, builder, policy=loaded_policy, settings=settings, against=against,
-                batch_size=batch_size, progress=progress, workers=workers,
-            )
-        else:
-            from prefdata.ingest import iter_checked_rows
-
-            rows = iter_checked_rows(
-                input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
-                batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
-                workers=workers,
-            )
-            _accumulate(rows, builder, loaded_policy)
+        _check_raw(
+            input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
+            batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code,
+        )
 
     meta: dict[str, Any] = {
         "command": "validate",
@@ -147,26 +132,58 @@ def validate(
     return ValidateResult(exit_code=exit_code, report=report, rendered=rendered)
 
 
-def _accumulate(rows: Iterator[Any], builder: ReportBuilder, policy: Policy) -> None:
-    """Feed every row to the report, and every prompt to MinHash for near-duplicate prompts."""
-    from prefdata.checks.minhash import NearDuplicatePrompts
+def _check_prepared(
+    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int
+) -> None:
+    from prefdata.checks.merge import DatasetMerge
 
-    near = NearDuplicatePrompts(threshold=policy.near_duplicate_prompt_threshold)
-    ids: list[int] = []
-    prompts: list[str] = []
+    merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
+    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge)
+    _accumulate(rows, builder, merge)
+
+
+def _check_raw(
+    input_path: Path,
+    builder: ReportBuilder,
+    policy: Policy,
+    settings: Any,
+    *,
+    tokenizer: str | None,
+    against: str | Path | None,
+    progress: bool,
+    batch_size: int,
+    workers: int | None,
+    trust_remote_code: bool,
+) -> None:
+    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest)."""
+    from prefdata.checks.merge import DatasetMerge
+    from prefdata.engine.local import default_workers
+
+    workers = default_workers() if workers is None else workers
+    if tokenizer is None and workers > 1 and parse_hub_id(input_path) is None:  # byte ranges need files
+        from prefdata.validate.merge import check_raw_text
+
+        check_raw_text(
+            input_path, builder, policy=policy, settings=settings, against=against,
+            batch_size=batch_size, progress=progress, workers=workers,
+        )
+        return
+    from prefdata.ingest import iter_checked_rows
+
+    merge = DatasetMerge(policy.near_duplicate_prompt_threshold)
+    rows = iter_checked_rows(
+        input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
+        progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
+    )
+    _accumulate(rows, builder, merge)
+
+
+def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: DatasetMerge) -> None:
+    """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
+    rows' ordinals are the report's: builder.location() resolves them)."""
     for row in rows:
-        ordinal = builder.rows  # the row id MinHash reports back; builder.location() resolves it
         builder.add(row)
-        if row.pair is None or not row.pair.prompt:
-            continue
-        ids.append(ordinal)
-        prompts.append(row.pair.prompt)
-        if len(prompts) >= NEAR_DUPLICATE_BATCH:
-            near.add_batch(ids, prompts)
-            ids, prompts = [], []
-    if prompts:
-        near.add_batch(ids, prompts)
-    builder.add_near_duplicate_prompts(near.clusters(), builder.location)
+    builder.add_near_duplicate_prompts(merge.near_duplicate_clusters(), builder.location)
 
 
 # ----------------------------------------------------------------------------- prepared OUT/
@@ -179,6 +196,7 @@ def iter_prepared_rows(
     against: str | Path | None = None,
     progress: bool = True,
     batch_size: int = 1000,
+    merge: DatasetMerge | None = None,
 ) -> Iterator[Any]:
     """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
 
@@ -200,13 +218,14 @@ def iter_prepared_rows(
     )
     if missing:
         raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
-    checker = PairChecker(policy, _leak_index(against) if against is not None else None)
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge)
     has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
     batches = dataset.iter(batch_size=batch_size)
     if progress:
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
+    ordinal = 0  # the row's index: what near-duplicate prompt clusters report
     for batch in batches:
         for i in range(len(batch["prompt"])):
             stored = batch["flags"][i] if "flags" in batch else []
@@ -239,7 +258,9 @@ def iter_prepared_rows(
             non_finite = has_refs and not all(
                 v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
             )
-            kept, severity, outcome = checker.check(pair, tokenized, [F.NON_FINITE_REF_LOGPS] if non_finite else [])
+            extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
+            kept, severity, outcome = checker.check(pair, tokenized, extra, ordinal=ordinal)
+            ordinal += 1
             raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
             yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
 
