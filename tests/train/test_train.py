@@ -152,7 +152,7 @@ def _final_weights(output: Path) -> dict[str, torch.Tensor]:
 
 
 def test_resume_after_interruption_gives_the_same_weights(learnable_out, tiny_model_dir, tmp_path, monkeypatch):
-    import prefdata.train.recipe as train_module
+    import prefdata.train.step as train_module
 
     settings = dict(max_steps=6, grad_accum=2, save_every=2, **FAST)
     straight = tmp_path / "straight"
@@ -194,7 +194,7 @@ def test_resume_after_interruption_gives_the_same_weights(learnable_out, tiny_mo
 
 
 def test_keyboard_interrupt_saves_a_checkpoint_that_resumes_exactly(learnable_out, tiny_model_dir, tmp_path, monkeypatch):
-    import prefdata.train.recipe as train_module
+    import prefdata.train.step as train_module
 
     settings = dict(max_steps=4, save_every=None, **FAST)
     straight = tmp_path / "straight"
