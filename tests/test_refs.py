@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefdata import flags as F
 from prefdata import refs as R
+from prefdata.refs import swap as refs_swap
 from prefdata.errors import PrefdataError
 from prefdata.model.logprobs import plan_batches, sequence_logps
 from prefdata.io.manifest import read_manifest, tokenizer_fingerprint, write_manifest
@@ -213,7 +214,7 @@ def test_kill_between_swap_renames_is_finished_by_the_next_run(tmp_path, model_d
         if (where / R.WORK_DIR / R.SWAP_JOURNAL).is_file():
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(R, "_finish_swap", killed)
+    monkeypatch.setattr(refs_swap, "_finish_swap", killed)
     with pytest.raises(KeyboardInterrupt):
         R.compute_refs(out, model_dir, batch_tokens=300, progress=False)
     assert (out / R.WORK_DIR / R.SWAP_JOURNAL).is_file()
