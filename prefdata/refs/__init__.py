@@ -23,7 +23,7 @@ import numpy as np
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.manifest import read_manifest, write_manifest
-from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, compute_shards
+from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, batch_costs, compute_shards
 from prefdata.refs.setup import (
     choose_layout,
     distributed_env,
@@ -81,6 +81,7 @@ class RefsResult:
     dtype: str
     rank: int = 0
     merged: bool = True  # False on ranks other than 0, which only compute shards
+    shared_pairs: int = 0  # pairs whose prompt went through the model once (shared layout)
 
     def summary(self) -> str:
         if not self.merged:
@@ -89,6 +90,8 @@ class RefsResult:
             f"refs: {self.rows} pairs, {self.tokens} tokens in {self.seconds:.1f}s "
             f"({self.tokens_per_second:.0f} tokens/s, {self.layout} batches, {self.dtype} on {self.device})"
         )
+        if self.shared_pairs:
+            line += f"; prompt shared in {self.shared_pairs}/{self.rows} pairs"
         if self.shards_resumed:
             line += f"; resumed {self.shards_resumed}/{self.shards_total} shards"
         if self.non_finite_rows:
@@ -113,13 +116,14 @@ def compute_refs(
 ) -> RefsResult:
     """Add reference log-probs and completion token counts to the prepared dataset in `out_dir`.
 
-    `layout` (auto|right|left|packed) and `shard_batches` are for tests and benchmarks; auto packs
-    only where the attention kernel makes packing pay (varlen flash kernels), else pads sorted rows.
+    `layout` (auto|right|left|packed|blocks|shared) and `shard_batches` are for tests and
+    benchmarks; auto runs padding-free rows of pairs with the prompt shared where that pays when the
+    model supports block attention, else packs where varlen kernels pay, else pads sorted rows.
     `rank`/`world_size` default to torchrun's environment.
     """
     import torch
 
-    from prefdata.model.logprobs import plan_batches
+    from prefdata.model.logprobs import plan_batches, plan_packed_batches
 
     out, model_dir = Path(out_dir), Path(model)
     if not (out / "manifest.json").is_file() or not (out / "state.json").is_file():
@@ -147,7 +151,8 @@ def compute_refs(
     dataset, ids, lens = open_ids(out)
 
     # 2. plan batches and shards; the work directory is keyed by everything that decides the values
-    batches = plan_batches(pair_costs(lens["prompt_ids"], lens["chosen_ids"], lens["rejected_ids"]), batch_tokens)
+    costs, padding_free, shared_pairs = batch_costs(net, layout, lens)
+    batches = (plan_packed_batches if padding_free else plan_batches)(costs, batch_tokens)
     shards = plan_shards(batches, shard_batches)
     num_rows = len(dataset)
     fingerprint = model_fingerprint(model_dir, net.config, dtype_name)
@@ -169,7 +174,7 @@ def compute_refs(
     bar = tqdm(total=total_tokens, initial=total_tokens - _shard_tokens(shards, todo, row_tokens), unit="tok",
                unit_scale=True, desc="refs", disable=not progress, smoothing=0.1)
     start = time.perf_counter()
-    tokens = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar)
+    tokens, _ = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar)
     if device_name.startswith("cuda"):
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -178,7 +183,7 @@ def compute_refs(
         out_dir=str(out), rows=num_rows, tokens=tokens, seconds=seconds,
         tokens_per_second=tokens / seconds if seconds > 0 else 0.0, non_finite_rows=0,
         shards_total=len(shards), shards_resumed=len(mine) - len(todo), layout=layout,
-        device=device_name, dtype=dtype_name, rank=rank, merged=rank == 0,
+        device=device_name, dtype=dtype_name, rank=rank, merged=rank == 0, shared_pairs=shared_pairs,
     )
     if world_size > 1:
         wait_for_all(work, len(shards), rank)
@@ -194,7 +199,8 @@ def compute_refs(
     manifest["refs"] = {
         "model": {"path": str(model_dir.resolve()), **fingerprint},
         "settings": {"device": device_name, "dtype": dtype_name, "batch_tokens": batch_tokens, "layout": layout,
-                     "world_size": world_size, "settings_hash": settings_hash},
+                     "world_size": world_size, "settings_hash": settings_hash,
+                     "prefix_sharing": {"shared_pairs": shared_pairs, "pairs": num_rows}},
         "tokenizer_fingerprint_checked": tok_fp,
         "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": num_rows,

@@ -104,16 +104,13 @@ def load_reference_model(model_dir: Path, dtype_name: str, device_name: str, tru
 
 
 def choose_layout(net: Any, layout: str) -> str:
-    """auto packs only where the attention kernel makes packing pay, else pads sorted rows."""
-    from prefdata.model.logprobs import packing_is_efficient, supports_packing
+    """auto: shared padding-free blocks where the model supports them (see model/pairs.py)."""
+    from prefdata.model.pairs import choose_layout as choose
 
-    if layout == "auto":
-        layout = "packed" if packing_is_efficient(net) else "right"
-    if layout == "packed" and not supports_packing(net):
-        layout = "right"  # correctness first: this attention implementation does not honour packing
-    if layout not in ("right", "left", "packed"):
-        raise PrefdataError(f"unknown layout {layout!r}")
-    return layout
+    try:
+        return choose(net, layout)
+    except ValueError as exc:
+        raise PrefdataError(str(exc)) from None
 
 
 def open_ids(out: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:

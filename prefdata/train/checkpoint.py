@@ -17,7 +17,7 @@ CHECKPOINT_DIR = "checkpoints"
 # Settings that shape the trajectory: a resume with any of them changed would not continue the run.
 RESUME_KEYS = (
     "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens",
-    "batch_pairs", "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size",
+    "batch_pairs", "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "layout", "shuffle",
 )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,8 @@ import torch
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.manifest import read_manifest, tokenizer_fingerprint
-from prefdata.model.logprobs import plan_batches
+from prefdata.model.logprobs import plan_batches, plan_packed_batches
+from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 
@@ -25,11 +26,35 @@ class PairData:
 
     dataset: Any  # datasets.Dataset with the id (and ref) columns
     rows: list[int]  # dataset row numbers kept for training
-    pair_tokens: list[int]  # tokens both halves of each kept row put through the model
+    pair_tokens: list[int]  # per kept row: prompt twice + both completions (what padded halves hold)
     manifest: dict[str, Any]
     has_refs: bool
     identical_pairs: int  # kept rows whose chosen ids equal their rejected ids
     skipped_non_finite: int
+    lengths: dict[str, np.ndarray] = field(default_factory=dict)  # per dataset row: prompt/chosen/rejected ids
+    # Set by `use_layout`: what each kept row costs in a batch, and whether batches are padding-free.
+    forward_tokens: list[int] = field(default_factory=list)
+    padding_free: bool = False
+    shared_pairs: int = 0  # kept rows whose prompt goes through the model once
+
+    def pair_tokens_of(self, rows: list[int]) -> list[int]:
+        """TRL's token count (prompt twice + both completions) of dataset rows."""
+        p, c, r = self.lengths["prompt_ids"], self.lengths["chosen_ids"], self.lengths["rejected_ids"]
+        return [int(2 * p[i] + c[i] + r[i]) for i in rows]
+
+    def use_layout(self, model: Any, layout: str) -> None:
+        """Batch costs for `layout`: padded layouts count the padded halves, padding-free ones the
+        tokens actually put through the model (the prompt once where it is shared)."""
+        self.forward_tokens, self.padding_free, self.shared_pairs = list(self.pair_tokens), False, 0
+        if layout not in BLOCK_LAYOUTS:
+            return
+        p, c, r = (self.lengths[k][self.rows].tolist() for k in ("prompt_ids", "chosen_ids", "rejected_ids"))
+        if layout == "shared":
+            share = sharing_plan_for_lengths(model, p, c, r)
+        else:
+            share = [False] * len(p)
+        self.forward_tokens = [pair_tokens(a, b, d, s) for a, b, d, s in zip(p, c, r, share)]
+        self.padding_free, self.shared_pairs = True, sum(share)
 
 
 def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
@@ -78,26 +103,34 @@ def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
     columns = ["prompt_ids", "chosen_ids", "rejected_ids"] + (list(REF_COLUMNS) if has_refs else [])
     return PairData(
         dataset=dataset.select_columns(columns), rows=rows, pair_tokens=pair_tokens, manifest=manifest,
-        has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped,
+        has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
     )
 
 
+def plan_token_batches(lengths: list[int], batch_tokens: int, padding_free: bool) -> list[list[int]]:
+    """Length-grouped batches under a token budget: padded (rows x widest) or padding-free (sum)."""
+    return plan_packed_batches(lengths, batch_tokens) if padding_free else plan_batches(lengths, batch_tokens)
+
+
 def epoch_batches(data: PairData, epoch: int, seed: int, batch_pairs: int, batch_tokens: int | None,
-                   world_size: int) -> list[list[int]]:
+                  world_size: int, shuffle: bool = True) -> list[list[int]]:
     """Micro-batches (lists of dataset rows) for one epoch, a pure function of (seed, epoch).
 
-    By pairs: consecutive chunks of a seeded permutation. By token budget: length-grouped batches
-    (less padding) whose order is then shuffled with the same seed. Under DDP the list is cut to a
-    multiple of the world size so every rank runs the same number of micro-batches.
+    By pairs: consecutive chunks of a seeded permutation (of the data order with shuffle off). By
+    token budget: length-grouped batches (less padding) whose order is then shuffled with the same
+    seed (kept longest first with shuffle off). Under DDP the list is cut to a multiple of the
+    world size so every rank runs the same number of micro-batches.
     """
     generator = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-    order = torch.randperm(len(data.rows), generator=generator).tolist()
+    n = len(data.rows)
+    order = torch.randperm(n, generator=generator).tolist() if shuffle else list(range(n))
+    costs = data.forward_tokens or data.pair_tokens
     if batch_tokens is None:
         positions = [order[i : i + batch_pairs] for i in range(0, len(order), batch_pairs)]
     else:
-        planned = plan_batches([data.pair_tokens[i] for i in order], batch_tokens)
-        shuffle = torch.randperm(len(planned), generator=generator).tolist()
-        positions = [[order[j] for j in planned[k]] for k in shuffle]
+        planned = plan_token_batches([costs[i] for i in order], batch_tokens, data.padding_free)
+        batch_order = torch.randperm(len(planned), generator=generator).tolist() if shuffle else range(len(planned))
+        positions = [[order[j] for j in planned[k]] for k in batch_order]
     batches = [[data.rows[p] for p in batch] for batch in positions]
     if world_size > 1:
         batches = batches[: len(batches) - len(batches) % world_size]

@@ -37,9 +37,20 @@ class Schedule:
     world_size: int
     max_steps: int | None
     epochs: int
+    shuffle: bool = True
 
     def batches(self, data: PairData, epoch: int) -> list[list[int]]:
-        return epoch_batches(data, epoch, self.seed, self.batch_pairs, self.batch_tokens, self.world_size)
+        return epoch_batches(data, epoch, self.seed, self.batch_pairs, self.batch_tokens, self.world_size,
+                             self.shuffle)
+
+    def tokens_before(self, data: PairData, step: int) -> int:
+        """TRL's cumulative token count after `step` steps (so a resumed run continues it)."""
+        per_epoch = self.steps_per_epoch(data)
+        total = 0
+        for epoch in range(step // per_epoch + 1):
+            batches = self.batches(data, epoch)[: (min(step - epoch * per_epoch, per_epoch)) * self.micro_per_step]
+            total += sum(sum(data.pair_tokens_of(b)) for b in batches)
+        return total
 
     @property
     def micro_per_step(self) -> int:
@@ -86,7 +97,7 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
     total_steps = sched.total_steps(data)
     bar = tqdm(total=total_steps, initial=step, desc="train", unit="step", disable=not (loop.progress and is_main),
                dynamic_ncols=True)
-    window = Window()
+    window = Window(sched.tokens_before(data, step) if step else 0)
     planned_epoch, batches = -1, []
     rng_at_step_start = rng_state()
     loop_started = time.perf_counter()
@@ -143,10 +154,10 @@ def _accumulate(loop: Loop, step_batches: list[list[int]]) -> torch.Tensor:
     step_pairs = sum(len(b) for b in step_batches)  # across ranks: the loss is a global mean
     sums = torch.zeros(Sums.SIZE, dtype=torch.float64)
     for micro in step_batches[sched.rank :: sched.world_size]:  # this rank's share of the step
-        out, logps_c, logps_r, n_tokens = forward_pairs(loop.fwd, loop.data, micro)
+        out, logps, n_tokens = forward_pairs(loop.fwd, loop.data, micro)
         # Sum over pairs / pairs in the whole step: accumulation and ranks give the global mean.
         (out.losses.sum() / step_pairs).backward()
-        sums += Sums.of(out, logps_c, logps_r, n_tokens)
+        sums += Sums.of(out, logps, n_tokens)
     if sched.world_size > 1:
         all_reduce_gradients(loop.params)
         sums = all_reduce_sum(sums, loop.fwd.device)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 from prefdata.model.losses import LossOutput
+from prefdata.model.pairs import PairLogps
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -43,37 +44,57 @@ class Sums:
     """Per-pair sums that add up across micro-batches and ranks, then turn into TRL's means."""
 
     NAMES = ("loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
-             "logps/chosen", "logps/rejected", "abs_margin", "pairs", "tokens")
+             "logps/chosen", "logps/rejected", "abs_margin", "pairs", "tokens",
+             "logit_sum/chosen", "logit_sum/rejected", "completion_tokens/chosen", "completion_tokens/rejected",
+             "shared_pairs")
     SIZE = len(NAMES)
+    INDEX: ClassVar[dict[str, int]] = {name: i for i, name in enumerate(NAMES)}
+    PER_PAIR = NAMES[:8]  # averaged over pairs, as TRL logs them
 
     @staticmethod
-    def of(out: LossOutput, logps_c: torch.Tensor, logps_r: torch.Tensor, n_tokens: int) -> torch.Tensor:
+    def of(out: LossOutput, logps: PairLogps, pair_tokens: int) -> torch.Tensor:
+        """`pair_tokens`: prompt twice plus both completions per pair, TRL's token count, whatever
+        the layout put through the model."""
         margins = out.chosen_rewards - out.rejected_rewards
         values = torch.stack([
             out.losses.detach().sum(), out.chosen_rewards.sum(), out.rejected_rewards.sum(),
-            (margins > 0).float().sum(), margins.sum(), logps_c.sum(), logps_r.sum(), margins.abs().sum(),
+            (margins > 0).float().sum(), margins.sum(), logps.chosen.detach().sum(), logps.rejected.detach().sum(),
+            margins.abs().sum(),
         ]).double().cpu()
-        return torch.cat([values, torch.tensor([float(len(logps_c)), float(n_tokens)], dtype=torch.float64)])
+        counts = torch.stack([
+            logps.chosen_logit_sums.sum(), logps.rejected_logit_sums.sum(),
+            logps.chosen_counts.sum().float(), logps.rejected_counts.sum().float(),
+        ]).double().cpu()
+        extra = torch.tensor([float(len(logps.chosen)), float(pair_tokens)], dtype=torch.float64)
+        return torch.cat([values, extra, counts, torch.tensor([float(logps.shared_pairs)], dtype=torch.float64)])
 
     @staticmethod
     def means(sums: torch.Tensor) -> dict[str, float]:
-        pairs = max(float(sums[8]), 1.0)
-        return {name: float(sums[i]) / pairs for i, name in enumerate(Sums.NAMES[:8])}
+        """Per-pair means, and TRL's `logits/*`: the vocabulary-mean logit averaged over completion tokens."""
+        at = Sums.INDEX
+        pairs = max(float(sums[at["pairs"]]), 1.0)
+        means = {name: float(sums[at[name]]) / pairs for name in Sums.PER_PAIR}
+        for half in ("chosen", "rejected"):
+            tokens = float(sums[at[f"completion_tokens/{half}"]])
+            means[f"logits/{half}"] = float(sums[at[f"logit_sum/{half}"]]) / tokens if tokens > 0 else 0.0
+        return means
 
 
 class Window:
-    """What happened since the last metrics line."""
+    """What happened since the last metrics line; `num_tokens` counts from step 0 of the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, num_tokens: int = 0) -> None:
         self.sums = torch.zeros(Sums.SIZE, dtype=torch.float64)
         self.seconds = 0.0
         self.grad_norm = 0.0
         self.lr = 0.0
+        self.num_tokens = num_tokens
 
     def add(self, sums: torch.Tensor, grad_norm: float, lr: float, seconds: float) -> None:
         self.sums += sums
         self.seconds += seconds
         self.grad_norm, self.lr = grad_norm, lr
+        self.num_tokens += int(sums[Sums.INDEX["tokens"]])
 
     def flush(self, step: int, epoch: float, elapsed_s: float) -> dict[str, float]:
         line: dict[str, Any] = {"step": step, "epoch": round(epoch, 6)}
@@ -81,9 +102,13 @@ class Window:
         line.update({k: v for k, v in means.items() if k != "abs_margin"})
         line["grad_norm"] = self.grad_norm
         line["lr"] = self.lr
-        line["tokens_per_s"] = float(self.sums[9]) / self.seconds if self.seconds > 0 else 0.0
+        line["learning_rate"] = self.lr  # TRL's name
+        line["num_tokens"] = self.num_tokens  # TRL's name: prompt + completion tokens of both halves, cumulative
+        line["shared_pairs"] = int(self.sums[Sums.INDEX["shared_pairs"]])  # pairs whose prompt ran once
+        tokens = float(self.sums[Sums.INDEX["tokens"]])
+        line["tokens_per_s"] = tokens / self.seconds if self.seconds > 0 else 0.0
         line["elapsed_s"] = round(elapsed_s, 4)  # since this process entered the loop (resets on resume)
-        self.__init__()
+        self.__init__(self.num_tokens)
         return line
 
 

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from prefdata.errors import PrefdataError
-from prefdata.model.logprobs import packing_is_efficient
 from prefdata.model.losses import DEFAULT_SIMPO_GAMMA, REFERENCE_FREE_LOSSES
+from prefdata.model.pairs import choose_layout
 from prefdata.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -81,8 +81,15 @@ def train(
     lora: bool = False,
     progress: bool = True,
     trust_remote_code: bool = False,
+    shuffle: bool = True,
+    layout: str = "auto",
 ) -> TrainResult:
-    """Train a policy with a preference loss on OUT/ and save it to `output`."""
+    """Train a policy with a preference loss on OUT/ and save it to `output`.
+
+    `shuffle=False` keeps the data order (batches by token budget: longest first). `layout` (auto,
+    right, left, packed, blocks, shared) is for tests and benchmarks: auto runs padding-free rows of
+    pairs with the prompt shared where that pays, when the model supports it (see model/pairs.py).
+    """
     import transformers
 
     check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tokens, batch_pairs, grad_accum,
@@ -105,8 +112,10 @@ def train(
     # The forward calls the decoder body and output head directly, so it gets the plain transformers
     # model (for LoRA: the base model with the adapter layers injected).
     forward_model = policy.get_base_model() if lora else policy
-    # Packed rows only pay off with varlen kernels; eager/sdpa attend across the whole packed row.
-    layout = "packed" if packing_is_efficient(forward_model) else "right"
+    layout = _pair_layout(forward_model, layout)
+    for part in (data, eval_data):
+        if part is not None:
+            part.use_layout(forward_model, layout)
     fwd = PairForward(
         model=forward_model, layout=layout, pad_token_id=pad_token_id(data.manifest, tokenizer), device=torch_device,
         loss_kwargs={"loss_type": loss, "beta": beta, "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma},
@@ -115,7 +124,7 @@ def train(
 
     # 3. batch plan
     schedule = Schedule(batch_pairs=batch_pairs, batch_tokens=batch_tokens, grad_accum=grad_accum, seed=seed,
-                        rank=rank, world_size=world_size, max_steps=max_steps, epochs=epochs)
+                        rank=rank, world_size=world_size, max_steps=max_steps, epochs=epochs, shuffle=shuffle)
     steps_per_epoch = schedule.steps_per_epoch(data)
     total_steps = schedule.total_steps(data)
 
@@ -133,6 +142,7 @@ def train(
         "max_steps": max_steps, "batch_tokens": batch_tokens, "batch_pairs": batch_pairs,
         "grad_accum": grad_accum, "seed": seed, "warmup_ratio": warmup_ratio,
         "max_grad_norm": max_grad_norm, "lora": lora, "world_size": world_size, "layout": layout,
+        "shuffle": shuffle, "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
         "total_steps": total_steps, "warmup_steps": warmup_steps, "train_pairs": len(data.rows),
         "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
     }
@@ -182,6 +192,13 @@ def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch
     policy.to(device)
     policy.train()
     return policy
+
+
+def _pair_layout(model: Any, layout: str) -> str:
+    try:
+        return choose_layout(model, layout)
+    except ValueError as exc:
+        raise PrefdataError(str(exc)) from None
 
 
 def _add_lora(policy):

@@ -10,10 +10,9 @@ from typing import Any
 
 import torch
 
-from prefdata.model.logprobs import plan_batches, sequence_logps
 from prefdata.model.losses import LossOutput, dpo_loss
-from prefdata.tokenize.masks import build_pair_batch
-from prefdata.train.data import PairData
+from prefdata.model.pairs import PairLogps, pair_logps
+from prefdata.train.data import PairData, plan_token_batches
 from prefdata.train.metrics import Sums, append_jsonl
 from prefdata.train.runtime import all_reduce_sum
 
@@ -30,21 +29,20 @@ class PairForward:
     autocast: Any = field(default_factory=nullcontext)
 
 
-def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[LossOutput, torch.Tensor, torch.Tensor, int]:
-    """Policy log-probs for both halves of `rows`, and the loss against the stored reference."""
+def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[LossOutput, PairLogps, int]:
+    """Policy log-probs for both halves of `rows`, the loss against the stored reference, and the
+    rows' token count (prompt twice + both completions: TRL's count, whatever the layout)."""
     batch_rows = data.dataset[rows]
-    batch = build_pair_batch(batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
-                             fwd.layout, fwd.pad_token_id)
-    n = len(rows)
     with fwd.autocast:
-        logps, counts = sequence_logps(fwd.model, batch)  # [chosen..., rejected...]
+        logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
+                           fwd.layout, fwd.pad_token_id)
         ref_c = ref_r = None
         if data.has_refs:
-            ref_c = torch.tensor(batch_rows["ref_chosen_logps"], dtype=torch.float32, device=logps.device)
-            ref_r = torch.tensor(batch_rows["ref_rejected_logps"], dtype=torch.float32, device=logps.device)
-        out = dpo_loss(logps[:n], logps[n:], ref_c, ref_r, chosen_counts=counts[:n], rejected_counts=counts[n:],
-                       **fwd.loss_kwargs)
-    return out, logps[:n].detach(), logps[n:].detach(), batch.num_tokens
+            ref_c = torch.tensor(batch_rows["ref_chosen_logps"], dtype=torch.float32, device=logps.chosen.device)
+            ref_r = torch.tensor(batch_rows["ref_rejected_logps"], dtype=torch.float32, device=logps.chosen.device)
+        out = dpo_loss(logps.chosen, logps.rejected, ref_c, ref_r, chosen_counts=logps.chosen_counts,
+                       rejected_counts=logps.rejected_counts, **fwd.loss_kwargs)
+    return out, logps, sum(data.pair_tokens_of(rows))
 
 
 def zero_margin_loss(loss: str, beta: float, label_smoothing: float, simpo_gamma: float) -> float:
@@ -62,12 +60,12 @@ def evaluate(fwd: PairForward, data: PairData, *, batch_pairs: int, batch_tokens
     if batch_tokens is None:
         batches = [data.rows[i : i + batch_pairs] for i in range(0, len(data.rows), batch_pairs)]
     else:
-        planned = plan_batches(data.pair_tokens, batch_tokens)
+        planned = plan_token_batches(data.forward_tokens, batch_tokens, data.padding_free)
         batches = [[data.rows[i] for i in b] for b in planned]
     sums = torch.zeros(Sums.SIZE, dtype=torch.float64)
     for rows in batches[rank::world_size]:
-        out, logps_c, logps_r, n_tokens = forward_pairs(fwd, data, rows)
-        sums += Sums.of(out, logps_c, logps_r, n_tokens)
+        out, logps, n_tokens = forward_pairs(fwd, data, rows)
+        sums += Sums.of(out, logps, n_tokens)
     if world_size > 1:
         sums = all_reduce_sum(sums, fwd.device)
     return {f"eval/{k}": v for k, v in Sums.means(sums).items() if k != "abs_margin"}
