@@ -5,8 +5,10 @@ work is spent on pairs that cannot see each other.
 transformers calls the attention function named by `config._attn_implementation` with the extra
 keyword arguments given to the model's forward. `block_attention` registers a function under its
 own name for the duration of one forward and hands it the row's `AttentionBlocks`; that name has no
-mask function in transformers, so the model builds no mask of its own. Causal blocks use SDPA's
-causal kernel; shared-prompt blocks a boolean block mask.
+mask function in transformers, so the model builds no mask of its own. Causal blocks, and the
+prompt + chosen part of a shared-prompt block, use SDPA's causal kernel with no mask; the rejected
+tokens of a shared block attend the prompt's keys and their own under a small boolean mask
+[R, P + R], so no score against chosen is ever computed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from prefdata.tokenize.masks import AttentionBlocks
 
 ATTENTION_NAME = "prefdata_blocks"
 BLOCKS_KWARG = "prefdata_blocks"
+MASKS_KWARG = "prefdata_rejected_masks"
 _registered = False
 
 
@@ -32,15 +35,41 @@ def _blocks_forward(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     blocks: AttentionBlocks = kwargs.pop(BLOCKS_KWARG)
-    masks = kwargs.pop("_prefdata_masks")
+    rejected_masks = kwargs.pop(MASKS_KWARG)
     kwargs.pop("is_causal", None)
+
+    def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        out, _ = sdpa_attention_forward(module, q, k, v, mask, dropout=dropout, scaling=scaling,
+                                        is_causal=mask is None, **kwargs)
+        return out
+
+    # Cut the row with one split (its backward is one concatenation), never with per-block slices
+    # (each slice's backward would add a zero-filled row-sized gradient).
+    q_sizes, kv_sizes = [], []
+    for (start, end), parts in zip(blocks.bounds, blocks.shared):
+        if parts is None:
+            q_sizes.append(end - start)
+            kv_sizes.append(end - start)
+        else:
+            p, c, r = parts
+            q_sizes += [p + c, r]
+            kv_sizes += [p, c, r]
+    qs = iter(query.split(q_sizes, dim=2))
+    ks, vs = iter(key.split(kv_sizes, dim=2)), iter(value.split(kv_sizes, dim=2))
     outputs = []
-    for (start, end), mask in zip(blocks.bounds, masks):
-        out, _ = sdpa_attention_forward(
-            module, query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], mask,
-            dropout=dropout, scaling=scaling, is_causal=mask is None, **kwargs,
-        )
-        outputs.append(out)
+    for parts, mask in zip(blocks.shared, rejected_masks):
+        if parts is None:  # one causal block: SDPA's causal kernel, no mask
+            outputs.append(sdpa(next(qs), next(ks), next(vs), None))
+            continue
+        q_head, q_rejected = next(qs), next(qs)
+        k_prompt, k_chosen, k_rejected = next(ks), next(ks), next(ks)
+        v_prompt, v_chosen, v_rejected = next(vs), next(vs), next(vs)
+        if q_head.shape[2]:  # prompt + chosen: plain causal
+            outputs.append(sdpa(q_head, torch.cat([k_prompt, k_chosen], dim=2), torch.cat([v_prompt, v_chosen], dim=2),
+                                None))
+        if q_rejected.shape[2]:  # rejected queries over the prompt's keys and their own, never chosen's
+            outputs.append(sdpa(q_rejected, torch.cat([k_prompt, k_rejected], dim=2),
+                                torch.cat([v_prompt, v_rejected], dim=2), mask))
     return torch.cat(outputs, dim=1), None
 
 
@@ -84,6 +113,7 @@ def block_attention(model: Any, blocks: AttentionBlocks) -> Iterator[dict[str, A
     previous = config._attn_implementation
     config._attn_implementation = ATTENTION_NAME
     try:
-        yield {BLOCKS_KWARG: blocks, "_prefdata_masks": blocks.masks()}
+        device = next(model.parameters()).device
+        yield {BLOCKS_KWARG: blocks, MASKS_KWARG: blocks.rejected_masks(device)}
     finally:
         config._attn_implementation = previous

@@ -4,8 +4,7 @@ per-pair log-probs. Used by `refs` (reference model, no grad) and `train` (polic
 Layouts: ``right``/``left`` pad each half to the batch's widest; ``packed`` relies on
 transformers' packed-sequence detection; ``blocks`` and ``shared`` are padding-free rows of
 attention blocks (prefdata.model.attention). In ``shared`` a pair's prompt goes through the model
-once for both halves when that saves work: the tokens it saves outweigh the extra attention of a
-block that holds both completions (`share_pays`).
+once for both halves wherever that saves work (`share_pays`: whenever there is a prompt).
 """
 
 from __future__ import annotations
@@ -56,36 +55,25 @@ def choose_layout(model: Any, layout: str) -> str:
     return layout
 
 
-def share_pays(prompt_len: int, chosen_len: int, rejected_len: int, hidden_size: int, intermediate_size: int) -> bool:
-    """Whether one shared-prompt block costs less than two halves, per layer in FLOPs.
+def share_pays(prompt_len: int, chosen_len: int, rejected_len: int) -> bool:
+    """Whether one shared-prompt block costs less than two separate halves.
 
-    Shared saves ``prompt_len`` tokens of projections and MLP (≈ 2·(4h² + 3h·i) FLOPs a token with
-    GQA taken as full heads, an upper bound on the saving's denominator), and costs the masked-out
-    chosen×rejected attention scores its dense block mask still computes (≈ 4h FLOPs a query/key
-    pair, both ways) plus the causal half SDPA skips in the two unshared blocks.
+    The shared block runs prompt + chosen causally, then rejected against the prompt's keys and its
+    own, so its attention scores are (P+C)²/2 + R·P + R²/2 against (P+C)²/2 + (P+R)²/2 for two
+    halves, and its projections and MLP see P fewer tokens, for the same number of attention calls.
+    That is less work whenever there is a prompt to share and both halves have tokens.
     """
-    if prompt_len == 0:
-        return False
-    p, c, r = prompt_len, chosen_len, rejected_len
-    saved = p * 2 * (4 * hidden_size * hidden_size + 3 * hidden_size * intermediate_size)
-    shared_scores = (p + c + r) ** 2  # dense masked block
-    unshared_scores = ((p + c) ** 2 + (p + r) ** 2) / 2  # causal kernels skip the upper half
-    extra = max(shared_scores - unshared_scores, 0) * 4 * hidden_size
-    return saved > extra
+    return prompt_len > 0 and chosen_len > 0 and rejected_len > 0
 
 
-def sharing_plan(model: Any, prompts: list[list[int]], chosens: list[list[int]],
-                 rejecteds: list[list[int]]) -> list[bool]:
-    """For each pair: share its prompt or not (`share_pays` with the model's sizes)."""
-    return sharing_plan_for_lengths(model, map(len, prompts), map(len, chosens), map(len, rejecteds))
+def sharing_plan(prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]]) -> list[bool]:
+    """For each pair: share its prompt or not (`share_pays`)."""
+    return sharing_plan_for_lengths(map(len, prompts), map(len, chosens), map(len, rejecteds))
 
 
-def sharing_plan_for_lengths(model: Any, prompt_lens: Any, chosen_lens: Any, rejected_lens: Any) -> list[bool]:
+def sharing_plan_for_lengths(prompt_lens: Any, chosen_lens: Any, rejected_lens: Any) -> list[bool]:
     """`sharing_plan` from lengths alone (for planning batches before any ids are read)."""
-    config = model.config
-    hidden = int(config.hidden_size)
-    inter = int(getattr(config, "intermediate_size", None) or 4 * hidden)
-    return [share_pays(int(p), int(c), int(r), hidden, inter) for p, c, r in zip(prompt_lens, chosen_lens, rejected_lens)]
+    return [share_pays(int(p), int(c), int(r)) for p, c, r in zip(prompt_lens, chosen_lens, rejected_lens)]
 
 
 def pair_tokens(prompt_len: int, chosen_len: int, rejected_len: int, shared: bool) -> int:
@@ -99,7 +87,7 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
     n = len(prompts)
     shared = 0
     if layout in BLOCK_LAYOUTS:
-        share = sharing_plan(model, prompts, chosens, rejecteds) if layout == "shared" else [False] * n
+        share = sharing_plan(prompts, chosens, rejecteds) if layout == "shared" else [False] * n
         shared = sum(share)
         batch = build_block_pair_batch(prompts, chosens, rejecteds, share)
     else:

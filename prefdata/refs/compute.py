@@ -54,7 +54,7 @@ def batch_costs(net: Any, layout: str, lens: dict[str, np.ndarray]) -> tuple[lis
     p, c, r = lens["prompt_ids"], lens["chosen_ids"], lens["rejected_ids"]
     if layout not in BLOCK_LAYOUTS:
         return (2 * (p + np.maximum(c, r))).astype(np.int64).tolist(), False, 0  # halves padded to the longer
-    share = np.asarray(sharing_plan_for_lengths(net, p, c, r) if layout == "shared" else [False] * len(p), dtype=bool)
+    share = np.asarray(sharing_plan_for_lengths(p, c, r) if layout == "shared" else [False] * len(p), dtype=bool)
     return (p * np.where(share, 1, 2) + c + r).astype(np.int64).tolist(), True, int(share.sum())
 
 

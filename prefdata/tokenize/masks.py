@@ -71,34 +71,38 @@ class SequenceBatch:
 @dataclass
 class AttentionBlocks:
     """A padding-free row cut into attention blocks: a token attends causally inside its own block
-    only. A block with segment ids is a shared-prompt pair (0 prompt, 1 chosen, 2 rejected): there a
-    token also skips keys of the other completion."""
+    only. A shared-prompt block (prompt, chosen, rejected) runs as two mask-free-or-small parts:
+    prompt + chosen causally, then the rejected tokens against the prompt's and their own keys."""
 
     bounds: list[tuple[int, int]]  # [start, end) of each block in the row
-    segments: list[torch.Tensor | None]  # per block: segment ids, or None for a plain causal block
+    shared: list[tuple[int, int, int] | None]  # per block: (prompt, chosen, rejected) lengths, or None
 
     def to(self, device: torch.device | str) -> AttentionBlocks:
-        return AttentionBlocks(self.bounds, [None if s is None else s.to(device) for s in self.segments])
+        return self  # plain Python data; the masks are built on the device that asks for them
 
-    def masks(self) -> list[torch.Tensor | None]:
-        """Per block: a bool [1, 1, L, L] mask (True = attend) for shared blocks, None for causal ones."""
+    def rejected_masks(self, device: torch.device | str = "cpu") -> list[torch.Tensor | None]:
+        """Per block: for a shared block the bool [1, 1, R, P + R] mask of its rejected queries over
+        the prompt's and the rejected keys (True = attend), else None."""
         out: list[torch.Tensor | None] = []
-        for seg in self.segments:
-            if seg is None:
+        for parts in self.shared:
+            if parts is None or parts[2] == 0:
                 out.append(None)
                 continue
-            n = seg.numel()
-            causal = torch.ones(n, n, dtype=torch.bool, device=seg.device).tril()
-            same_or_prompt = (seg.unsqueeze(0) == 0) | (seg.unsqueeze(0) == seg.unsqueeze(1))
-            out.append((causal & same_or_prompt)[None, None])
+            p, _, r = parts
+            own = torch.ones(r, r, dtype=torch.bool, device=device).tril()
+            out.append(torch.cat([torch.ones(r, p, dtype=torch.bool, device=device), own], dim=1)[None, None])
         return out
 
     def allowed(self, total: int) -> torch.Tensor:
         """The whole row's bool [total, total] attention pattern (for tests and small checks only)."""
         full = torch.zeros(total, total, dtype=torch.bool)
-        for (start, end), mask in zip(self.bounds, self.masks()):
+        for (start, end), parts in zip(self.bounds, self.shared):
             n = end - start
-            full[start:end, start:end] = torch.ones(n, n, dtype=torch.bool).tril() if mask is None else mask[0, 0].cpu()
+            block = torch.ones(n, n, dtype=torch.bool).tril()
+            if parts is not None:
+                p, c, _ = parts
+                block[p + c :, p : p + c] = False  # rejected never sees chosen
+            full[start:end, start:end] = block
         return full
 
 
@@ -225,7 +229,7 @@ def build_block_pair_batch(
     loss: list[bool] = []
     src: list[int] = []
     bounds: list[tuple[int, int]] = []
-    segments: list[torch.Tensor | None] = []
+    shared_parts: list[tuple[int, int, int] | None] = []
 
     def add_half(tokens: list[int], start_pos: int, seq_id: int, first_source: int, is_loss: bool) -> None:
         # The first token's predictor is `first_source` (-1: none); later ones are predicted by the
@@ -246,16 +250,16 @@ def build_block_pair_batch(
             add_half(c, len(p), i, last_prompt, True)
             add_half(r, len(p), n + i, last_prompt, True)
             bounds.append((start, len(ids)))
-            segments.append(torch.tensor([0] * len(p) + [1] * len(c) + [2] * len(r), dtype=torch.long))
+            shared_parts.append((len(p), len(c), len(r)))
             continue
         for completion, seq_id in ((c, i), (r, n + i)):
             start = len(ids)
             add_half(p, 0, seq_id, -1, False)
             add_half(completion, len(p), seq_id, len(ids) - 1 if p else -1, True)
             bounds.append((start, len(ids)))
-            segments.append(None)
+            shared_parts.append(None)
     bounds_kept = [(a, b) for a, b in bounds if b > a]
-    segments_kept = [s for (a, b), s in zip(bounds, segments) if b > a]
+    shared_kept = [s for (a, b), s in zip(bounds, shared_parts) if b > a]
     return SequenceBatch(
         input_ids=torch.tensor(ids, dtype=torch.long).reshape(1, -1),
         attention_mask=None,
@@ -264,6 +268,6 @@ def build_block_pair_batch(
         sequence_index=torch.tensor(seq, dtype=torch.long).reshape(1, -1),
         num_sequences=2 * n,
         layout="shared" if any(share) else "blocks",
-        blocks=AttentionBlocks(bounds_kept, segments_kept),
+        blocks=AttentionBlocks(bounds_kept, shared_kept),
         source_index=torch.tensor(src, dtype=torch.long).reshape(1, -1),
     )

@@ -50,7 +50,7 @@ class PairData:
             return
         p, c, r = (self.lengths[k][self.rows].tolist() for k in ("prompt_ids", "chosen_ids", "rejected_ids"))
         if layout == "shared":
-            share = sharing_plan_for_lengths(model, p, c, r)
+            share = sharing_plan_for_lengths(p, c, r)
         else:
             share = [False] * len(p)
         self.forward_tokens = [pair_tokens(a, b, d, s) for a, b, d, s in zip(p, c, r, share)]

@@ -197,7 +197,7 @@ def test_unshared_block_layout_is_two_causal_blocks_per_pair():
     batch = build_block_pair_batch(prompts, chosen, rejected)
     assert batch.layout == "blocks"
     assert batch.blocks.bounds == [(0, 3), (3, 7), (7, 9), (9, 10)]
-    assert all(seg is None for seg in batch.blocks.segments)
+    assert batch.blocks.shared == [None] * 4
     assert _sequence_tokens(batch) == [prompts[0] + chosen[0], chosen[1], prompts[0] + rejected[0], rejected[1]]
     assert _sequence_positions(batch) == [[0, 1, 2], [0, 1], [0, 1, 2, 3], [0]]
     # Empty prompt: the first completion token has no predictor.
