@@ -130,19 +130,11 @@ def train(
 
     # 4. optimizer and schedule
     params = [p for p in policy.parameters() if p.requires_grad]
-    if not params:
-        raise PrefdataError("the policy has no trainable parameters")
-    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                                  fused=torch_device.type == "cuda")
-    warmup_steps = math.ceil(warmup_ratio * total_steps)
-    scheduler = transformers.get_cosine_schedule_with_warmup(optimizer, warmup_steps, total_steps)
+    optimizer, scheduler, warmup_steps = _optimizer(transformers, params, lr, warmup_ratio, total_steps, torch_device)
+    settings = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
     config = {
-        "out_dir": str(out_dir), "model": str(model), "loss": loss, "beta": beta,
-        "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma, "lr": lr, "epochs": epochs,
-        "max_steps": max_steps, "batch_tokens": batch_tokens, "batch_pairs": batch_pairs,
-        "grad_accum": grad_accum, "seed": seed, "warmup_ratio": warmup_ratio,
-        "max_grad_norm": max_grad_norm, "lora": lora, "world_size": world_size, "layout": layout,
-        "shuffle": shuffle, "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
+        **settings, "out_dir": str(out_dir), "model": str(model), "layout": layout,
+        "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
         "total_steps": total_steps, "warmup_steps": warmup_steps, "train_pairs": len(data.rows),
         "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
     }
@@ -153,9 +145,7 @@ def train(
     result = TrainResult(output_dir=output, steps=step, epochs=step / steps_per_epoch, metrics_path=metrics_path,
                          resumed_from_step=step if resume and step else None)
     if rank == 0:
-        output.mkdir(parents=True, exist_ok=True)
-        truncate_metrics(metrics_path, keep_through_step=step)  # drop lines logged after the checkpoint
-        (output / "train_config.json").write_text(json.dumps(config, indent=2) + "\n")
+        _start_output(output, metrics_path, step, config)
     stall = StallDetector(
         steps=stall_steps, zero_margin_loss=zero_margin_loss(loss, beta, label_smoothing, simpo_gamma),
         flag_counts=dict(data.manifest.get("flag_counts") or {}), identical_pairs=data.identical_pairs,
@@ -175,10 +165,26 @@ def train(
     if rank == 0:
         save_final_model(policy, tokenizer, output, lora)
     if world_size > 1:
-        torch.distributed.barrier()
-        if created_group:
-            torch.distributed.destroy_process_group()
+        _leave_distributed(created_group)
     return result
+
+
+# Settings recorded as given in train_config.json (and compared on resume, see checkpoint.py).
+_CONFIG_KEYS = (
+    "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens", "batch_pairs",
+    "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "shuffle",
+)
+
+
+def _optimizer(transformers: Any, params: list[torch.nn.Parameter], lr: float, warmup_ratio: float,
+               total_steps: int, device: torch.device) -> tuple[torch.optim.Optimizer, Any, int]:
+    """AdamW (no weight decay) with linear warmup then cosine decay."""
+    if not params:
+        raise PrefdataError("the policy has no trainable parameters")
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                                  fused=device.type == "cuda")
+    warmup_steps = math.ceil(warmup_ratio * total_steps)
+    return optimizer, transformers.get_cosine_schedule_with_warmup(optimizer, warmup_steps, total_steps), warmup_steps
 
 
 def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch.device, trust_remote_code: bool):
@@ -209,6 +215,18 @@ def _add_lora(policy):
     config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     return get_peft_model(policy, config)
 
+
+
+def _start_output(output: Path, metrics_path: Path, step: int, config: dict[str, Any]) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    truncate_metrics(metrics_path, keep_through_step=step)  # drop lines logged after the checkpoint
+    (output / "train_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+def _leave_distributed(created_group: bool) -> None:
+    torch.distributed.barrier()
+    if created_group:
+        torch.distributed.destroy_process_group()
 
 
 def _resume_step(output: Path, resume: bool, policy, optimizer, scheduler, config: dict[str, Any],
