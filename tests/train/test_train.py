@@ -169,13 +169,13 @@ def test_resume_after_interruption_gives_the_same_weights(learnable_out, tiny_mo
             raise RuntimeError("simulated crash")
         return real(model, *args)
 
-    monkeypatch.setattr(train_module, "sequence_logps", crashing)
+    monkeypatch.setattr(train_module, "pair_logps", crashing)
     interrupted = tmp_path / "interrupted"
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(learnable_out, model=tiny_model_dir, output=interrupted, **settings)
     assert (interrupted / "checkpoints" / "step-00000002").is_dir()
     assert not (interrupted / "model.safetensors").exists()
-    monkeypatch.setattr(train_module, "sequence_logps", real)
+    monkeypatch.setattr(train_module, "pair_logps", real)
 
     with pytest.raises(PrefdataError, match="--resume"):
         train(learnable_out, model=tiny_model_dir, output=interrupted, **settings)
@@ -209,11 +209,11 @@ def test_keyboard_interrupt_saves_a_checkpoint_that_resumes_exactly(learnable_ou
             raise KeyboardInterrupt
         return real(model, *args)
 
-    monkeypatch.setattr(train_module, "sequence_logps", interrupted_at_third)
+    monkeypatch.setattr(train_module, "pair_logps", interrupted_at_third)
     output = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
         train(learnable_out, model=tiny_model_dir, output=output, **settings)
-    monkeypatch.setattr(train_module, "sequence_logps", real)
+    monkeypatch.setattr(train_module, "pair_logps", real)
     result = train(learnable_out, model=tiny_model_dir, output=output, resume=True, **settings)
     assert result.resumed_from_step == 2
     a, b = _final_weights(straight), _final_weights(output)
