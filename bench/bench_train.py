@@ -13,7 +13,8 @@ trainer does) -> no prompt logits -> length-sorted batches -> padding-free packi
 sharing (= prefdata's default); and the floor: one forward + backward over exactly the unique
 tokens of the same batches (prompt once, both completions, no padding, no mask), no optimizer.
 
-Every row runs in its own process (peak RSS growth during training is per row). Throughput is
+Every row runs in its own process; peak RSS growth counts from the start of its first step
+(activations, gradients, optimizer state; imports and loading excluded for every row). Throughput is
 counted in the same data tokens for every row (prompt twice + both completions per pair, TRL's
 `num_tokens`): the median over steps 2.. of a step's tokens / its seconds, in wall time and in
 this process's CPU time (forward, backward and optimizer of the step). Ratios use CPU time: on a
@@ -115,7 +116,10 @@ def run_child(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int
 
 
 class PeakRSS:
-    """Peak resident memory above the level when training started, sampled every 5 ms."""
+    """Peak resident memory above the level at the start of the first step, sampled every 5 ms
+    (imports, model and data loading are not counted for anyone)."""
+
+    current: PeakRSS | None = None
 
     def __init__(self) -> None:
         import psutil
@@ -129,9 +133,14 @@ class PeakRSS:
         while not self.done.wait(0.005):
             self.peak = max(self.peak, self.process.memory_info().rss)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self) -> PeakRSS:
+        PeakRSS.current = self
         self.thread.start()
         return self
+
+    def rebase(self) -> None:
+        """Count from now: called once, as the first step starts."""
+        self.base = self.peak = self.process.memory_info().rss
 
     def __exit__(self, *exc) -> None:
         self.done.set()
@@ -218,6 +227,8 @@ def _clock_prefdata_steps() -> list[float]:
     accumulate, add = loop_module._accumulate, loop_module.Window.add
 
     def timed_accumulate(*args, **kwargs):
+        if not seconds and PeakRSS.current is not None:
+            PeakRSS.current.rebase()
         started[0] = time.process_time()
         return accumulate(*args, **kwargs)
 
@@ -259,6 +270,8 @@ def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int
             self.cpu: list[float] = []
 
         def on_step_begin(self, args, state, control, **kwargs):
+            if not self.times and PeakRSS.current is not None:
+                PeakRSS.current.rebase()
             self.started = time.perf_counter()
             self.cpu_started = time.process_time()
 
@@ -319,6 +332,8 @@ def child_floor(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: i
     times, cpu, tokens = [], [], []
     with PeakRSS() as rss:
         for rows in batches:
+            if not times:
+                rss.rebase()
             started, cpu_started = time.perf_counter(), time.process_time()
             part = data.dataset[rows]
             batch = build_block_pair_batch(part["prompt_ids"], part["chosen_ids"], part["rejected_ids"],
