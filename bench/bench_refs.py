@@ -1,19 +1,22 @@
 """Benchmark: `prefdata refs` vs TRL 1.16's reference log-prob precompute, same process, same ids.
 
 CPU section: random-init Qwen2 (hidden 256, 4 layers) with the real Qwen2.5 tokenizer (151k vocab)
-on the first --pairs rows of the UltraFeedback sample, tokenized once by TRL's DPOTrainer and cut to
---max-length tokens per half; both tools then score exactly the same token ids.
+on --pairs rows in each data style (`--data uf|hh|both`, bench/data_styles.py: UltraFeedback-style
+short prompts, HH-style multi-turn long prompts), tokenized once by TRL's DPOTrainer and cut to
+--max-length tokens per half; both tools then score exactly the same token ids. Seconds are wall
+time and this process's CPU time of the scoring loops only (model loading, planning and writing
+excluded on both sides); the ratio uses CPU time, which other load on a shared machine disturbs
+least. Tokens are counted alike for both: prompt twice + both completions per pair.
 GPU section (only with CUDA): a ~0.5B Qwen2.5-shaped random model, 5k UltraFeedback-length pairs,
 bf16; tokens/s for both, ratio, MFU against the GPU's dense bf16 peak, peak memory.
 
-    python bench/bench_refs.py            # CPU (about 1-2 minutes here), GPU if available
+    python bench/bench_refs.py --data both  # CPU (a few minutes here), GPU if available
     python bench/bench_refs.py --gpu-only
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -22,11 +25,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 SHARED = REPO.parent / "shared" / "assets"
 TOKENIZER = SHARED / "tokenizers" / "qwen2.5-instruct"
 DATA = SHARED / "data" / "ultrafeedback-sample" / "train.jsonl"
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0}
-NOT_MEASURED = "not yet measured"
+NOT_MEASURED = "not measured (no GPU)"
 
 
 def build_model(out: Path, size: str, dtype) -> None:
@@ -48,21 +52,25 @@ def build_model(out: Path, size: str, dtype) -> None:
     tok.save_pretrained(str(out))
 
 
-def tokenize_with_trl(model_dir: Path, pairs: int, max_length: int, repeat_to: int | None = None):
-    """TRL's own tokenization of the sample; completions cut so each half fits max_length."""
+def tokenize_with_trl(model_dir: Path, pairs: int, max_length: int, repeat_to: int | None = None,
+                      style: str = "uf"):
+    """TRL's own tokenization of the rows; the prompt keeps its end (half of max_length for uf,
+    all but 64 tokens for hh), completions are cut so each half fits max_length."""
     import datasets
     import trl
+    from data_styles import style_rows
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    rows = [json.loads(line) for line in DATA.open(encoding="utf-8")][:pairs]
+    rows = style_rows(style, pairs)
     texts = datasets.Dataset.from_dict({k: [r[k] for r in rows] for k in ("prompt", "chosen", "rejected")})
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     args = trl.DPOConfig(output_dir=tempfile.mkdtemp(), report_to=[], use_cpu=True, bf16=False, max_length=None)
     ds = trl.DPOTrainer(model=model, args=args, train_dataset=texts, processing_class=tok).train_dataset
     ids = {"prompt_ids": [], "chosen_ids": [], "rejected_ids": []}
+    prompt_room = max_length // 2 if style == "uf" else max_length - 64
     for row in ds:
-        prompt = row["prompt_ids"][-(max_length // 2):]
+        prompt = row["prompt_ids"][-prompt_room:]
         ids["prompt_ids"].append(prompt)
         ids["chosen_ids"].append(row["chosen_ids"][: max_length - len(prompt)])
         ids["rejected_ids"].append(row["rejected_ids"][: max_length - len(prompt)])
@@ -89,12 +97,28 @@ def run_prefdata(out: Path, model_dir: Path, device: str, batch_tokens: int) -> 
 
     from prefdata.refs import compute_refs
 
+    import prefdata.refs as refs_module
+
+    cpu = [0.0]
+    scoring = refs_module.compute_shards
+
+    def timed(*args, **kwargs):  # CPU time of the scoring loop alone
+        started = time.process_time()
+        try:
+            return scoring(*args, **kwargs)
+        finally:
+            cpu[0] += time.process_time() - started
+
+    refs_module.compute_shards = timed
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    result = compute_refs(out, str(model_dir), device=device, batch_tokens=batch_tokens, progress=False)
+    try:
+        result = compute_refs(out, str(model_dir), device=device, batch_tokens=batch_tokens, progress=False)
+    finally:
+        refs_module.compute_shards = scoring
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
-    return {"tokens": result.tokens, "seconds": result.seconds, "peak_gib": peak, "layout": result.layout,
-            "dtype": result.dtype}
+    return {"forwarded": result.tokens, "seconds": result.seconds, "cpu_seconds": cpu[0], "peak_gib": peak,
+            "layout": result.layout, "dtype": result.dtype, "shared": result.shared_pairs}
 
 
 def run_trl(model_dir: Path, ids: dict, device: str, batch_size: int) -> dict:
@@ -121,14 +145,15 @@ def run_trl(model_dir: Path, ids: dict, device: str, batch_size: int) -> dict:
     trainer.model.eval()
     if bf16:
         torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     scored = trainer._precompute_ref_logps(ds, "bench", batch_size)
     if bf16:
         torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
     tokens = sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(ids["prompt_ids"], ids["chosen_ids"], ids["rejected_ids"]))
     peak = torch.cuda.max_memory_allocated() / 2**30 if bf16 else None
-    return {"tokens": tokens, "seconds": seconds, "peak_gib": peak, "ref_chosen": scored["ref_chosen_logps"]}
+    return {"tokens": tokens, "seconds": seconds, "cpu_seconds": cpu_seconds, "peak_gib": peak,
+            "ref_chosen": scored["ref_chosen_logps"]}
 
 
 def model_flops_per_token(model_dir: Path) -> float:
@@ -153,8 +178,9 @@ def section(name: str, model_dir: Path, ids: dict, device: str, batch_tokens: in
 
     stored = np.asarray(datasets.load_from_disk(str(tmp / "out"))["ref_chosen_logps"])
     max_diff = float(np.max(np.abs(stored - np.asarray(theirs["ref_chosen"]))))
-    ours_tps = ours["tokens"] / ours["seconds"]
-    trl_tps = theirs["tokens"] / theirs["seconds"]
+    tokens = theirs["tokens"]  # the same ids: prompt twice + both completions per pair, for both tools
+    ours_tps, trl_tps = tokens / ours["seconds"], tokens / theirs["seconds"]
+    ours_cpu, trl_cpu = tokens / ours["cpu_seconds"], tokens / theirs["cpu_seconds"]
     mfu = ""
     if device == "cuda":
         import torch
@@ -165,13 +191,18 @@ def section(name: str, model_dir: Path, ids: dict, device: str, batch_tokens: in
             fpt = model_flops_per_token(model_dir)
             mfu = f"{100 * ours_tps * fpt / (peak * 1e12):.1f}% / {100 * trl_tps * fpt / (peak * 1e12):.1f}%"
         name += f" ({gpu})"
+        ratio = ours_tps / trl_tps  # a GPU is not shared: wall time
+    else:
+        ratio = ours_cpu / trl_cpu
     mem = lambda r: f"{r['peak_gib']:.2f} GiB" if r["peak_gib"] is not None else "n/a"  # noqa: E731
-    print(f"{name}: |ref_chosen prefdata - TRL| max = {max_diff:.2e} over {len(stored)} pairs", file=sys.stderr)
+    print(f"{name}: |ref_chosen prefdata - TRL| max = {max_diff:.2e} over {len(stored)} pairs; prefdata forwarded "
+          f"{ours['forwarded']} of {tokens} tokens (prompt shared in {ours['shared']} pairs)", file=sys.stderr)
     return [
-        [name, f"prefdata refs ({ours['layout']}, {ours['dtype']})", str(ours["tokens"]), f"{ours['seconds']:.1f}",
-         f"{ours_tps:.0f}", f"{ours_tps / trl_tps:.2f}x", mfu.split(" / ")[0] if mfu else "n/a", mem(ours)],
-        [name, "TRL precompute_ref_log_probs", str(theirs["tokens"]), f"{theirs['seconds']:.1f}", f"{trl_tps:.0f}",
-         "1.00x", mfu.split(" / ")[1] if mfu else "n/a", mem(theirs)],
+        [name, f"prefdata refs ({ours['layout']}, {ours['dtype']})", str(tokens), f"{ours['seconds']:.1f}",
+         f"{ours['cpu_seconds']:.1f}", f"{ours_tps:.0f}", f"{ours_cpu:.0f}", f"{ratio:.2f}x",
+         mfu.split(" / ")[0] if mfu else "n/a", mem(ours)],
+        [name, "TRL precompute_ref_log_probs", str(tokens), f"{theirs['seconds']:.1f}", f"{theirs['cpu_seconds']:.1f}",
+         f"{trl_tps:.0f}", f"{trl_cpu:.0f}", "1.00x", mfu.split(" / ")[1] if mfu else "n/a", mem(theirs)],
     ]
 
 
@@ -179,21 +210,24 @@ def main() -> None:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=16, help="CPU section: UltraFeedback rows")
+    parser.add_argument("--data", choices=["uf", "hh", "both"], default="both")
+    parser.add_argument("--pairs", type=int, default=16, help="CPU section: rows per data style")
     parser.add_argument("--max-length", type=int, default=512, help="CPU section: tokens per half")
     parser.add_argument("--gpu-pairs", type=int, default=5000)
     parser.add_argument("--gpu-only", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("TQDM_DISABLE", "1")
-    header = ["section", "tool", "tokens", "seconds", "tokens/s", "vs TRL", "MFU (bf16 peak)", "peak GPU mem"]
+    header = ["section", "tool", "tokens", "seconds (wall)", "seconds (CPU)", "tokens/s (wall)", "tokens/CPU-s",
+              "vs TRL", "MFU (bf16 peak)", "peak GPU mem"]
     table: list[list[str]] = []
     if not args.gpu_only:
         model_dir = Path(tempfile.mkdtemp()) / "qwen2-small"
         build_model(model_dir, "small", torch.float32)
-        ids = tokenize_with_trl(model_dir, args.pairs, args.max_length)
         threads = torch.get_num_threads()
-        table += section(f"CPU ({threads} threads), Qwen2 h256 L4, Qwen2.5 tokenizer, {args.pairs} pairs",
-                         model_dir, ids, "cpu", batch_tokens=4096, trl_batch=4)
+        for style in (["uf", "hh"] if args.data == "both" else [args.data]):
+            ids = tokenize_with_trl(model_dir, args.pairs, args.max_length, style=style)
+            table += section(f"CPU ({threads} threads), {style.upper()}-style, Qwen2 h256 L4, Qwen2.5 tokenizer, "
+                             f"{args.pairs} pairs", model_dir, ids, "cpu", batch_tokens=4096, trl_batch=4)
     gpu_name = "GPU, Qwen2 0.5B random, bf16, 5k pairs"
     if torch.cuda.is_available():
         model_dir = Path(tempfile.mkdtemp()) / "qwen2-0.5b"
@@ -201,7 +235,7 @@ def main() -> None:
         ids = tokenize_with_trl(model_dir, 1000, 2048, repeat_to=args.gpu_pairs)
         table += section(gpu_name, model_dir, ids, "cuda", batch_tokens=32768, trl_batch=8)
     else:
-        table += [[gpu_name, tool, NOT_MEASURED, "", "", "", "", ""]
+        table += [[gpu_name, tool, NOT_MEASURED, "", "", "", "", "", "", ""]
                   for tool in ("prefdata refs", "TRL precompute_ref_log_probs")]
     print("| " + " | ".join(header) + " |")
     print("| " + " | ".join("---" for _ in header) + " |")

@@ -128,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--save-every", type=_positive_int, metavar="N", help="checkpoint every N steps (default 500)")
     t.add_argument("--stall-steps", type=_positive_int, metavar="N", help="steps at ln 2 before the stall warning (default 20)")
     t.add_argument("--seed", type=int, help="seed for shuffling and initialization (default 0)")
+    t.add_argument("--no-shuffle", dest="shuffle", action="store_false", default=None,
+                   help="keep the data order instead of a seeded shuffle per epoch")
     t.add_argument("--resume", action="store_true", default=None, help="continue from the last checkpoint in --output")
     t.add_argument("--fail-on-stall", action="store_true", default=None, help="exit 1 when the loss stalls at ln 2")
     t.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")

@@ -20,10 +20,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from prefdata import flags as F
 from prefdata import refs as R
+from prefdata.refs import swap as refs_swap
 from prefdata.errors import PrefdataError
-from prefdata.model.logprobs import plan_batches, sequence_logps
 from prefdata.io.manifest import read_manifest, tokenizer_fingerprint, write_manifest
-from prefdata.tokenize.masks import build_pair_batch
 
 REPO = Path(__file__).resolve().parents[1]
 N_ROWS = 24
@@ -81,7 +80,8 @@ def test_refs_equal_plain_forward_and_keep_everything_else(tmp_path, model_dir):
     out = make_out(tmp_path / "out", model_dir)
     before = datasets.load_from_disk(str(out)).to_dict()
     result = R.compute_refs(out, model_dir, batch_tokens=300, progress=False, shard_batches=2)
-    assert result.rows == N_ROWS and result.non_finite_rows == 0 and result.layout == "right"
+    # auto: padding-free rows of pairs, the prompt shared where that pays
+    assert result.rows == N_ROWS and result.non_finite_rows == 0 and result.layout == "shared"
     assert result.shards_total > 1 and result.tokens > 0
 
     ds = datasets.load_from_disk(str(out))
@@ -112,12 +112,13 @@ def test_refs_equal_plain_forward_and_keep_everything_else(tmp_path, model_dir):
 
 def test_layouts_give_the_same_refs(tmp_path, model_dir):
     values = {}
-    for layout in ("right", "left", "packed"):
+    for layout in ("right", "left", "packed", "blocks", "shared"):
         out = make_out(tmp_path / layout, model_dir)
         result = R.compute_refs(out, model_dir, batch_tokens=400, progress=False, layout=layout)
         assert result.layout == layout
         values[layout] = _refs(out)
-    for layout in ("left", "packed"):
+    assert read_manifest(out)["refs"]["settings"]["prefix_sharing"]["shared_pairs"] > 0
+    for layout in ("left", "packed", "blocks", "shared"):
         for name in R.REF_COLUMNS:
             np.testing.assert_allclose(values[layout][name], values["right"][name], atol=1e-4, rtol=0)
 
@@ -212,7 +213,7 @@ def test_kill_between_swap_renames_is_finished_by_the_next_run(tmp_path, model_d
         if (where / R.WORK_DIR / R.SWAP_JOURNAL).is_file():
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(R, "_finish_swap", killed)
+    monkeypatch.setattr(refs_swap, "_finish_swap", killed)
     with pytest.raises(KeyboardInterrupt):
         R.compute_refs(out, model_dir, batch_tokens=300, progress=False)
     assert (out / R.WORK_DIR / R.SWAP_JOURNAL).is_file()
@@ -251,24 +252,31 @@ def test_merge_refuses_missing_shards(tmp_path):
 
 
 def test_equal_policy_gives_zero_logits_and_ln2_loss(tmp_path, model_dir):
+    """The policy computed the way refs computes (its layout and batch plan) equals the stored
+    reference bit for bit: zero logits, loss exactly ln 2."""
+    from prefdata.model.logprobs import plan_packed_batches
     from prefdata.model.losses import dpo_loss
+    from prefdata.model.pairs import pair_logps
+    from prefdata.refs.compute import batch_costs
 
     out = make_out(tmp_path / "out", model_dir)
     R.compute_refs(out, model_dir, batch_tokens=300, progress=False)
+    layout = read_manifest(out)["refs"]["settings"]["layout"]
     ds = datasets.load_from_disk(str(out))
     policy = AutoModelForCausalLM.from_pretrained(model_dir).eval()  # policy == reference
     lens = {c: np.array([len(x) for x in ds[c]]) for c in ("prompt_ids", "chosen_ids", "rejected_ids")}
-    plan = plan_batches(R.pair_costs(lens["prompt_ids"], lens["chosen_ids"], lens["rejected_ids"]), 300)
-    for rows in plan:
+    costs, padding_free, _ = batch_costs(policy, layout, lens)
+    assert padding_free
+    for rows in plan_packed_batches(costs, 300):
         part = ds[rows]
         with torch.no_grad():
-            logps, _ = sequence_logps(policy, build_pair_batch(part["prompt_ids"], part["chosen_ids"], part["rejected_ids"], "right", 3))
+            logps = pair_logps(policy, part["prompt_ids"], part["chosen_ids"], part["rejected_ids"], layout, 3)
         n = len(rows)
         ref_c = torch.tensor(part["ref_chosen_logps"], dtype=torch.float32)
         ref_r = torch.tensor(part["ref_rejected_logps"], dtype=torch.float32)
-        logits = (logps[:n] - ref_c) - (logps[n:] - ref_r)
+        logits = (logps.chosen - ref_c) - (logps.rejected - ref_r)
         assert torch.equal(logits, torch.zeros(n))
-        losses = dpo_loss(logps[:n], logps[n:], ref_c, ref_r, loss_type="sigmoid", beta=0.1).losses
+        losses = dpo_loss(logps.chosen, logps.rejected, ref_c, ref_r, loss_type="sigmoid", beta=0.1).losses
         assert torch.equal(losses, torch.full((n,), math.log(2), dtype=torch.float32))
 
 

@@ -8,11 +8,14 @@ never materialized for the whole batch. Sums are accumulated per sequence in fp3
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils.checkpoint import checkpoint
 
+from prefdata.model.attention import block_attention, supports_blocks
 from prefdata.tokenize.masks import SequenceBatch
 
 # Attention implementations whose transformers integration honours packed position ids: eager, sdpa
@@ -86,8 +89,31 @@ def plan_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
     return batches
 
 
-def _head_logps(model: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """fp32 log-prob of each target token from its hidden state (rows of one chunk)."""
+def plan_packed_batches(lengths: list[int], batch_tokens: int) -> list[list[int]]:
+    """Group row indices into padding-free batches of at most ``batch_tokens`` tokens in all.
+
+    Longest first, ties by index (deterministic); each batch takes rows in that order while they
+    fit. A row longer than the budget gets a batch alone.
+    """
+    if batch_tokens <= 0:
+        raise ValueError("batch_tokens must be positive")
+    batches: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for i in sorted(range(len(lengths)), key=lambda i: (-lengths[i], i)):
+        if current and used + lengths[i] > batch_tokens:
+            batches.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += lengths[i]
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _head_logps(model: Any, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 log-prob of each target token from its hidden state (rows of one chunk), and the mean of
+    the row's logits over the vocabulary (TRL's `logits/*` metrics; not differentiated)."""
     logits = model.get_output_embeddings()(hidden).float()
     config = model.config
     scaling = getattr(config, "logits_scaling", None)  # Granite divides its logits
@@ -97,60 +123,98 @@ def _head_logps(model: Any, hidden: torch.Tensor, targets: torch.Tensor) -> torc
     if softcap:
         logits = torch.tanh(logits / softcap) * softcap
     picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    return picked - torch.logsumexp(logits, dim=-1)
+    return picked - torch.logsumexp(logits, dim=-1), logits.detach().mean(dim=-1)
 
 
-def sequence_logps(
-    model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT_CHUNK_ROWS
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sum of log-probs over each sequence's completion tokens, and their counts.
+@dataclass
+class CompletionLogps:
+    """Per-sequence sums over completion tokens (float32, on the model's device)."""
 
-    Returns ``(logps float32 [num_sequences], counts long [num_sequences])`` on the model's device.
-    Differentiable when called with grad enabled (each head chunk is recomputed in backward, so its
-    logits are not kept). A completion token at position 0 of its sequence (empty prompt) has no
-    predicting token and is not counted.
+    logps: torch.Tensor  # [num_sequences], differentiable under grad
+    counts: torch.Tensor  # long [num_sequences]: completion tokens that have a predicting token
+    logit_sums: torch.Tensor  # [num_sequences], detached: sum over those tokens of the vocab-mean logit
+
+
+def _hidden_states(model: Any, batch: SequenceBatch) -> torch.Tensor:
+    """The decoder body's last hidden states [B, T, H] for the batch's layout."""
+    kwargs: dict[str, Any] = {}
+    with ExitStack() as stack:
+        if batch.blocks is not None:
+            kwargs = stack.enter_context(block_attention(model, batch.blocks))
+        out = _body(model)(
+            input_ids=batch.input_ids,
+            attention_mask=batch.attention_mask,
+            position_ids=batch.position_ids,
+            use_cache=False,  # a cache would switch off transformers' packed-sequence detection
+            **kwargs,
+        )
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _loss_sources(batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Flat indices of the loss tokens that have a predicting token, and of those predictors."""
+    if batch.source_index is not None:
+        source = batch.source_index.flatten()
+        target_idx = (batch.loss_mask.flatten() & (source >= 0)).nonzero().squeeze(-1)
+        return target_idx, source.index_select(0, target_idx)
+    # Token t is predicted by position t-1 of the same sequence; position_ids > 0 guarantees that
+    # t-1 is in the same row and the same sequence (also in packed rows).
+    target_idx = (batch.loss_mask & (batch.position_ids > 0)).flatten().nonzero().squeeze(-1)
+    return target_idx, target_idx - 1
+
+
+def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> CompletionLogps:
+    """Sum of log-probs over each sequence's completion tokens, their counts and logit sums.
+
+    Only the hidden states that predict a completion token go through the output head (never a
+    prompt position), a chunk of rows at a time; under grad each head chunk is recomputed in
+    backward, so its logits are not kept. A completion token with no predicting token (first token
+    of an empty prompt) is not counted.
     """
-    if batch.attention_mask is None and batch.input_ids.shape[0] > 0 and not supports_packing(model):
+    if batch.layout == "packed" and batch.input_ids.shape[0] > 0 and not supports_packing(model):
         raise ValueError(
             f"packed batches are not supported by attention implementation "
             f"{_attn_implementation(model)!r} of {type(model).__name__}; use right or left padding"
         )
+    if batch.blocks is not None and not supports_blocks(model):
+        raise ValueError(f"block layouts are not supported by {type(model).__name__}; use right or left padding")
     device = next(model.parameters()).device
     batch = batch.to(device)
     n = batch.num_sequences
     sums = torch.zeros(n, dtype=torch.float32, device=device)
     counts = torch.zeros(n, dtype=torch.long, device=device)
+    logit_sums = torch.zeros(n, dtype=torch.float32, device=device)
     if batch.input_ids.numel() == 0:
-        return sums, counts
-
-    out = _body(model)(
-        input_ids=batch.input_ids,
-        attention_mask=batch.attention_mask,
-        position_ids=batch.position_ids,
-        use_cache=False,  # a cache would switch off transformers' packed-sequence detection
-    )
-    hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-
-    # Token t is predicted by position t-1 of the same sequence; position_ids > 0 guarantees that
-    # t-1 is in the same row and the same sequence (also in packed rows).
-    target_mask = (batch.loss_mask & (batch.position_ids > 0)).flatten()
-    target_idx = target_mask.nonzero().squeeze(-1)
+        return CompletionLogps(sums, counts, logit_sums)
+    hidden = _hidden_states(model, batch)
+    target_idx, source_idx = _loss_sources(batch)
     if target_idx.numel() == 0:
-        return sums, counts
-    flat_hidden = hidden.reshape(-1, hidden.shape[-1])
-    source_hidden = flat_hidden.index_select(0, target_idx - 1)
+        return CompletionLogps(sums, counts, logit_sums)
+    source_hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, source_idx)
     targets = batch.input_ids.flatten().index_select(0, target_idx)
     seq = batch.sequence_index.flatten().index_select(0, target_idx)
 
     keep_graph = torch.is_grad_enabled() and source_hidden.requires_grad
-    token_logps = []
+    token_logps, token_means = [], []
     for start in range(0, target_idx.numel(), chunk_rows):
         h = source_hidden[start : start + chunk_rows]
         t = targets[start : start + chunk_rows]
         if keep_graph:
-            token_logps.append(checkpoint(_head_logps, model, h, t, use_reentrant=False))
+            lp, mean = checkpoint(_head_logps, model, h, t, use_reentrant=False)
         else:
-            token_logps.append(_head_logps(model, h, t))
+            lp, mean = _head_logps(model, h, t)
+        token_logps.append(lp)
+        token_means.append(mean)
     sums = sums.index_add(0, seq, torch.cat(token_logps))
     counts = counts.index_add(0, seq, torch.ones_like(seq))
-    return sums, counts
+    logit_sums = logit_sums.index_add(0, seq, torch.cat(token_means))
+    return CompletionLogps(sums, counts, logit_sums)
+
+
+def sequence_logps(
+    model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT_CHUNK_ROWS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logps float32 [num_sequences], counts long [num_sequences])``: `completion_logps` without
+    the logit sums."""
+    out = completion_logps(model, batch, chunk_rows)
+    return out.logps, out.counts

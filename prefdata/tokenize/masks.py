@@ -8,6 +8,14 @@ Three layouts of the same sequences (prompt ids + completion ids):
   mask; sequence boundaries are carried by position ids that restart at 0 (transformers detects
   packing from them when the attention mask is None).
 
+Two padding-free pair layouts carry their attention structure as explicit blocks
+(`AttentionBlocks`, run by prefdata.model.attention), so no row-wide mask is ever built:
+
+- ``blocks``: every half is its own causal block (prompt + completion), several pairs per row;
+- ``shared``: a pair whose prompt is worth sharing is one block ``prompt + chosen + rejected``
+  in which rejected tokens see the prompt and themselves but never chosen, and rejected position
+  ids continue from the prompt's end (the ids they would have alone); other pairs as in ``blocks``.
+
 In every layout the position ids of a token depend only on its place in its own sequence, never on
 padding, and the loss mask is True exactly on the completion tokens of every sequence (chosen and
 rejected halves alike: the historic bug masked only the chosen half's prompt).
@@ -33,8 +41,12 @@ class SequenceBatch:
     sequence_index: torch.Tensor  # long [B, T]: sequence number of each token, -1 on padding
     num_sequences: int
     layout: str = "right"
+    # Block layouts only: the attention blocks, and for every token the flat index of the token whose
+    # hidden state predicts it (-1: none). Other layouts predict token t from t-1 of the same sequence.
+    blocks: AttentionBlocks | None = None
+    source_index: torch.Tensor | None = None
 
-    def to(self, device: torch.device | str) -> "SequenceBatch":
+    def to(self, device: torch.device | str) -> SequenceBatch:
         """The same batch on another device."""
         return SequenceBatch(
             input_ids=self.input_ids.to(device),
@@ -44,12 +56,54 @@ class SequenceBatch:
             sequence_index=self.sequence_index.to(device),
             num_sequences=self.num_sequences,
             layout=self.layout,
+            blocks=None if self.blocks is None else self.blocks.to(device),
+            source_index=None if self.source_index is None else self.source_index.to(device),
         )
 
     @property
     def num_tokens(self) -> int:
         """Real (non-padding) tokens in the batch."""
+        if self.blocks is not None:
+            return int(self.input_ids.numel())  # block layouts have no padding
         return int((self.sequence_index >= 0).sum())
+
+
+@dataclass
+class AttentionBlocks:
+    """A padding-free row cut into attention blocks: a token attends causally inside its own block
+    only. A shared-prompt block (prompt, chosen, rejected) runs as two mask-free-or-small parts:
+    prompt + chosen causally, then the rejected tokens against the prompt's and their own keys."""
+
+    bounds: list[tuple[int, int]]  # [start, end) of each block in the row
+    shared: list[tuple[int, int, int] | None]  # per block: (prompt, chosen, rejected) lengths, or None
+
+    def to(self, device: torch.device | str) -> AttentionBlocks:
+        return self  # plain Python data; the masks are built on the device that asks for them
+
+    def rejected_masks(self, device: torch.device | str = "cpu") -> list[torch.Tensor | None]:
+        """Per block: for a shared block the bool [1, 1, R, P + R] mask of its rejected queries over
+        the prompt's and the rejected keys (True = attend), else None."""
+        out: list[torch.Tensor | None] = []
+        for parts in self.shared:
+            if parts is None or parts[2] == 0:
+                out.append(None)
+                continue
+            p, _, r = parts
+            own = torch.ones(r, r, dtype=torch.bool, device=device).tril()
+            out.append(torch.cat([torch.ones(r, p, dtype=torch.bool, device=device), own], dim=1)[None, None])
+        return out
+
+    def allowed(self, total: int) -> torch.Tensor:
+        """The whole row's bool [total, total] attention pattern (for tests and small checks only)."""
+        full = torch.zeros(total, total, dtype=torch.bool)
+        for (start, end), parts in zip(self.bounds, self.shared):
+            n = end - start
+            block = torch.ones(n, n, dtype=torch.bool).tril()
+            if parts is not None:
+                p, c, _ = parts
+                block[p + c :, p : p + c] = False  # rejected never sees chosen
+            full[start:end, start:end] = block
+        return full
 
 
 def build_sequence_batch(
@@ -149,3 +203,71 @@ def check_loss_masks(batch: SequenceBatch, prompt_lens: list[int], completion_le
         if mask != expected:
             where = "prompt" if any(mask[: prompt_lens[i]]) else "completion"
             raise ValueError(f"sequence {i}: loss mask is wrong on its {where} tokens")
+
+
+def build_block_pair_batch(
+    prompt_ids: list[list[int]],
+    chosen_ids: list[list[int]],
+    rejected_ids: list[list[int]],
+    share: list[bool] | None = None,
+) -> SequenceBatch:
+    """``n`` pairs in one padding-free row of attention blocks; sequence ``i`` is chosen ``i`` and
+    sequence ``n + i`` is rejected ``i``, as in `build_pair_batch`.
+
+    ``share[i]`` puts pair ``i`` in one shared-prompt block (its prompt tokens appear once); other
+    pairs get one causal block per half. Position ids are those each half would have alone.
+    """
+    n = len(prompt_ids)
+    if not n == len(chosen_ids) == len(rejected_ids):
+        raise ValueError("prompt_ids, chosen_ids and rejected_ids must have the same number of rows")
+    share = [False] * n if share is None else list(share)
+    if len(share) != n:
+        raise ValueError(f"share has {len(share)} entries for {n} pairs")
+    ids: list[int] = []
+    pos: list[int] = []
+    seq: list[int] = []
+    loss: list[bool] = []
+    src: list[int] = []
+    bounds: list[tuple[int, int]] = []
+    shared_parts: list[tuple[int, int, int] | None] = []
+
+    def add_half(tokens: list[int], start_pos: int, seq_id: int, first_source: int, is_loss: bool) -> None:
+        # The first token's predictor is `first_source` (-1: none); later ones are predicted by the
+        # token just before them in the row, which is in the same half.
+        base = len(ids)
+        ids.extend(tokens)
+        pos.extend(range(start_pos, start_pos + len(tokens)))
+        seq.extend([seq_id] * len(tokens))
+        loss.extend([is_loss] * len(tokens))
+        src.extend([first_source] + list(range(base, base + len(tokens) - 1)) if tokens else [])
+
+    for i in range(n):
+        p, c, r = list(prompt_ids[i]), list(chosen_ids[i]), list(rejected_ids[i])
+        if share[i]:
+            start = len(ids)
+            add_half(p, 0, i, -1, False)
+            last_prompt = len(ids) - 1 if p else -1
+            add_half(c, len(p), i, last_prompt, True)
+            add_half(r, len(p), n + i, last_prompt, True)
+            bounds.append((start, len(ids)))
+            shared_parts.append((len(p), len(c), len(r)))
+            continue
+        for completion, seq_id in ((c, i), (r, n + i)):
+            start = len(ids)
+            add_half(p, 0, seq_id, -1, False)
+            add_half(completion, len(p), seq_id, len(ids) - 1 if p else -1, True)
+            bounds.append((start, len(ids)))
+            shared_parts.append(None)
+    bounds_kept = [(a, b) for a, b in bounds if b > a]
+    shared_kept = [s for (a, b), s in zip(bounds, shared_parts) if b > a]
+    return SequenceBatch(
+        input_ids=torch.tensor(ids, dtype=torch.long).reshape(1, -1),
+        attention_mask=None,
+        position_ids=torch.tensor(pos, dtype=torch.long).reshape(1, -1),
+        loss_mask=torch.tensor(loss, dtype=torch.bool).reshape(1, -1),
+        sequence_index=torch.tensor(seq, dtype=torch.long).reshape(1, -1),
+        num_sequences=2 * n,
+        layout="shared" if any(share) else "blocks",
+        blocks=AttentionBlocks(bounds_kept, shared_kept),
+        source_index=torch.tensor(src, dtype=torch.long).reshape(1, -1),
+    )

@@ -1,4 +1,4 @@
-"""`prefdata train`: the lean DPO trainer (recipe.py, read top to bottom) and its stall detector."""
+"""`prefdata train`: the lean DPO trainer (recipe.py, read top to bottom; loop, step, data, metrics, checkpoint, runtime hold its steps) and its stall detector."""
 
 from prefdata.train.recipe import TrainResult, train
 

@@ -168,3 +168,41 @@ def test_layouts_agree_per_sequence(lens):
         assert _sequence_tokens(view) == _sequence_tokens(views[0])
         assert _sequence_positions(view) == _sequence_positions(views[0])
         assert sequence_masks(view) == sequence_masks(views[0])
+
+
+def test_shared_block_layout_attention_positions_and_sources():
+    """One shared pair: rejected sees the prompt and itself, never chosen; its position ids continue
+    from the prompt's end; each completion's first token is predicted by the last prompt token."""
+    from prefdata.tokenize.masks import build_block_pair_batch
+
+    prompts, chosen, rejected = _pairs([3], [2], [2])  # row: p0 p1 p2 c0 c1 r0 r1
+    batch = build_block_pair_batch(prompts, chosen, rejected, [True])
+    assert batch.layout == "shared" and batch.attention_mask is None
+    assert batch.input_ids[0].tolist() == prompts[0] + chosen[0] + rejected[0]
+    assert batch.position_ids[0].tolist() == [0, 1, 2, 3, 4, 3, 4]
+    assert batch.sequence_index[0].tolist() == [0, 0, 0, 0, 0, 1, 1]
+    assert batch.loss_mask[0].tolist() == [False] * 3 + [True] * 4
+    assert batch.source_index[0].tolist() == [-1, 0, 1, 2, 3, 2, 5]
+    allowed = batch.blocks.allowed(7).int().tolist()
+    assert allowed[5] == [1, 1, 1, 0, 0, 1, 0]  # r0: prompt + itself
+    assert allowed[6] == [1, 1, 1, 0, 0, 1, 1]  # r1: prompt + r0 + itself
+    assert allowed[4] == [1, 1, 1, 1, 1, 0, 0]  # c1: causal over prompt + chosen
+    assert batch.num_tokens == 7
+
+
+def test_unshared_block_layout_is_two_causal_blocks_per_pair():
+    from prefdata.tokenize.masks import build_block_pair_batch
+
+    prompts, chosen, rejected = _pairs([2, 0], [1, 2], [2, 1])
+    batch = build_block_pair_batch(prompts, chosen, rejected)
+    assert batch.layout == "blocks"
+    assert batch.blocks.bounds == [(0, 3), (3, 7), (7, 9), (9, 10)]
+    assert batch.blocks.shared == [None] * 4
+    assert _sequence_tokens(batch) == [prompts[0] + chosen[0], chosen[1], prompts[0] + rejected[0], rejected[1]]
+    assert _sequence_positions(batch) == [[0, 1, 2], [0, 1], [0, 1, 2, 3], [0]]
+    # Empty prompt: the first completion token has no predictor.
+    assert batch.source_index[0, 7].item() == -1 and batch.source_index[0, 9].item() == -1
+    allowed = batch.blocks.allowed(10)
+    assert not bool(allowed[3:7, 0:3].any())  # no attention across blocks
+    with pytest.raises(ValueError, match="share has"):
+        build_block_pair_batch(prompts, chosen, rejected, [True])

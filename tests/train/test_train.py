@@ -152,7 +152,7 @@ def _final_weights(output: Path) -> dict[str, torch.Tensor]:
 
 
 def test_resume_after_interruption_gives_the_same_weights(learnable_out, tiny_model_dir, tmp_path, monkeypatch):
-    import prefdata.train.recipe as train_module
+    import prefdata.train.step as train_module
 
     settings = dict(max_steps=6, grad_accum=2, save_every=2, **FAST)
     straight = tmp_path / "straight"
@@ -160,22 +160,22 @@ def test_resume_after_interruption_gives_the_same_weights(learnable_out, tiny_mo
 
     # Crash in the first micro-batch of step 4 (forward number 7 with 2 micro-batches per step):
     # the newest checkpoint is the one after step 2.
-    real = train_module.sequence_logps
+    real = train_module.pair_logps
     calls = {"n": 0}
 
-    def crashing(model, batch):
+    def crashing(model, *args):
         calls["n"] += 1
         if calls["n"] == 7:
             raise RuntimeError("simulated crash")
-        return real(model, batch)
+        return real(model, *args)
 
-    monkeypatch.setattr(train_module, "sequence_logps", crashing)
+    monkeypatch.setattr(train_module, "pair_logps", crashing)
     interrupted = tmp_path / "interrupted"
     with pytest.raises(RuntimeError, match="simulated crash"):
         train(learnable_out, model=tiny_model_dir, output=interrupted, **settings)
     assert (interrupted / "checkpoints" / "step-00000002").is_dir()
     assert not (interrupted / "model.safetensors").exists()
-    monkeypatch.setattr(train_module, "sequence_logps", real)
+    monkeypatch.setattr(train_module, "pair_logps", real)
 
     with pytest.raises(PrefdataError, match="--resume"):
         train(learnable_out, model=tiny_model_dir, output=interrupted, **settings)
@@ -194,26 +194,26 @@ def test_resume_after_interruption_gives_the_same_weights(learnable_out, tiny_mo
 
 
 def test_keyboard_interrupt_saves_a_checkpoint_that_resumes_exactly(learnable_out, tiny_model_dir, tmp_path, monkeypatch):
-    import prefdata.train.recipe as train_module
+    import prefdata.train.step as train_module
 
     settings = dict(max_steps=4, save_every=None, **FAST)
     straight = tmp_path / "straight"
     train(learnable_out, model=tiny_model_dir, output=straight, **settings)
 
-    real = train_module.sequence_logps
+    real = train_module.pair_logps
     calls = {"n": 0}
 
-    def interrupted_at_third(model, batch):
+    def interrupted_at_third(model, *args):
         calls["n"] += 1
         if calls["n"] == 3:
             raise KeyboardInterrupt
-        return real(model, batch)
+        return real(model, *args)
 
-    monkeypatch.setattr(train_module, "sequence_logps", interrupted_at_third)
+    monkeypatch.setattr(train_module, "pair_logps", interrupted_at_third)
     output = tmp_path / "interrupted"
     with pytest.raises(KeyboardInterrupt):
         train(learnable_out, model=tiny_model_dir, output=output, **settings)
-    monkeypatch.setattr(train_module, "sequence_logps", real)
+    monkeypatch.setattr(train_module, "pair_logps", real)
     result = train(learnable_out, model=tiny_model_dir, output=output, resume=True, **settings)
     assert result.resumed_from_step == 2
     a, b = _final_weights(straight), _final_weights(output)
@@ -319,3 +319,67 @@ def test_train_on_gpu_bf16(learnable_out, tiny_model_dir, tmp_path):
     result = train(learnable_out, model=tiny_model_dir, output=tmp_path / "run", max_steps=8, save_every=None,
                    **(FAST | {"device": "cuda"}))
     assert result.last_metrics["loss"] < math.log(2)
+
+
+def test_metrics_carry_trl_names_and_sharing_is_recorded(learnable_out, tiny_model_dir, tmp_path):
+    output = tmp_path / "run"
+    train(learnable_out, model=tiny_model_dir, output=output, max_steps=3, save_every=None, **FAST)
+    lines = [m for m in _metrics(output) if "loss" in m]
+    for line in lines:
+        assert line["learning_rate"] == line["lr"]
+        assert math.isfinite(line["logits/chosen"]) and math.isfinite(line["logits/rejected"])
+    # num_tokens: prompt twice + both completions of every pair seen so far (TRL's count)
+    per_step = [m["num_tokens"] for m in lines]
+    assert per_step[0] > 0 and all(b > a for a, b in zip(per_step, per_step[1:]))
+    config = json.loads((output / "train_config.json").read_text())
+    assert config["layout"] == "shared" and config["prefix_sharing"]["pairs"] == 16
+    assert config["prefix_sharing"]["shared_pairs"] > 0
+    # The step-0 loss with policy == reference is ln 2 (float32), whatever the layout.
+    assert lines[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
+
+
+def test_shared_layout_trains_like_padded_layout(learnable_out, tiny_model_dir, tmp_path):
+    runs = {}
+    for layout in ("right", "shared"):
+        train(learnable_out, model=tiny_model_dir, output=tmp_path / layout, max_steps=4, save_every=None,
+              layout=layout, **FAST)
+        runs[layout] = [m for m in _metrics(tmp_path / layout) if "loss" in m]
+    for a, b in zip(runs["right"], runs["shared"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-4, abs=1e-6)
+        assert b["num_tokens"] == a["num_tokens"]
+
+
+def test_no_shuffle_keeps_the_data_order(learnable_out, tiny_model_dir, tmp_path, monkeypatch):
+    import prefdata.train.step as step_module
+
+    seen: list[list[int]] = []
+    real = step_module.forward_pairs
+
+    def recording(fwd, data, rows):
+        seen.append(list(rows))
+        return real(fwd, data, rows)
+
+    monkeypatch.setattr("prefdata.train.loop.forward_pairs", recording)
+    train(learnable_out, model=tiny_model_dir, output=tmp_path / "ordered", max_steps=2, save_every=None,
+          shuffle=False, **FAST)
+    assert seen == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    seen.clear()
+    train(learnable_out, model=tiny_model_dir, output=tmp_path / "shuffled", max_steps=2, save_every=None, **FAST)
+    assert seen != [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_cli_no_shuffle_flag_reaches_train(monkeypatch):
+    from prefdata import cli
+
+    captured = {}
+
+    def fake_train(out_dir, **settings):
+        captured.update(settings)
+        raise PrefdataError("stop here")
+
+    monkeypatch.setattr("prefdata.train.recipe.train", fake_train)
+    assert cli.main(["train", "OUT", "--model", "m", "--output", "o", "--no-shuffle"]) == 2
+    assert captured["shuffle"] is False
+    captured.clear()
+    cli.main(["train", "OUT", "--model", "m", "--output", "o"])
+    assert "shuffle" not in captured  # the API default (True) applies

@@ -1,0 +1,100 @@
+"""Both halves of a batch of pairs through one model: the layout, where prefix sharing pays, and
+per-pair log-probs. Used by `refs` (reference model, no grad) and `train` (policy, with grad).
+
+Layouts: ``right``/``left`` pad each half to the batch's widest; ``packed`` relies on
+transformers' packed-sequence detection; ``blocks`` and ``shared`` are padding-free rows of
+attention blocks (prefdata.model.attention). In ``shared`` a pair's prompt goes through the model
+once for both halves wherever that saves work (`share_pays`: whenever there is a prompt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prefdata.model.attention import supports_blocks
+from prefdata.model.logprobs import (
+    completion_logps,
+    packing_is_efficient,
+    supports_packing,
+)
+from prefdata.tokenize.masks import build_block_pair_batch, build_pair_batch
+
+PAIR_LAYOUTS: tuple[str, ...] = ("right", "left", "packed", "blocks", "shared")
+BLOCK_LAYOUTS = frozenset({"blocks", "shared"})
+
+
+@dataclass
+class PairLogps:
+    """Per-pair sums over completion tokens, on the model's device."""
+
+    chosen: torch.Tensor  # float32 [n], differentiable under grad
+    rejected: torch.Tensor
+    chosen_counts: torch.Tensor  # long [n]
+    rejected_counts: torch.Tensor
+    chosen_logit_sums: torch.Tensor  # float32 [n], detached (TRL's logits/chosen numerator)
+    rejected_logit_sums: torch.Tensor
+    tokens: int  # tokens put through the model (no padding counted)
+    shared_pairs: int  # pairs whose prompt went through once
+
+
+def choose_layout(model: Any, layout: str) -> str:
+    """``auto``: shared blocks where the model runs block attention, else packed where varlen
+    kernels make it pay, else right padding. An explicit layout the model cannot run falls back to
+    right padding (correctness first)."""
+    if layout == "auto":
+        if supports_blocks(model):
+            return "shared"
+        return "packed" if packing_is_efficient(model) else "right"
+    if layout not in PAIR_LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r} (one of auto, {', '.join(PAIR_LAYOUTS)})")
+    if (layout in BLOCK_LAYOUTS and not supports_blocks(model)) or (layout == "packed" and not supports_packing(model)):
+        return "right"
+    return layout
+
+
+def share_pays(prompt_len: int, chosen_len: int, rejected_len: int) -> bool:
+    """Whether one shared-prompt block costs less than two separate halves.
+
+    The shared block runs prompt + chosen causally, then rejected against the prompt's keys and its
+    own, so its attention scores are (P+C)²/2 + R·P + R²/2 against (P+C)²/2 + (P+R)²/2 for two
+    halves, and its projections and MLP see P fewer tokens, for the same number of attention calls.
+    That is less work whenever there is a prompt to share and both halves have tokens.
+    """
+    return prompt_len > 0 and chosen_len > 0 and rejected_len > 0
+
+
+def sharing_plan(prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]]) -> list[bool]:
+    """For each pair: share its prompt or not (`share_pays`)."""
+    return sharing_plan_for_lengths(map(len, prompts), map(len, chosens), map(len, rejecteds))
+
+
+def sharing_plan_for_lengths(prompt_lens: Any, chosen_lens: Any, rejected_lens: Any) -> list[bool]:
+    """`sharing_plan` from lengths alone (for planning batches before any ids are read)."""
+    return [share_pays(int(p), int(c), int(r)) for p, c, r in zip(prompt_lens, chosen_lens, rejected_lens)]
+
+
+def pair_tokens(prompt_len: int, chosen_len: int, rejected_len: int, shared: bool) -> int:
+    """Tokens one pair puts through the model in a padding-free layout."""
+    return prompt_len * (1 if shared else 2) + chosen_len + rejected_len
+
+
+def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]],
+               layout: str, pad_token_id: int) -> PairLogps:
+    """Summed completion log-probs of both halves of every pair (``layout`` from `choose_layout`)."""
+    n = len(prompts)
+    shared = 0
+    if layout in BLOCK_LAYOUTS:
+        share = sharing_plan(prompts, chosens, rejecteds) if layout == "shared" else [False] * n
+        shared = sum(share)
+        batch = build_block_pair_batch(prompts, chosens, rejecteds, share)
+    else:
+        batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id)
+    out = completion_logps(model, batch)  # sequences [chosen..., rejected...]
+    return PairLogps(
+        chosen=out.logps[:n], rejected=out.logps[n:], chosen_counts=out.counts[:n], rejected_counts=out.counts[n:],
+        chosen_logit_sums=out.logit_sums[:n], rejected_logit_sums=out.logit_sums[n:], tokens=batch.num_tokens,
+        shared_pairs=shared,
+    )

@@ -1,0 +1,236 @@
+"""`prefdata refs OUT --model PATH`: reference-model log-probs into Arrow columns.
+
+Flow (`compute_refs`, top to bottom): check the model's tokenizer against the manifest -> plan
+length-sorted batches under a token budget -> compute them in shards (each saved to
+OUT/.refs-work/, so a killed run resumes) -> merge -> flag non-finite rows -> write the new dataset
+beside the old one and swap it in with renames -> update the manifest last. Under torchrun, rank r
+computes shards r, r+k, ...; rank 0 merges. Steps live in setup.py, shards.py, compute.py, swap.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError
+from prefdata.io.lock import holding_out_lock, is_rank_zero
+from prefdata.io.manifest import read_manifest, write_manifest
+from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, batch_costs, compute_shards
+from prefdata.refs.setup import (
+    choose_layout,
+    distributed_env,
+    ids_digest,
+    load_reference_model,
+    load_tokenizer_checked,
+    model_fingerprint,
+    open_ids,
+    resolve_device,
+    resolve_dtype,
+)
+from prefdata.refs.shards import (
+    SHARD_BATCHES,
+    ShardValues,
+    init_process_group,
+    load_shard,
+    merge_shards,
+    pair_costs,
+    plan_shards,
+    save_shard,
+    shard_path,
+    shards_for_rank,
+    wait_for_all,
+)
+from prefdata.refs.swap import (
+    REF_COLUMNS,
+    SWAP_JOURNAL,
+    WORK_DIR,
+    _data_files,
+    _finish_swap,
+    swap_dataset,
+    with_ref_columns,
+)
+
+__all__ = [
+    "KILL_AFTER_SHARDS_ENV", "REF_COLUMNS", "SHARD_BATCHES", "SWAP_JOURNAL", "WORK_DIR", "RefsResult", "ShardValues",
+    "_data_files", "_finish_swap", "compute_refs", "load_shard", "merge_shards", "model_fingerprint", "pair_costs",
+    "plan_shards", "save_shard", "shard_path", "shards_for_rank",
+]
+WORK_FORMAT = 1
+
+
+@dataclass
+class RefsResult:
+    out_dir: str
+    rows: int
+    tokens: int  # real tokens forwarded by this process (resumed shards not counted)
+    seconds: float  # wall time of the forward passes in this process
+    tokens_per_second: float
+    non_finite_rows: int
+    shards_total: int
+    shards_resumed: int
+    layout: str
+    device: str
+    dtype: str
+    rank: int = 0
+    merged: bool = True  # False on ranks other than 0, which only compute shards
+    shared_pairs: int = 0  # pairs whose prompt went through the model once (shared layout)
+
+    def summary(self) -> str:
+        if not self.merged:
+            return f"rank {self.rank}: computed its shards ({self.tokens} tokens, {self.tokens_per_second:.0f} tokens/s)"
+        line = (
+            f"refs: {self.rows} pairs, {self.tokens} tokens in {self.seconds:.1f}s "
+            f"({self.tokens_per_second:.0f} tokens/s, {self.layout} batches, {self.dtype} on {self.device})"
+        )
+        if self.shared_pairs:
+            line += f"; prompt shared in {self.shared_pairs}/{self.rows} pairs"
+        if self.shards_resumed:
+            line += f"; resumed {self.shards_resumed}/{self.shards_total} shards"
+        if self.non_finite_rows:
+            line += f"; {self.non_finite_rows} rows flagged {F.NON_FINITE_REF_LOGPS}"
+        return line + f"; wrote {self.out_dir}/"
+
+
+@holding_out_lock("refs", when=is_rank_zero)  # one writer per OUT (rank 0 writes for all ranks)
+def compute_refs(
+    out_dir: str | Path,
+    model: str,
+    device: str = "auto",
+    dtype: str = "auto",
+    batch_tokens: int = 16384,
+    resume: bool = True,
+    progress: bool = True,
+    trust_remote_code: bool = False,
+    *,
+    layout: str = "auto",
+    shard_batches: int = SHARD_BATCHES,
+    rank: int | None = None,
+    world_size: int | None = None,
+) -> RefsResult:
+    """Add reference log-probs and completion token counts to the prepared dataset in `out_dir`.
+
+    `layout` (auto|right|left|packed|blocks|shared) and `shard_batches` are for tests and
+    benchmarks; auto runs padding-free rows of pairs with the prompt shared where that pays when the
+    model supports block attention, else packs where varlen kernels pay, else pads sorted rows.
+    `rank`/`world_size` default to torchrun's environment.
+    """
+    import torch
+
+    from prefdata.model.logprobs import plan_batches, plan_packed_batches
+
+    out, model_dir = Path(out_dir), Path(model)
+    if not (out / "manifest.json").is_file() or not (out / "state.json").is_file():
+        raise PrefdataError(f"{out} is not a prepared OUT directory (no manifest.json/state.json): run `prefdata prepare`")
+    if not model_dir.is_dir():
+        raise PrefdataError(f"--model {model} is not a local model directory")
+    if batch_tokens <= 0:
+        raise PrefdataError("--batch-tokens must be positive")
+    env_rank, env_world, local_rank = distributed_env()
+    rank = env_rank if rank is None else rank
+    world_size = env_world if world_size is None else world_size
+    if world_size > 1 and "MASTER_ADDR" in os.environ:
+        init_process_group()
+
+    # 1. check the tokenizer, load the model, open the ids
+    manifest = read_manifest(out)
+    if rank == 0:
+        _finish_swap(out)  # a previous run killed mid-swap
+    from prefdata.schema import check_out
+
+    check_out(out, tokens_only=True)  # the part of OUT's contract refs reads, before loading a model
+    tok_fp = load_tokenizer_checked(model_dir, manifest, trust_remote_code)
+    pad_token_id = int((manifest.get("tokenizer") or {}).get("pad_token_id") or 0)
+    device_name = resolve_device(device, local_rank)
+    dtype_name = resolve_dtype(dtype, device_name)
+    net = load_reference_model(model_dir, dtype_name, device_name, trust_remote_code)
+    layout = choose_layout(net, layout)
+    dataset, ids, lens = open_ids(out)
+
+    # 2. plan batches and shards; the work directory is keyed by everything that decides the values
+    costs, padding_free, shared_pairs = batch_costs(net, layout, lens)
+    batches = (plan_packed_batches if padding_free else plan_batches)(costs, batch_tokens)
+    shards = plan_shards(batches, shard_batches)
+    num_rows = len(dataset)
+    fingerprint = model_fingerprint(model_dir, net.config, dtype_name)
+    settings = {
+        "work_format": WORK_FORMAT, "model": fingerprint, "device_type": device_name.split(":")[0],
+        "batch_tokens": batch_tokens, "layout": layout, "shard_batches": shard_batches,
+        "pad_token_id": pad_token_id, "ids_sha256": ids_digest(dataset.data.table),
+    }
+    settings_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+    work = _work_dir(out, settings, settings_hash, rank, resume)
+
+    # 3. compute this rank's shards that are not done yet
+    mine = shards_for_rank(len(shards), rank, world_size)
+    todo = [s for s in mine if not (resume and shard_path(work, s).is_file())]
+    row_tokens = 2 * lens["prompt_ids"] + lens["chosen_ids"] + lens["rejected_ids"]
+    total_tokens = _shard_tokens(shards, mine, row_tokens)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total_tokens, initial=total_tokens - _shard_tokens(shards, todo, row_tokens), unit="tok",
+               unit_scale=True, desc="refs", disable=not progress, smoothing=0.1)
+    start = time.perf_counter()
+    tokens, _ = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar)
+    if device_name.startswith("cuda"):
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    bar.close()
+    result = RefsResult(
+        out_dir=str(out), rows=num_rows, tokens=tokens, seconds=seconds,
+        tokens_per_second=tokens / seconds if seconds > 0 else 0.0, non_finite_rows=0,
+        shards_total=len(shards), shards_resumed=len(mine) - len(todo), layout=layout,
+        device=device_name, dtype=dtype_name, rank=rank, merged=rank == 0, shared_pairs=shared_pairs,
+    )
+    if world_size > 1:
+        wait_for_all(work, len(shards), rank)
+    if rank != 0:
+        return result
+
+    # 4. merge, flag non-finite rows, swap the dataset in, then the manifest
+    merged = merge_shards(work, len(shards), num_rows)
+    non_finite = ~(np.isfinite(merged.chosen) & np.isfinite(merged.rejected))
+    result.non_finite_rows = int(non_finite.sum())
+    swap_dataset(out, with_ref_columns(dataset, merged, non_finite))
+    manifest = read_manifest(out)  # fresh copy: keep every key other stages wrote
+    manifest["refs"] = {
+        "model": {"path": str(model_dir.resolve()), **fingerprint},
+        "settings": {"device": device_name, "dtype": dtype_name, "batch_tokens": batch_tokens, "layout": layout,
+                     "world_size": world_size, "settings_hash": settings_hash,
+                     "prefix_sharing": {"shared_pairs": shared_pairs, "pairs": num_rows}},
+        "tokenizer_fingerprint_checked": tok_fp,
+        "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": num_rows,
+        "non_finite_rows": result.non_finite_rows,
+        "columns": list(REF_COLUMNS),
+    }
+    write_manifest(out, manifest)
+    shutil.rmtree(out / WORK_DIR, ignore_errors=True)
+    return result
+
+
+def _work_dir(out: Path, settings: dict[str, Any], settings_hash: str, rank: int, resume: bool) -> Path:
+    """OUT/.refs-work/<settings hash>/: shards computed under other settings are removed (rank 0)."""
+    work = out / WORK_DIR / settings_hash
+    if rank == 0:
+        for stale in (out / WORK_DIR).glob("*") if (out / WORK_DIR).is_dir() else []:
+            if stale.is_dir() and stale.name != settings_hash and not stale.name.startswith("dataset-"):
+                shutil.rmtree(stale, ignore_errors=True)
+        if not resume:
+            shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True), encoding="utf-8")
+    return work
+
+
+def _shard_tokens(shards: list[list[list[int]]], shard_ids: list[int], row_tokens: np.ndarray) -> int:
+    rows = [r for s in shard_ids for b in shards[s] for r in b]
+    return int(row_tokens[rows].sum()) if rows else 0

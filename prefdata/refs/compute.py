@@ -1,0 +1,78 @@
+"""The forward passes of `refs`: reference log-probs for every pair of a shard's batches."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefdata.refs.shards import ShardValues, save_shard, shard_path
+
+# Test hook: SIGKILL this process right after it has written this many new shards (kill -9 test).
+KILL_AFTER_SHARDS_ENV = "PREFDATA_REFS_KILL_AFTER_SHARDS"
+
+
+def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layout: str, pad_token_id: int,
+                  bar: Any) -> dict[str, Any]:
+    """Reference log-probs for every pair in the shard's batches."""
+    import pyarrow as pa
+
+    from prefdata.model.pairs import pair_logps
+
+    rows, chosen, rejected, chosen_count, rejected_count = [], [], [], [], []
+    tokens = shared = 0
+    for batch_rows in batches:
+        take = pa.array(batch_rows, type=pa.int64())
+        prompts = ids["prompt_ids"].take(take).to_pylist()
+        chosens = ids["chosen_ids"].take(take).to_pylist()
+        rejecteds = ids["rejected_ids"].take(take).to_pylist()
+        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id)
+        rows.append(np.asarray(batch_rows, dtype=np.int64))
+        chosen.append(out.chosen.float().cpu().numpy())
+        rejected.append(out.rejected.float().cpu().numpy())
+        chosen_count.append(out.chosen_counts.cpu().numpy())
+        rejected_count.append(out.rejected_counts.cpu().numpy())
+        tokens += out.tokens
+        shared += out.shared_pairs
+        bar.update(sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(prompts, chosens, rejecteds)))
+    return {
+        "rows": np.concatenate(rows), "chosen": np.concatenate(chosen).astype(np.float32),
+        "rejected": np.concatenate(rejected).astype(np.float32),
+        "chosen_count": np.concatenate(chosen_count).astype(np.int64),
+        "rejected_count": np.concatenate(rejected_count).astype(np.int64), "tokens": tokens, "shared": shared,
+    }
+
+
+def batch_costs(net: Any, layout: str, lens: dict[str, np.ndarray]) -> tuple[list[int], bool, int]:
+    """What each pair costs in a batch under `layout`, whether batches are padding-free (sum of
+    costs) or padded (rows x widest), and how many pairs share their prompt."""
+    from prefdata.model.pairs import BLOCK_LAYOUTS, sharing_plan_for_lengths
+
+    p, c, r = lens["prompt_ids"], lens["chosen_ids"], lens["rejected_ids"]
+    if layout not in BLOCK_LAYOUTS:
+        return (2 * (p + np.maximum(c, r))).astype(np.int64).tolist(), False, 0  # halves padded to the longer
+    share = np.asarray(sharing_plan_for_lengths(p, c, r) if layout == "shared" else [False] * len(p), dtype=bool)
+    return (p * np.where(share, 1, 2) + c + r).astype(np.int64).tolist(), True, int(share.sum())
+
+
+def compute_shards(net: Any, shards: list[list[list[int]]], todo: list[int], work: Path, ids: dict[str, Any],
+                   layout: str, pad_token_id: int, bar: Any) -> tuple[int, int]:
+    """Compute and save each shard in `todo`; returns the tokens forwarded and the shared pairs."""
+    import torch
+
+    kill_after = int(os.environ.get(KILL_AFTER_SHARDS_ENV, "0") or 0)
+    tokens = shared = 0
+    written = 0
+    with torch.inference_mode():
+        for s in todo:
+            values = compute_shard(net, shards[s], ids, layout, pad_token_id, bar)
+            tokens += int(values.pop("tokens"))
+            shared += int(values.pop("shared"))
+            save_shard(shard_path(work, s), ShardValues(**values))
+            written += 1
+            if kill_after and written >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+    return tokens, shared

@@ -1,0 +1,131 @@
+"""What `refs` checks and records before computing: device and dtype, the tokenizer against the
+manifest, the model's fingerprint, the digest of the token ids, and torchrun's ranks."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefdata.errors import PrefdataError
+from prefdata.io.manifest import sha256_file, tokenizer_fingerprint
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def model_fingerprint(model_dir: Path, config: Any, dtype: str) -> dict[str, Any]:
+    """Architecture, sha256 of every weight file, dtype: what decides the reference log-probs."""
+    weights = {
+        p.name: sha256_file(p) for p in sorted(model_dir.iterdir()) if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES)
+    }
+    archs = getattr(config, "architectures", None) or []
+    return {
+        "architecture": archs[0] if archs else type(config).__name__,
+        "model_type": getattr(config, "model_type", None),
+        "weights_sha256": weights,
+        "dtype": dtype,
+    }
+
+
+def ids_digest(table: Any) -> str:
+    """Hash of the token-id columns (what refs reads), so resumed shards belong to the same data."""
+    digest = hashlib.sha256()
+    for name in ("prompt_ids", "chosen_ids", "rejected_ids"):
+        column = table.column(name).combine_chunks()
+        digest.update(name.encode())
+        digest.update(np.ascontiguousarray(column.offsets.to_numpy()).tobytes())
+        digest.update(np.ascontiguousarray(column.values.to_numpy()).astype(np.int64).tobytes())
+    return digest.hexdigest()
+
+
+
+def resolve_device(device: str, local_rank: int) -> str:
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise PrefdataError(f"--device must be auto, cpu or cuda, not {device!r}")
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise PrefdataError("--device cuda was asked for but no CUDA GPU is available")
+        return f"cuda:{local_rank}"
+    return "cpu"
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    if dtype == "auto":
+        return "bfloat16" if device.startswith("cuda") else "float32"
+    if dtype not in ("float32", "bfloat16"):
+        raise PrefdataError(f"--dtype must be auto, float32 or bfloat16, not {dtype!r}")
+    return dtype
+
+
+def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remote_code: bool) -> str:
+    from transformers import AutoTokenizer
+
+    expected = (manifest.get("tokenizer") or {}).get("fingerprint")
+    if not expected:
+        raise PrefdataError("the manifest has no tokenizer fingerprint: prepare OUT with `prefdata prepare --tokenizer`")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot load a tokenizer from {model_dir} to check it: {str(exc).splitlines()[0]}") from None
+    found = tokenizer_fingerprint(tokenizer)
+    if found != expected:
+        raise PrefdataError(
+            f"the tokenizer of {model_dir} ({found[:19]}) differs from the one OUT was prepared with "
+            f"({expected[:19]}): refusing to score token ids it would read differently"
+        )
+    return found
+
+
+def distributed_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment."""
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("LOCAL_RANK", 0))
+
+
+
+def load_reference_model(model_dir: Path, dtype_name: str, device_name: str, trust_remote_code: bool) -> Any:
+    """The reference model in eval mode on its device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        net = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=getattr(torch, dtype_name), trust_remote_code=trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot load a causal LM from {model_dir}: {str(exc).splitlines()[0]}") from None
+    return net.to(device_name).eval()
+
+
+def choose_layout(net: Any, layout: str) -> str:
+    """auto: shared padding-free blocks where the model supports them (see model/pairs.py)."""
+    from prefdata.model.pairs import choose_layout as choose
+
+    try:
+        return choose(net, layout)
+    except ValueError as exc:
+        raise PrefdataError(str(exc)) from None
+
+
+def open_ids(out: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
+    """The dataset in OUT, its token-id columns (Arrow) and their lengths."""
+    import datasets
+    import pyarrow.compute as pc
+
+    try:
+        dataset = datasets.load_from_disk(str(out))
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot open the dataset in {out}: {exc}") from None
+    missing = [c for c in ("prompt_ids", "chosen_ids", "rejected_ids") if c not in dataset.column_names]
+    if missing:
+        raise PrefdataError(f"{out} has no {', '.join(missing)} column: prepare it with a tokenizer")
+    table = dataset.data.table
+    ids = {name: table.column(name).combine_chunks() for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
+    lens = {name: pc.list_value_length(col).to_numpy(zero_copy_only=False) for name, col in ids.items()}
+    return dataset, ids, lens

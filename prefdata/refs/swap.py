@@ -1,0 +1,95 @@
+"""Writing the reference columns into OUT/: the new dataset is saved beside the old one and swapped
+in with renames recorded in a journal, so a kill at any point is finished by the next run."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefdata import flags as F
+from prefdata.refs.shards import ShardValues
+
+REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count")
+WORK_DIR = ".refs-work"
+SWAP_JOURNAL = "swap.json"
+
+
+def _data_files(out: Path) -> list[str]:
+    state = json.loads((out / "state.json").read_text(encoding="utf-8"))
+    return [entry["filename"] for entry in state["_data_files"]]
+
+
+def _finish_swap(out: Path) -> None:
+    """Complete (or redo) a dataset swap that a killed run left half done; idempotent."""
+    journal_path = out / WORK_DIR / SWAP_JOURNAL
+    if not journal_path.is_file():
+        return
+    journal = json.loads(journal_path.read_text(encoding="utf-8"))
+    staged = Path(journal["staged"])
+    for name in ("dataset_info.json", "state.json"):
+        if (staged / name).is_file():
+            os.replace(staged / name, out / name)
+    keep = set(journal["new_files"])
+    for name in journal["old_files"]:
+        if name not in keep and (out / name).is_file():
+            (out / name).unlink()
+    shutil.rmtree(staged, ignore_errors=True)
+    journal_path.unlink()
+
+
+def swap_dataset(out: Path, dataset: Any) -> None:
+    """Save `dataset` inside OUT, then switch OUT's dataset to it with renames.
+
+    The new data files get fresh names next to the old ones; the switch is the rename of
+    state.json/dataset_info.json, recorded in a journal first so a kill in between is finished by
+    the next run; the old data files are deleted last.
+    """
+    work = out / WORK_DIR
+    staged = work / f"dataset-{secrets.token_hex(4)}"
+    dataset.save_to_disk(str(staged))
+    tag = secrets.token_hex(4)
+    state = json.loads((staged / "state.json").read_text(encoding="utf-8"))
+    new_files = []
+    for i, entry in enumerate(state["_data_files"]):
+        name = f"data-refs-{tag}-{i:05d}-of-{len(state['_data_files']):05d}.arrow"
+        os.replace(staged / entry["filename"], out / name)
+        entry["filename"] = name
+        new_files.append(name)
+    (staged / "state.json").write_text(json.dumps(state, indent=2), encoding="utf-8")
+    journal = {"staged": str(staged), "new_files": new_files, "old_files": _data_files(out)}
+    (work / SWAP_JOURNAL).write_text(json.dumps(journal), encoding="utf-8")
+    _finish_swap(out)
+
+
+
+def with_ref_columns(dataset: Any, values: ShardValues, non_finite: np.ndarray) -> Any:
+    """The dataset with (re)computed ref columns and the non-finite flag set exactly where due;
+    every other column keeps its place and content."""
+    from datasets import List, Value
+
+    old = [c for c in REF_COLUMNS if c in dataset.column_names]
+    if old:
+        dataset = dataset.remove_columns(old)
+    order = list(dataset.column_names)
+    if "flags" in order:
+        flags = dataset.data.table.column("flags").to_pylist()
+        dataset = dataset.remove_columns("flags")
+    else:
+        flags = [[] for _ in range(len(dataset))]
+        order.append("flags")
+    new_flags = []
+    for row_flags, bad in zip(flags, non_finite.tolist()):
+        kept = [f for f in (row_flags or []) if f != F.NON_FINITE_REF_LOGPS]
+        new_flags.append(kept + [F.NON_FINITE_REF_LOGPS] if bad else kept)
+    dataset = dataset.add_column("flags", new_flags, feature=List(Value("string")))
+    dataset = dataset.add_column("ref_chosen_logps", values.chosen, feature=Value("float32"))
+    dataset = dataset.add_column("ref_rejected_logps", values.rejected, feature=Value("float32"))
+    dataset = dataset.add_column("chosen_token_count", values.chosen_count, feature=Value("int64"))
+    dataset = dataset.add_column("rejected_token_count", values.rejected_count, feature=Value("int64"))
+    return dataset.select_columns(order + list(REF_COLUMNS))

@@ -1,0 +1,83 @@
+"""Checkpoints (trainable weights, optimizer, scheduler, RNG, step) and the final saved model."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prefdata.errors import PrefdataError
+from prefdata.train.runtime import set_rng_state
+
+CHECKPOINT_DIR = "checkpoints"
+# Settings that shape the trajectory: a resume with any of them changed would not continue the run.
+RESUME_KEYS = (
+    "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens",
+    "batch_pairs", "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "layout", "shuffle",
+)
+
+
+def latest_checkpoint(output: Path) -> Path | None:
+    root = output / CHECKPOINT_DIR
+    if not root.is_dir():
+        return None
+    done = sorted(p for p in root.glob("step-*") if (p / "state.json").is_file())
+    return done[-1] if done else None
+
+
+def save_checkpoint(output: Path, step: int, policy, optimizer, scheduler, config: dict[str, Any],
+                     rng: dict[str, Any], is_main: bool) -> None:
+    """Trainable weights, optimizer, scheduler, RNG and step, written to a temporary directory and
+    renamed, so a checkpoint directory is either complete or absent. Keeps only the newest."""
+    if not is_main or step == 0:
+        return
+    root = output / CHECKPOINT_DIR
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:08d}"
+    tmp = root / f".tmp-step-{step:08d}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    # Frozen weights never change (LoRA base), so the trainable ones are the whole state.
+    trainable = {name: p.detach().cpu() for name, p in policy.named_parameters() if p.requires_grad}
+    torch.save(trainable, tmp / "trainable.pt")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(rng, tmp / "rng.pt")
+    (tmp / "state.json").write_text(json.dumps({"step": step, "config": config}, indent=2) + "\n")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    for old in root.glob("step-*"):
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(path: Path, policy, optimizer, scheduler, config: dict[str, Any], device: torch.device) -> int:
+    state = json.loads((path / "state.json").read_text())
+    saved = state["config"]
+    changed = [k for k in RESUME_KEYS if saved.get(k) != config.get(k)]
+    if changed:
+        detail = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed)
+        raise PrefdataError(f"cannot resume from {path}: settings changed ({detail})")
+    trainable = torch.load(path / "trainable.pt", map_location=device, weights_only=True)
+    missing = policy.load_state_dict(trainable, strict=False)
+    if missing.unexpected_keys:
+        raise PrefdataError(f"checkpoint {path} does not match the model ({missing.unexpected_keys[0]} unexpected)")
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location=device, weights_only=True))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=True))
+    set_rng_state(torch.load(path / "rng.pt", weights_only=True))
+    return int(state["step"])
+
+
+def save_final_model(policy, tokenizer, output: Path, lora: bool) -> None:
+    """save_pretrained + tokenizer in `output`, loadable with AutoModelForCausalLM. LoRA: the adapter
+    goes to output/adapter and the merged model to output."""
+    if lora:
+        policy.save_pretrained(str(output / "adapter"))
+        policy = policy.merge_and_unload()
+    policy.config.use_cache = True
+    policy.save_pretrained(str(output))
+    tokenizer.save_pretrained(str(output))

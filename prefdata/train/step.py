@@ -1,0 +1,80 @@
+"""One forward over a micro-batch of pairs: policy log-probs, the loss against the stored
+reference, and evaluation over a whole split."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from prefdata.model.losses import LossOutput, dpo_loss
+from prefdata.model.pairs import PairLogps, pair_logps
+from prefdata.train.data import PairData, plan_token_batches
+from prefdata.train.metrics import Sums, append_jsonl
+from prefdata.train.runtime import all_reduce_sum
+
+
+@dataclass
+class PairForward:
+    """How micro-batches go through the policy: the same for training and eval."""
+
+    model: Any  # the plain transformers model (for LoRA: the base model with adapters injected)
+    layout: str
+    pad_token_id: int
+    device: torch.device
+    loss_kwargs: dict[str, Any]
+    autocast: Any = field(default_factory=nullcontext)
+
+
+def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[LossOutput, PairLogps, int]:
+    """Policy log-probs for both halves of `rows`, the loss against the stored reference, and the
+    rows' token count (prompt twice + both completions: TRL's count, whatever the layout)."""
+    batch_rows = data.dataset[rows]
+    with fwd.autocast:
+        logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
+                           fwd.layout, fwd.pad_token_id)
+        ref_c = ref_r = None
+        if data.has_refs:
+            ref_c = torch.tensor(batch_rows["ref_chosen_logps"], dtype=torch.float32, device=logps.chosen.device)
+            ref_r = torch.tensor(batch_rows["ref_rejected_logps"], dtype=torch.float32, device=logps.chosen.device)
+        out = dpo_loss(logps.chosen, logps.rejected, ref_c, ref_r, chosen_counts=logps.chosen_counts,
+                       rejected_counts=logps.rejected_counts, **fwd.loss_kwargs)
+    return out, logps, sum(data.pair_tokens_of(rows))
+
+
+def zero_margin_loss(loss: str, beta: float, label_smoothing: float, simpo_gamma: float) -> float:
+    """The loss when chosen and rejected score alike: where a stalled run sits (ln 2 for sigmoid)."""
+    zero, one = torch.zeros(1), torch.ones(1)
+    return float(dpo_loss(zero, zero, zero, zero, loss_type=loss, beta=beta, label_smoothing=label_smoothing,
+                          chosen_counts=one, rejected_counts=one, simpo_gamma=simpo_gamma).losses[0])
+
+
+@torch.no_grad()
+def evaluate(fwd: PairForward, data: PairData, *, batch_pairs: int, batch_tokens: int | None, rank: int = 0,
+             world_size: int = 1) -> dict[str, float]:
+    """Mean loss, rewards and accuracy over every pair of `data` (sharded by rank, summed back)."""
+    fwd.model.eval()
+    if batch_tokens is None:
+        batches = [data.rows[i : i + batch_pairs] for i in range(0, len(data.rows), batch_pairs)]
+    else:
+        planned = plan_token_batches(data.forward_tokens, batch_tokens, data.padding_free)
+        batches = [[data.rows[i] for i in b] for b in planned]
+    sums = torch.zeros(Sums.SIZE, dtype=torch.float64)
+    for rows in batches[rank::world_size]:
+        out, logps, n_tokens = forward_pairs(fwd, data, rows)
+        sums += Sums.of(out, logps, n_tokens)
+    if world_size > 1:
+        sums = all_reduce_sum(sums, fwd.device)
+    return {f"eval/{k}": v for k, v in Sums.means(sums).items() if k != "abs_margin"}
+
+
+def run_eval(fwd: PairForward, data: PairData, *, batch_pairs: int, batch_tokens: int | None, rank: int,
+             world_size: int, step: int, epoch: float, metrics_path: Path) -> dict[str, float]:
+    """Evaluate, log the line (rank 0) and return the metrics."""
+    metrics = evaluate(fwd, data, batch_pairs=batch_pairs, batch_tokens=batch_tokens, rank=rank, world_size=world_size)
+    if rank == 0:
+        append_jsonl(metrics_path, {"step": step, "epoch": round(epoch, 6), **metrics})
+    return metrics
