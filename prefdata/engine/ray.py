@@ -1,0 +1,164 @@
+"""Runs a stage over work units on a Ray cluster (Ray Data `map_batches`), in input order.
+
+Same contract as the local engine: a stage is a picklable object whose `setup()` runs once per
+worker (here: once per Ray actor) and whose call maps one work unit to its result; `map_ordered`
+yields (unit, result) in input order, so the output is the same as on one machine.
+
+Units and results cross the cluster as pickled bytes in one Arrow binary column each (a unit may
+be any picklable object: a byte-range chunk, a batch of records). Units are taken in windows of
+`window` units, one Ray Data execution per window: a window is what the driver holds at a time
+(flat memory), and each execution starts its actor pool anew (seconds), so a window should hold
+many units. Byte-range chunks are small descriptors: thousands fit in one window.
+
+Connection: `address` (from `--ray-address`), else RAY_ADDRESS, else a local Ray is started.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import pickle
+from typing import Any, Iterable, Iterator, Protocol, TypeVar
+
+from prefdata.errors import PrefdataError
+
+U = TypeVar("U")
+
+INSTALL_HINT = 'the Ray engine needs Ray: pip install "prefdata[ray]"'
+DEFAULT_WINDOW = 256  # units per Ray Data execution
+
+
+class Stage(Protocol):
+    def setup(self) -> None: ...
+
+    def __call__(self, unit: Any) -> Any: ...
+
+
+def import_ray() -> Any:
+    """`ray`, or a one-line PrefdataError naming the extra to install."""
+    try:
+        import ray
+        import ray.data  # noqa: F401  (the Data library is part of the extra, not of bare ray)
+    except ImportError:
+        raise PrefdataError(INSTALL_HINT) from None
+    return ray
+
+
+def connect(address: str | None = None) -> Any:
+    """Connect to the cluster at `address` / RAY_ADDRESS, or start a local Ray; returns `ray`.
+
+    An already connected driver (e.g. a test's cluster, or a user's own `ray.init`) is reused."""
+    ray = import_ray()
+    if ray.is_initialized():
+        return ray
+    target = address or os.environ.get("RAY_ADDRESS") or None
+    # Workers import prefdata from the driver's environment; keep Ray's own logs off the terminal.
+    try:
+        ray.init(address=target, logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = target or "a local Ray"
+        raise PrefdataError(f"cannot connect to Ray at {where}: {str(exc).splitlines()[0]}") from None
+    return ray
+
+
+def _quiet_data_context(ray: Any) -> Any:
+    ctx = ray.data.DataContext.get_current()
+    ctx.execution_options.preserve_order = True  # results come back in unit order
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    return ctx
+
+
+class _StageActor:
+    """The callable class Ray Data runs in each actor: the stage is set up once per actor."""
+
+    def __init__(self, stage_bytes: bytes) -> None:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the actors are the parallelism
+        self.stage = pickle.loads(stage_bytes)
+        self.stage.setup()
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        from ray import cloudpickle
+
+        results = []
+        for unit in batch["unit"]:
+            try:
+                result: Any = self.stage(pickle.loads(unit))
+            except PrefdataError as exc:
+                result = _StageFailed(str(exc))
+            results.append(cloudpickle.dumps(result))
+        return {"index": batch["index"], "result": results}
+
+
+def cluster_cpus(ray: Any) -> int:
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+class RayEngine:
+    """`map_ordered(stage, units)` on Ray Data: one actor per worker slot, order preserved."""
+
+    def __init__(self, address: str | None = None, workers: int | None = None, window: int = DEFAULT_WINDOW,
+                 cpus_per_worker: float = 1.0) -> None:
+        if window < 1:
+            raise PrefdataError("the Ray window must hold at least one unit")
+        self.ray = connect(address)
+        self.workers = workers or cluster_cpus(self.ray)
+        self.window = window
+        self.cpus_per_worker = cpus_per_worker
+
+    def map_ordered(self, stage: Stage, units: Iterable[U]) -> Iterator[tuple[U, Any]]:
+        """(unit, stage(unit)) for every unit, in input order."""
+        dumps = self.ray.cloudpickle.dumps  # by value where needed (a stage defined in __main__)
+        stage_bytes = dumps(stage)
+        iterator = iter(units)
+        while window := list(itertools.islice(iterator, self.window)):
+            yield from zip(window, self._run_window(stage_bytes, window))
+
+    def _run_window(self, stage_bytes: bytes, window: list[Any]) -> Iterator[Any]:
+        ray = self.ray
+        _quiet_data_context(ray)
+        items = [{"index": i, "unit": ray.cloudpickle.dumps(unit)} for i, unit in enumerate(window)]
+        size = max(1, min(self.workers, len(window)))
+        dataset = ray.data.from_items(items, override_num_blocks=len(items)).map_batches(
+            _StageActor,
+            fn_constructor_args=(stage_bytes,),
+            batch_size=1,  # one unit per call: units are already sized for one worker call
+            compute=ray.data.ActorPoolStrategy(size=size),
+            num_cpus=self.cpus_per_worker,
+        )
+        expected = 0
+        try:
+            for row in dataset.iter_rows():
+                if row["index"] != expected:  # preserve_order is what makes this hold; never guess
+                    raise PrefdataError(f"Ray returned unit {row['index']} where {expected} was due")
+                expected += 1
+                result = pickle.loads(row["result"])
+                if isinstance(result, _StageFailed):
+                    raise PrefdataError(result.message)
+                yield result
+        except PrefdataError:
+            raise
+        except Exception as exc:  # Ray wraps a worker's exception in its own types
+            raise _stage_error(exc) from None
+        if expected != len(window):
+            raise PrefdataError(f"Ray returned {expected} of {len(window)} units")
+
+
+def _stage_error(exc: BaseException) -> PrefdataError:
+    """One line for an exception Ray raised in the driver (a crashed worker, a lost node)."""
+    causes = [exc]
+    while (nxt := causes[-1].__cause__ or getattr(causes[-1], "cause", None)) is not None and len(causes) < 8:
+        causes.append(nxt)
+    inner = causes[-1]
+    lines = str(inner).strip().splitlines()
+    return PrefdataError(f"a Ray worker failed: {type(inner).__name__}: {lines[0] if lines else ''}"[:400])
+
+
+class _StageFailed:
+    """A stage's PrefdataError, returned as a result: it is the input's fault, so no retry, and
+    the driver raises it as the same one line the local engine would."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
