@@ -12,10 +12,10 @@ from typing import Any, Iterable, Iterator
 
 from prefdata.checks.checker import PairChecker, build_leak_index
 from prefdata.checks.policy import Policy, load_policy
-from prefdata.engine.local import process_batches
+from prefdata.engine.local import ProcessedRecord, process_batch, process_batches
 from prefdata.errors import PrefdataError
 from prefdata.io.readers import iter_raw_records
-from prefdata.records import CheckedRow
+from prefdata.records import CheckedRow, RawRecord
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
 # How many leading records may all be of an unknown shape before we call the input "not preference data".
@@ -37,6 +37,31 @@ def _progress(iterable: Iterable[Any], enabled: bool, desc: str) -> Iterable[Any
     return tqdm(iterable, desc=desc, unit=" rows", disable=None, mininterval=0.5)
 
 
+ENGINES = ("local", "ray")
+
+
+class NormalizeTokenizeStage:
+    """normalize + tokenize of one batch of records, as a stage an engine runs (tokenizer loaded
+    once per worker in `setup`)."""
+
+    def __init__(self, pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings) -> None:
+        self.pair_tokenizer = pair_tokenizer
+        self.settings = settings
+
+    def setup(self) -> None:
+        if self.pair_tokenizer is not None:
+            self.pair_tokenizer.setup()
+
+    def __call__(self, records: list[RawRecord]) -> list[ProcessedRecord]:
+        return process_batch(records, self.pair_tokenizer, self.settings)
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise PrefdataError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    return engine
+
+
 def iter_checked_rows(
     raw_path: str | Path,
     *,
@@ -49,13 +74,18 @@ def iter_checked_rows(
     pair_tokenizer: PairTokenizer | None = None,
     trust_remote_code: bool = False,
     workers: int = 1,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
 
     Memory stays flat: records are processed in batches of `batch_size`; only the dataset-wide
     hash tables grow. Output order equals input order whatever the batch size and the number of
-    `workers` (processes that normalize and tokenize; see prefdata.engine.local).
+    `workers` (processes that normalize and tokenize; see prefdata.engine.local). `engine="ray"`
+    runs normalize and tokenize on a Ray cluster instead (prefdata.engine.ray; `workers` actors,
+    default one per cluster CPU); the checks stay here, so the rows are the same.
     """
+    check_engine(engine)
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
     if pair_tokenizer is None and tokenizer_path is not None:
@@ -68,7 +98,15 @@ def iter_checked_rows(
     seen_records = 0
     first_problem: str | None = None
     only_unknown_shapes = True
-    batches = process_batches(_chunks(records, batch_size), pair_tokenizer, settings, workers)
+    if engine == "ray":
+        from prefdata.engine.ray import RayEngine
+
+        ray_engine = RayEngine(ray_address, workers=workers or None)
+        batches: Iterable[tuple[list[RawRecord], list[ProcessedRecord]]] = ray_engine.map_ordered(
+            NormalizeTokenizeStage(pair_tokenizer, settings), _chunks(records, batch_size)
+        )
+    else:
+        batches = process_batches(_chunks(records, batch_size), pair_tokenizer, settings, workers)
     for chunk, results in batches:
         for raw, result in zip(chunk, results):
             seen_records += 1

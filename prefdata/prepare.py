@@ -21,7 +21,7 @@ from prefdata import FORMAT_VERSION, __version__
 from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
 from prefdata.errors import PrefdataError
-from prefdata.ingest import iter_checked_rows
+from prefdata.ingest import check_engine, iter_checked_rows
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.records import CheckedRow
@@ -131,8 +131,13 @@ def prepare(
     workers: int | None = None,
     progress: bool = True,
     trust_remote_code: bool = False,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> PrepareResult:
-    """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports)."""
+    """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
+
+    `engine="ray"` tokenizes on a Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray)
+    with `workers` actors (default: one per cluster CPU); OUT is the same as the local engine's."""
     from prefdata.io import writer as W
     from prefdata.checks.minhash import NearDuplicatePrompts
     from prefdata.report.render import render_html, render_markdown
@@ -141,8 +146,10 @@ def prepare(
     started = time.time()
     if batch_size < 1:
         raise PrefdataError("--batch-size must be at least 1")
-    workers = default_workers() if workers is None else workers
-    if workers < 1:
+    check_engine(engine)
+    if workers is None:
+        workers = default_workers() if engine == "local" else 0  # 0: one Ray actor per cluster CPU
+    elif workers < 1:
         raise PrefdataError("--workers must be at least 1")
     raw_path, out_path = Path(raw), Path(out)
     input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
@@ -169,7 +176,8 @@ def prepare(
 
         rows = iter_checked_rows(
             raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers,
+            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, engine=engine,
+            ray_address=ray_address,
         )
         for row in rows:
             rows_in += 1
@@ -220,6 +228,7 @@ def prepare(
             "chat_template": chat_template,
             "batch_size": batch_size,
             "workers": workers,
+            "engine": engine,
             "trust_remote_code": trust_remote_code,
             "policy": loaded_policy.to_dict(),
         }

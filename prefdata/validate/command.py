@@ -57,6 +57,8 @@ def validate(
     trust_remote_code: bool = False,
     batch_size: int = 1000,
     workers: int | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -66,7 +68,9 @@ def validate(
     appends the Markdown report to $GITHUB_STEP_SUMMARY; its `output`, if given, gets the report as
     HTML (.html), Markdown (.md) or JSON (anything else), e.g. to keep as the next baseline.
     `workers`: processes that read and check raw input (default: all cores, at most 8; 1 checks in
-    this process only); the report does not depend on it.
+    this process only); the report does not depend on it. `engine="ray"` checks raw input on a
+    Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray), `workers` actors (default: one
+    per cluster CPU); the report is the same.
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -81,10 +85,15 @@ def validate(
         raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
     if workers is not None and workers < 1:
         raise PrefdataError("--workers must be at least 1")
+    from prefdata.ingest import check_engine
+
+    check_engine(engine)
 
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
-    if workers is None:
+    if workers is None and engine == "ray":
+        workers = 0  # one Ray actor per cluster CPU
+    elif workers is None:
         from prefdata.engine.local import default_workers
 
         workers = default_workers()
@@ -95,7 +104,7 @@ def validate(
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and workers > 1:
+        if tokenizer is None and workers > 1 and engine == "local":
             from prefdata.validate.merge import check_raw_text
 
             check_raw_text(
@@ -108,7 +117,7 @@ def validate(
             rows = iter_checked_rows(
                 input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
                 batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
-                workers=workers,
+                workers=workers, engine=engine, ray_address=ray_address,
             )
             _accumulate(rows, builder, loaded_policy)
 

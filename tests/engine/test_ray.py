@@ -1,0 +1,158 @@
+"""The Ray engine on a two-node cluster (CPU only, started here): same output as the local engine.
+
+prepare, validate and refs with `--engine ray` against the local engine on the same input; the
+scale-out dataset-wide checks against the local tables; a killed refs worker is retried."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from prefdata.errors import PrefdataError
+
+ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "prefdata[ray]")')
+pytest.importorskip("ray.data", reason='Ray Data is not installed (pip install "prefdata[ray]")')
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two nodes with one CPU each; the driver connects to the head."""
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    # Workers import this worktree's prefdata, as the driver does.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")] if p)
+    nodes = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    nodes.add_node(num_cpus=1)
+    ray.init(address=nodes.address, logging_level="ERROR", log_to_driver=False)
+    # This module's stage classes travel by value: workers cannot import a test module by name.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def _rows() -> list[str]:
+    """Pairs with every dataset-wide case (duplicates, swaps, near-duplicate prompts), drops and bad lines."""
+    lines = []
+    for i in range(40):
+        lines.append(json.dumps({"prompt": f"Question {i % 13}: how do plants make food from light?",
+                                 "chosen": f"By photosynthesis, step {i}.", "rejected": f"They eat soil {i}.", "id": i}))
+    lines.append(lines[3])  # exact duplicate
+    swapped = json.loads(lines[5])
+    swapped["chosen"], swapped["rejected"] = swapped["rejected"], swapped["chosen"]
+    lines.append(json.dumps(swapped))  # conflicting
+    lines.append(json.dumps({"prompt": "p", "chosen": "same", "rejected": "same"}))  # identical: dropped
+    lines.append("{not json")  # quarantined
+    lines.append(json.dumps({"prompt": "QUESTION 1: How do plants make food from light??", "chosen": "a", "rejected": "b"}))
+    return lines
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("ray-raw") / "pairs.jsonl"
+    path.write_text("\n".join(_rows()) + "\n", encoding="utf-8")
+    return path
+
+
+def _without_run_details(report: dict) -> dict:
+    report = json.loads(json.dumps(report))
+    for key in ("generated_at", "seconds"):
+        report.pop(key, None)
+    return report
+
+
+class _Square:
+    """A stage that records which process set it up."""
+
+    def setup(self) -> None:
+        self.pid = os.getpid()
+
+    def __call__(self, unit: int) -> tuple[int, int]:
+        if unit < 0:
+            raise PrefdataError(f"unit {unit} is negative")
+        return unit * unit, self.pid
+
+
+def test_map_ordered_keeps_input_order_across_nodes(cluster) -> None:
+    from prefdata.engine.ray import RayEngine
+
+    engine = RayEngine(window=40)
+    results = list(engine.map_ordered(_Square(), range(60)))  # two windows
+    assert [unit for unit, _ in results] == list(range(60))
+    assert [value for _, (value, _) in results] == [u * u for u in range(60)]
+    assert len({pid for _, (_, pid) in results}) >= 2  # both nodes' actors worked
+    with pytest.raises(PrefdataError, match="^unit -1 is negative$"):
+        list(engine.map_ordered(_Square(), [1, -1, 2]))
+
+
+def test_prepare_on_ray_writes_what_the_local_engine_writes(cluster, raw, tmp_path, tiny_tokenizer_dir) -> None:
+    from prefdata.prepare import prepare
+
+    local = prepare(raw, tmp_path / "local", tokenizer=tiny_tokenizer_dir, workers=1, progress=False, batch_size=8)
+    on_ray = prepare(raw, tmp_path / "ray", tokenizer=tiny_tokenizer_dir, engine="ray", progress=False, batch_size=8)
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("local", "ray")]
+    assert manifests[0]["content_hash"] == manifests[1]["content_hash"]
+    assert manifests[0]["row_accounting"] == manifests[1]["row_accounting"]
+    assert manifests[0]["row_accounting"]["rows_quarantined"] == 1
+    assert manifests[0]["flag_counts"] == manifests[1]["flag_counts"]
+    assert manifests[0]["flag_counts"]["duplicate_pair"] >= 1 and manifests[0]["flag_counts"]["conflicting_pair"] == 1
+    assert manifests[1]["config"]["engine"] == "ray"
+    for name in ("dropped.jsonl", "quarantine.jsonl"):
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "ray" / name).read_bytes()
+    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+
+
+def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw) -> None:
+    from prefdata.validate.command import validate
+
+    local = validate(raw, format="json", progress=False, workers=2)
+    on_ray = validate(raw, format="json", progress=False, engine="ray")
+    assert local.exit_code == on_ray.exit_code
+    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+
+
+def test_unknown_engine_is_one_line(raw, tmp_path, tiny_tokenizer_dir) -> None:
+    from prefdata.prepare import prepare
+
+    with pytest.raises(PrefdataError, match="--engine must be one of local, ray"):
+        prepare(raw, tmp_path / "x", tokenizer=tiny_tokenizer_dir, engine="spark", progress=False)
+
+
+def test_refs_on_ray_equal_local_refs_and_survive_a_killed_worker(cluster, raw, tmp_path, tiny_model_dir, monkeypatch) -> None:
+    import datasets
+
+    from prefdata.prepare import prepare
+    from prefdata.refs import compute_refs
+    from prefdata.refs_ray import KILL_ONCE_ENV, compute_refs_on_ray
+
+    prepare(raw, tmp_path / "a", tokenizer=tiny_model_dir, workers=1, progress=False)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    compute_refs(tmp_path / "a", tiny_model_dir, device="cpu", batch_tokens=256, shard_batches=1, progress=False)
+    marker = tmp_path / "killed-once"
+    monkeypatch.setenv(KILL_ONCE_ENV, str(marker))
+    result = compute_refs_on_ray(tmp_path / "b", tiny_model_dir, device="cpu", batch_tokens=256, shard_batches=1)
+    assert marker.exists()  # the rank-1 worker did die once, and its shards were still computed
+    assert result.shards_total > 2 and result.rows == 43
+    local, on_ray = (datasets.load_from_disk(str(tmp_path / name)) for name in ("a", "b"))
+    for column in ("ref_chosen_logps", "ref_rejected_logps"):
+        np.testing.assert_allclose(np.asarray(local[column]), np.asarray(on_ray[column]), rtol=1e-5, atol=1e-5)
+    for column in ("chosen_token_count", "rejected_token_count"):
+        assert local[column] == on_ray[column]
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["refs"]["rows"] == 43 and manifest["refs"]["settings"]["world_size"] == 2
+
+
+def test_without_ray_the_engine_says_what_to_install(monkeypatch) -> None:
+    from prefdata.engine import ray as ray_engine
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails as if it were not installed
+    with pytest.raises(PrefdataError, match=r'^the Ray engine needs Ray: pip install "prefdata\[ray\]"$'):
+        ray_engine.import_ray()
