@@ -19,7 +19,7 @@ import itertools
 import logging
 import os
 import pickle
-from typing import Any, Iterable, Iterator, Protocol, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from prefdata.errors import PrefdataError
 
@@ -116,6 +116,26 @@ class RayEngine:
         while window := list(itertools.islice(iterator, self.window)):
             yield from zip(window, self._run_window(stage_bytes, window))
 
+    def shuffle(self, split: Callable[[Any, int], list[Any]], reduce: Callable[[list[Any]], Any],
+                blocks: Sequence[Any], partitions: int, fetch: bool = True) -> list[Any]:
+        """Hash-partition shuffle: one task per block splits it into `partitions` parts, one task
+        per partition reduces the parts it receives. Parts go from task to task through the
+        object store (never through this process); `blocks` may be values or object references.
+        `fetch=False` returns the reducers' references, to feed a next shuffle without fetching."""
+        ray = self.ray
+        split_remote = ray.remote(_split_task).options(num_returns=partitions, num_cpus=self.cpus_per_worker)
+        reduce_remote = ray.remote(_reduce_task).options(num_cpus=self.cpus_per_worker)
+        parts = [split_remote.remote(split, block, partitions) for block in blocks]
+        if partitions == 1:
+            parts = [[p] for p in parts]
+        results = [reduce_remote.remote(reduce, *[p[i] for p in parts]) for i in range(partitions)]
+        try:
+            return ray.get(results) if fetch else results
+        except PrefdataError:
+            raise
+        except Exception as exc:
+            raise _stage_error(exc) from None
+
     def _run_window(self, stage_bytes: bytes, window: list[Any]) -> Iterator[Any]:
         ray = self.ray
         _quiet_data_context(ray)
@@ -144,6 +164,15 @@ class RayEngine:
             raise _stage_error(exc) from None
         if expected != len(window):
             raise PrefdataError(f"Ray returned {expected} of {len(window)} units")
+
+
+def _split_task(split: Callable[[Any, int], list[Any]], block: Any, partitions: int) -> Any:
+    parts = split(block, partitions)
+    return parts[0] if partitions == 1 else tuple(parts)
+
+
+def _reduce_task(reduce: Callable[[list[Any]], Any], *parts: Any) -> Any:
+    return reduce(list(parts))
 
 
 def _stage_error(exc: BaseException) -> PrefdataError:
