@@ -43,7 +43,7 @@ else
   $PIP install -q "torch==2.13.0"
 fi
 
-echo "setup: installing prefdata with its dev and bench extras"
-$PIP install -q -e ".[dev,bench]"
+echo "setup: installing prefdata with its dev, bench and ray extras"
+$PIP install -q -e ".[dev,bench,ray]"
 "$PY" -c "import prefdata, torch; print(f'setup: prefdata {prefdata.__version__}, torch {torch.__version__}, cuda={torch.cuda.is_available()}')"
 echo "$want" > "$stamp"
