@@ -1,65 +1,72 @@
 """The streaming core `prepare` and `validate` share: read -> normalize -> tokenize -> check.
 
-Records stream in batches; normalize and tokenize run in worker processes (prefdata.engine);
-the order-dependent checks (dataset-wide tables) run here, in input order.
+The input is cut into chunks (prefdata.io.chunks: byte ranges of JSON lines, read and parsed by
+the workers); the engine (prefdata.engine.local) runs `CheckChunk` on each, in worker processes;
+this process does only the order-dependent part, in input order: placing a chunk's lines in its
+file, the dataset-wide merge (prefdata.checks.merge) and the policy's verdict.
 """
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
-from prefdata.checks.checker import PairChecker, build_leak_index
+import numpy as np
+
+from prefdata.checks.checker import build_leak_index, verdict
+from prefdata.checks.merge import DatasetMerge, dataset_flags
 from prefdata.checks.policy import Policy, load_policy
-from prefdata.engine.local import ProcessedRecord, process_batch, process_batches
+from prefdata.checks.stage import CheckChunk, CheckedChunk
+from prefdata.engine.select import select_engine
 from prefdata.errors import PrefdataError
-from prefdata.io.readers import iter_raw_records
-from prefdata.records import CheckedRow, RawRecord
+from prefdata.io.chunks import Chunk, LineNumbers, iter_chunks
+from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
-# How many leading records may all be of an unknown shape before we call the input "not preference data".
-SHAPE_PROBE_RECORDS = 200
+# Chunks of a size that keeps every worker busy to the end: tokenizing a row costs up to
+# milliseconds, so a 4 MiB chunk would leave the other workers idle at the end of the input.
+CHUNK_BYTES = 256 << 10
+CHUNK_LINES = 128  # records per chunk where the main process reads them (gzip, JSON arrays, Parquet)
 
 
-def _chunks(iterable: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    iterator = iter(iterable)
-    while chunk := list(itertools.islice(iterator, size)):
-        yield chunk
-
-
-def _progress(iterable: Iterable[Any], enabled: bool, desc: str) -> Iterable[Any]:
+def _progress(enabled: bool) -> Any:
     if not enabled:
-        return iterable
+        return None
     from tqdm.auto import tqdm
 
     # disable=None: no bar when stderr is not a terminal (CI logs stay readable).
-    return tqdm(iterable, desc=desc, unit=" rows", disable=None, mininterval=0.5)
+    return tqdm(desc="checking", unit=" rows", disable=None, mininterval=0.5)
 
 
-ENGINES = ("local", "ray")
+class _ShapeProbe:
+    """Fails an input that is not preference data: its first `probe` records (or all of a shorter
+    input) are all quarantined as an unknown shape. Also fails an input without records."""
 
+    def __init__(self, path: str | Path, probe: int) -> None:
+        self.path, self.probe = path, probe
+        self.records = self.pairs = 0
+        self.only_unknown_shapes = True
+        self.first_problem: str | None = None
 
-class NormalizeTokenizeStage:
-    """normalize + tokenize of one batch of records, as a stage an engine runs (tokenizer loaded
-    once per worker in `setup`)."""
+    def add(self, row: CheckedRow, unknown_shape: bool) -> None:
+        self.records += 1
+        if row.pair is not None:
+            self.pairs += 1
+        else:
+            self.only_unknown_shapes = self.only_unknown_shapes and unknown_shape
+            self.first_problem = self.first_problem or f"{row.raw.source_file}:{row.raw.source_line}: {row.error}"
+        if self.records == self.probe:
+            self._check()
 
-    def __init__(self, pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings) -> None:
-        self.pair_tokenizer = pair_tokenizer
-        self.settings = settings
+    def _check(self) -> None:
+        if self.pairs == 0 and self.only_unknown_shapes:
+            raise PrefdataError(f"{self.path} does not look like preference data ({self.first_problem})")
 
-    def setup(self) -> None:
-        if self.pair_tokenizer is not None:
-            self.pair_tokenizer.setup()
-
-    def __call__(self, records: list[RawRecord]) -> list[ProcessedRecord]:
-        return process_batch(records, self.pair_tokenizer, self.settings)
-
-
-def check_engine(engine: str) -> str:
-    if engine not in ENGINES:
-        raise PrefdataError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    return engine
+    def finish(self) -> None:
+        if self.records == 0:
+            what = "no records in any file" if Path(self.path).is_dir() else "empty file"
+            raise PrefdataError(f"{self.path}: {what} (nothing to read)")
+        self._check()
 
 
 def iter_checked_rows(
@@ -74,55 +81,69 @@ def iter_checked_rows(
     pair_tokenizer: PairTokenizer | None = None,
     trust_remote_code: bool = False,
     workers: int = 1,
+    merge: DatasetMerge | None = None,
     engine: str = "local",
     ray_address: str | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
 
-    Memory stays flat: records are processed in batches of `batch_size`; only the dataset-wide
-    hash tables grow. Output order equals input order whatever the batch size and the number of
-    `workers` (processes that normalize and tokenize; see prefdata.engine.local). `engine="ray"`
-    runs normalize and tokenize on a Ray cluster instead (prefdata.engine.ray; `workers` actors,
-    default one per cluster CPU); the checks stay here, so the rows are the same.
+    Memory stays flat: a few chunks are in flight; only the dataset-wide hash tables grow. Output
+    order equals input order whatever `batch_size` and the number of `workers` (processes that
+    parse, normalize, tokenize and check). `merge`: the dataset-wide step, to read its
+    near-duplicate prompt clusters (by row ordinal) once the rows are through. An input whose
+    first `batch_size` records are all of an unknown shape is not preference data. `engine="ray"`
+    runs the stage on a Ray cluster (`workers` actors, 0: one per cluster CPU); the rows are the same.
     """
-    check_engine(engine)
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
     if pair_tokenizer is None and tokenizer_path is not None:
         pair_tokenizer = PairTokenizer(tokenizer_path, settings, trust_remote_code=trust_remote_code)
         pair_tokenizer.setup()
-    checker = PairChecker(policy, build_leak_index(against) if against is not None else None)
+    leak_index = build_leak_index(against) if against is not None else None
+    stage = CheckChunk(pair_tokenizer, settings, policy, leak_index)
+    merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
+    probe = _ShapeProbe(raw_path, batch_size)
+    lines = LineNumbers()
+    bar = _progress(progress)
+    chunks = iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
+    rows = 0
+    try:
+        with select_engine(engine, workers, ray_address).map_ordered(stage, chunks) as results:
+            for chunk, checked in results:
+                for row, unknown_shape in _merge_chunk(chunk, checked, lines, merge, policy, rows):
+                    probe.add(row, unknown_shape)
+                    yield row
+                rows += len(checked.records)
+                if bar is not None:
+                    bar.update(len(checked.records))
+    finally:
+        if bar is not None:
+            bar.close()
+    probe.finish()
 
-    records = _progress(iter_raw_records(raw_path), progress, "checking")
-    seen_pairs = 0
-    seen_records = 0
-    first_problem: str | None = None
-    only_unknown_shapes = True
-    if engine == "ray":
-        from prefdata.engine.ray import RayEngine
 
-        ray_engine = RayEngine(ray_address, workers=workers or None)
-        batches: Iterable[tuple[list[RawRecord], list[ProcessedRecord]]] = ray_engine.map_ordered(
-            NormalizeTokenizeStage(pair_tokenizer, settings), _chunks(records, batch_size)
-        )
-    else:
-        batches = process_batches(_chunks(records, batch_size), pair_tokenizer, settings, workers)
-    for chunk, results in batches:
-        for raw, result in zip(chunk, results):
-            seen_records += 1
-            if result.pair is None:
-                only_unknown_shapes = only_unknown_shapes and result.unknown_shape
-                first_problem = first_problem or f"{raw.source_file}:{raw.source_line}: {result.error}"
-                yield CheckedRow(raw, None, None, [], None, "quarantined", error=result.error)
-                continue
-            seen_pairs += 1
-            kept_flags, severity, outcome = checker.check(result.pair, result.tokenized)
-            yield CheckedRow(raw, result.pair, result.tokenized, kept_flags, severity, outcome)
-        if seen_pairs == 0 and only_unknown_shapes and seen_records >= min(SHAPE_PROBE_RECORDS, batch_size):
-            raise PrefdataError(f"{raw_path} does not look like preference data ({first_problem})")
-
-    if seen_pairs == 0:
-        if seen_records == 0:
-            raise PrefdataError(f"{raw_path} holds no records")
-        if only_unknown_shapes:
-            raise PrefdataError(f"{raw_path} does not look like preference data ({first_problem})")
+def _merge_chunk(
+    chunk: Chunk, checked: CheckedChunk, lines: LineNumbers, merge: DatasetMerge, policy: Policy, first: int
+) -> Iterator[tuple[CheckedRow, bool]]:
+    """(row, whether quarantined as an unknown shape) for the chunk's records, which follow `first`
+    rows: lines placed, dataset-wide flags merged, the policy applied."""
+    records = checked.records
+    offset = lines.offset(chunk, checked.line_count)
+    if offset:
+        for record in records:
+            record.raw.source_line += offset
+            if record.pair is not None:
+                record.pair.source_line += offset
+    pair_index = checked.pair_index
+    pair_lines = [records[i].raw.source_line for i in pair_index.tolist()]
+    duplicate, conflicting = merge.merge_chunk(
+        chunk.source_file, np.array(pair_lines, dtype=np.int64), pair_index + first, checked.digests
+    )
+    at_pair = 0
+    for record in records:
+        if record.pair is None:
+            yield CheckedRow(record.raw, None, None, [], None, "quarantined", error=record.error), record.unknown_shape
+            continue
+        found = record.flags + dataset_flags(bool(duplicate[at_pair]), bool(conflicting[at_pair]))
+        at_pair += 1
+        yield CheckedRow(record.raw, record.pair, record.tokenized, *verdict(found, policy)), False

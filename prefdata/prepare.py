@@ -13,15 +13,17 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import xxhash
 
 from prefdata import FORMAT_VERSION, __version__
+from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
+from prefdata.engine.select import check_engine
 from prefdata.errors import PrefdataError
-from prefdata.ingest import check_engine, iter_checked_rows
+from prefdata.ingest import iter_checked_rows
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.records import CheckedRow
@@ -136,150 +138,176 @@ def prepare(
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
-    `engine="ray"` tokenizes on a Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray)
-    with `workers` actors (default: one per cluster CPU); OUT is the same as the local engine's."""
+    `engine="ray"` runs the per-chunk work on a Ray cluster (`ray_address`, else RAY_ADDRESS, else
+    a local Ray) with `workers` actors (default: one per cluster CPU); OUT is the same as the local
+    engine's (same content hash)."""
     from prefdata.io import writer as W
-    from prefdata.checks.minhash import NearDuplicatePrompts
-    from prefdata.report.render import render_html, render_markdown
-    from prefdata.report.builder import ReportBuilder
 
     started = time.time()
-    if batch_size < 1:
-        raise PrefdataError("--batch-size must be at least 1")
     check_engine(engine)
-    if workers is None:
-        workers = default_workers() if engine == "local" else 0  # 0: one Ray actor per cluster CPU
-    elif workers < 1:
-        raise PrefdataError("--workers must be at least 1")
+    workers = _check_numbers(batch_size, workers, engine)
     raw_path, out_path = Path(raw), Path(out)
-    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
-    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
-        raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
+    input_files = _input_files(raw_path, out_path)
     loaded_policy = load_policy(policy)
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
     pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
     pair_tokenizer.setup()
+    config = {
+        "raw": str(raw_path),
+        "tokenizer": str(tokenizer),
+        "max_length": max_length,
+        "max_prompt_length": max_prompt_length,
+        "chat_template": chat_template,
+        "batch_size": batch_size,
+        "workers": workers,
+        "engine": engine,
+        "trust_remote_code": trust_remote_code,
+        "policy": loaded_policy.to_dict(),
+    }
 
     tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
     try:
-        dataset = W.DatasetWriter(tmp)
-        dropped = W.JsonlWriter(tmp / "dropped.jsonl")
-        quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
-        report = ReportBuilder(loaded_policy)
-        near_duplicates = NearDuplicatePrompts(threshold=loaded_policy.near_duplicate_prompt_threshold)
-        flag_counts: Counter[str] = Counter()
-        content = hashlib.blake2b(digest_size=16)
-        errors = rows_in = 0
-        pending: list[dict[str, Any]] = []
-        prompt_rows: list[int] = []  # report ordinals of the prompts waiting for MinHash
-        prompt_texts: list[str] = []
-
+        merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold)
         rows = iter_checked_rows(
             raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, engine=engine,
+            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge, engine=engine,
             ray_address=ray_address,
         )
-        for row in rows:
-            rows_in += 1
-            report.add(row)
-            flag_counts.update(row.flags)
-            if row.severity == "error":
-                errors += 1
-            if row.outcome == "quarantined":
-                quarantine.write(_quarantine_record(row))
-                continue
-            assert row.pair is not None
-            prompt_rows.append(rows_in - 1)  # the report's ordinal: it maps back to file and line
-            prompt_texts.append(row.pair.prompt)
-            if row.outcome == "dropped":
-                dropped.write(_dropped_record(row))
-            else:
-                out_row = output_row(row)
-                content.update(_row_digest(out_row))
-                pending.append(out_row)
-            if len(pending) >= batch_size:
-                dataset.write_rows(pending)
-                pending = []
-            if len(prompt_texts) >= 4096:
-                near_duplicates.add_batch(prompt_rows, prompt_texts)
-                prompt_rows, prompt_texts = [], []
-        dataset.write_rows(pending)
-        if prompt_texts:
-            near_duplicates.add_batch(prompt_rows, prompt_texts)
-        report.add_near_duplicate_prompts(near_duplicates.clusters(), report.location)
-        dropped.close()
-        quarantine.close()
-        fingerprint = content.hexdigest()
-        schema = dataset.finish(fingerprint)
-
-        accounting = {
-            "rows_in": rows_in,
-            "rows_out": dataset.rows,
-            "rows_dropped": dropped.count,
-            "rows_quarantined": quarantine.count,
-        }
-        # Invariant 5: every record lands in exactly one place.
-        assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
-        config = {
-            "raw": str(raw_path),
-            "tokenizer": str(tokenizer),
-            "max_length": max_length,
-            "max_prompt_length": max_prompt_length,
-            "chat_template": chat_template,
-            "batch_size": batch_size,
-            "workers": workers,
-            "engine": engine,
-            "trust_remote_code": trust_remote_code,
-            "policy": loaded_policy.to_dict(),
-        }
+        written = _write_rows(rows, tmp, loaded_policy, batch_size)
+        written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
         meta = {"input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare"}
-        built = report.build(accounting, meta)
-        with open(tmp / "report.json", "w", encoding="utf-8") as handle:  # streamed: no whole-report string
-            json.dump(built, handle, indent=2, sort_keys=True, default=str)
-            handle.write("\n")
-        (tmp / "report.md").write_text(render_markdown(built), encoding="utf-8")
-        (tmp / "report.html").write_text(render_html(built), encoding="utf-8")
-
-        tok = pair_tokenizer.tokenizer
-        pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "prefdata_version": __version__,
-            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "inputs": [
-                {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
-            ],
-            "config": config,
-            "tokenizer": {
-                "path": str(tokenizer),
-                "fingerprint": pair_tokenizer.fingerprint(),
-                "class": type(tok).__name__,
-                "pad_token_id": pad_id if pad_id is not None else 0,
-                "eos_token_id": tok.eos_token_id,
-                "bos_token_id": tok.bos_token_id,
-            },
-            "row_accounting": accounting,
-            "flag_counts": dict(sorted(flag_counts.items())),
-            "errors": errors,
-            "content_hash": fingerprint,
-            "columns": schema.names,
-            "json_columns": sorted(dataset.json_columns),
-            "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
-        }
-        write_manifest(tmp, manifest)  # last: a directory without a manifest is not a finished output
+        built = _write_reports(tmp, written.report.build(written.accounting, meta))
+        write_manifest(tmp, _manifest(written, input_files, config, pair_tokenizer))  # last: marks OUT finished
         W.publish(tmp, out_path)
     except BaseException:
         W.abandon(tmp, out_path)
         raise
+    accounting = written.accounting
     return PrepareResult(
         out_dir=str(out_path),
-        rows_in=rows_in,
+        rows_in=accounting["rows_in"],
         rows_out=accounting["rows_out"],
         rows_dropped=accounting["rows_dropped"],
         rows_quarantined=accounting["rows_quarantined"],
-        flag_counts=dict(flag_counts),
-        errors=errors,
-        exit_code=1 if errors else 0,
+        flag_counts=dict(written.flag_counts),
+        errors=written.errors,
+        exit_code=1 if written.errors else 0,
         report=built,
         seconds=time.time() - started,
     )
+
+
+def _check_numbers(batch_size: int, workers: int | None, engine: str = "local") -> int:
+    """The number of workers to use, after checking the numbers given."""
+    if batch_size < 1:
+        raise PrefdataError("--batch-size must be at least 1")
+    if workers is None:
+        return default_workers() if engine == "local" else 0  # 0: one Ray actor per cluster CPU
+    if workers < 1:
+        raise PrefdataError("--workers must be at least 1")
+    return workers
+
+
+def _input_files(raw_path: Path, out_path: Path) -> list[Path]:
+    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
+    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
+        raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
+    return input_files
+
+
+@dataclass
+class _Written:
+    """What writing the rows left behind: the report so far, the counts, the content hash."""
+
+    report: Any  # ReportBuilder
+    accounting: dict[str, int]
+    flag_counts: Counter[str]
+    errors: int  # rows with a flag at error severity
+    content_hash: str
+    columns: list[str]
+    json_columns: list[str]
+
+
+def _write_rows(rows: Iterable[CheckedRow], tmp: Path, policy: Any, batch_size: int) -> _Written:
+    """Every row to exactly one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report."""
+    from prefdata.io import writer as W
+    from prefdata.report.builder import ReportBuilder
+
+    dataset = W.DatasetWriter(tmp)
+    dropped = W.JsonlWriter(tmp / "dropped.jsonl")
+    quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
+    report = ReportBuilder(policy)
+    flag_counts: Counter[str] = Counter()
+    content = hashlib.blake2b(digest_size=16)
+    errors = rows_in = 0
+    pending: list[dict[str, Any]] = []
+    for row in rows:
+        rows_in += 1
+        report.add(row)
+        flag_counts.update(row.flags)
+        errors += row.severity == "error"
+        if row.outcome == "quarantined":
+            quarantine.write(_quarantine_record(row))
+        elif row.outcome == "dropped":
+            dropped.write(_dropped_record(row))
+        else:
+            out_row = output_row(row)
+            content.update(_row_digest(out_row))
+            pending.append(out_row)
+            if len(pending) >= batch_size:
+                dataset.write_rows(pending)
+                pending = []
+    dataset.write_rows(pending)
+    dropped.close()
+    quarantine.close()
+    fingerprint = content.hexdigest()
+    schema = dataset.finish(fingerprint)
+    accounting = {
+        "rows_in": rows_in,
+        "rows_out": dataset.rows,
+        "rows_dropped": dropped.count,
+        "rows_quarantined": quarantine.count,
+    }
+    # Invariant 5: every record lands in exactly one place.
+    assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
+    return _Written(report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(dataset.json_columns))
+
+
+def _write_reports(tmp: Path, built: dict[str, Any]) -> dict[str, Any]:
+    from prefdata.report.render import render_html, render_markdown
+
+    with open(tmp / "report.json", "w", encoding="utf-8") as handle:  # streamed: no whole-report string
+        json.dump(built, handle, indent=2, sort_keys=True, default=str)
+        handle.write("\n")
+    (tmp / "report.md").write_text(render_markdown(built), encoding="utf-8")
+    (tmp / "report.html").write_text(render_html(built), encoding="utf-8")
+    return built
+
+
+def _manifest(
+    written: _Written, input_files: list[Path], config: dict[str, Any], pair_tokenizer: PairTokenizer
+) -> dict[str, Any]:
+    tok = pair_tokenizer.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return {
+        "format_version": FORMAT_VERSION,
+        "prefdata_version": __version__,
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "inputs": [{"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files],
+        "config": config,
+        "tokenizer": {
+            "path": config["tokenizer"],
+            "fingerprint": pair_tokenizer.fingerprint(),
+            "class": type(tok).__name__,
+            "pad_token_id": pad_id if pad_id is not None else 0,
+            "eos_token_id": tok.eos_token_id,
+            "bos_token_id": tok.bos_token_id,
+        },
+        "row_accounting": written.accounting,
+        "flag_counts": dict(sorted(written.flag_counts.items())),
+        "errors": written.errors,
+        "content_hash": written.content_hash,
+        "columns": written.columns,
+        "json_columns": written.json_columns,
+        "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
+    }

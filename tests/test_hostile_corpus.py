@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from prefdata.errors import PrefdataError, RecordError, UnknownShapeError
 from prefdata.io.formats import normalize_record
-from prefdata.io.readers import MAX_RAW_TEXT, iter_raw_records
+from prefdata.io.json_decode import MAX_RAW_TEXT
+from prefdata.io.readers import iter_raw_records
 
 try:
     import tomllib

@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Iterable
 
 from prefdata import flags as F
-from prefdata.checks.dataset import DatasetWideChecks, PromptLeakIndex
+from prefdata.checks.dataset import PromptLeakIndex
+from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy, text_flags, token_flags
 from prefdata.checks.policy import Policy
 from prefdata.errors import RecordError
@@ -29,28 +30,40 @@ def build_leak_index(against: str | Path) -> PromptLeakIndex:
     return PromptLeakIndex(prompts)
 
 
+def pair_flags(pair: Pair, tokenized: TokenizedPair | None, policy: Policy, leak_index: PromptLeakIndex | None) -> list[str]:
+    """The pair's own flags: found while normalizing, text checks, token checks on the final ids,
+    prompt leak. Everything but the dataset-wide flags, before the policy."""
+    found = list(pair.flags) + text_flags(pair, policy)
+    if tokenized is not None:
+        found = token_flags(tokenized, found)
+    if leak_index is not None and leak_index.contains_pair(pair):
+        found.append(F.PROMPT_LEAK)
+    return found
+
+
+def verdict(found: list[str], policy: Policy) -> tuple[list[str], str | None, str]:
+    """(flags the policy keeps, worst severity, outcome "kept" | "dropped") of a pair's flags."""
+    kept, severity = apply_policy(found, policy)
+    return kept, severity, "dropped" if severity in ("drop", "error") else "kept"
+
 
 class PairChecker:
-    """The per-pair check sequence that `prepare` and `validate` share, in one place.
+    """Every check of a pair, one pair at a time in this process (the engine's stages split this
+    into the per-pair flags in workers and the merge here).
 
-    Holds the dataset-wide hash tables, so one instance must see the rows in input order.
+    Holds the dataset-wide merge, so one instance must see the rows in input order.
     """
 
-    def __init__(self, policy: Policy, leak_index: PromptLeakIndex | None = None):
+    def __init__(self, policy: Policy, leak_index: PromptLeakIndex | None = None, merge: DatasetMerge | None = None):
         self.policy = policy
         self.leak_index = leak_index
-        self.dataset_checks = DatasetWideChecks()
+        self.merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
 
     def check(
-        self, pair: Pair, tokenized: TokenizedPair | None, extra_flags: Iterable[str] = ()
+        self, pair: Pair, tokenized: TokenizedPair | None, extra_flags: Iterable[str] = (), *, ordinal: int
     ) -> tuple[list[str], str | None, str]:
-        """(flags kept by the policy, worst severity, outcome "kept" | "dropped")."""
-        found = list(pair.flags) + text_flags(pair, self.policy)
-        if tokenized is not None:
-            found = token_flags(tokenized, found)
-        found += self.dataset_checks.observe(pair)
-        if self.leak_index is not None and self.leak_index.contains_pair(pair):
-            found.append(F.PROMPT_LEAK)
+        """(flags kept by the policy, worst severity, outcome) of the pair at row `ordinal`."""
+        found = pair_flags(pair, tokenized, self.policy, self.leak_index)
+        found += self.merge.merge_pair(ordinal, pair)
         found.extend(extra_flags)
-        kept, severity = apply_policy(found, self.policy)
-        return kept, severity, "dropped" if severity in ("drop", "error") else "kept"
+        return verdict(found, self.policy)

@@ -1,99 +1,91 @@
-"""Normalize + tokenize record batches, in this process or in worker processes, in input order.
+"""The local engine: run a stage over work units in worker processes, results in input order.
 
-Tokenization dominates `prepare` (a long row costs milliseconds), so batches go to worker
-processes, each with its own single-threaded tokenizer; everything order-dependent (dataset-wide
-checks, reports, writing) stays in the main process. Results come back in submission order, so the
-output is the same for any number of workers, and at most a few batches are in flight, so memory
-stays flat.
+The engine knows nothing of records, chunks, tokenizers or checks; the stages (in io/, tokenize/,
+checks/, validate/) and the callers' order-dependent merge steps do. The contract, which a Ray Data
+engine implements as well (so the same stage objects run past one machine):
+
+    class Stage(Protocol[U, R]):
+        def setup(self) -> None: ...       # once per worker process before its first unit (load a
+                                           # tokenizer, ...); idempotent: the caller may have run it
+        def run(self, unit: U) -> R: ...   # one work unit -> its result
+
+    class Engine(Protocol):
+        def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> Iterator[tuple[U, R]]: ...
+
+- A stage is picklable (a Ray actor gets a copy); `run` keeps no state from one unit to the next,
+  so any worker may run any unit and the results do not depend on how units are spread.
+- Units and results are picklable and small enough to hold a few of at once (a chunk of records).
+- `map_ordered` yields (unit, result) strictly in the order of `units`, whatever the number of
+  workers, with a bounded number of units in flight, so memory stays flat however many units come.
+  `units` is read lazily, a few units ahead of the results, so a unit may carry state the caller
+  computed while merging earlier results. An error raised by `units` comes after the results of
+  the units before it; an error in `run` is raised where its unit's result would be.
+- A Ray Data engine: `ray.data.from_items(units).map_batches(Adapter, fn_constructor_args=(stage,),
+  batch_size=1, concurrency=workers)` with `Adapter.__init__` calling `stage.setup()` and
+  `Adapter.__call__` calling `stage.run` on its unit, `preserve_order=True` in the DataContext.
+
+`LocalEngine` forks `workers` processes (fork: fast, and the stage is inherited, not pickled); the
+workers ignore SIGINT (Ctrl-C is the main process's to report) and exit when the main process dies,
+even by SIGKILL. With one worker the stage runs in this process.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-from array import array
 import os
 import signal
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Any, Generic, Iterable, Iterator, Protocol, TypeVar
 
-from prefdata.errors import RecordError, UnknownShapeError
-from prefdata.io.formats import normalize_record
-from prefdata.records import Pair, RawRecord, TokenizedPair
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, truncate_pair
-
-
-@dataclass
-class ProcessedRecord:
-    """One record after normalize and tokenize. `pair` is None when it must be quarantined."""
-
-    pair: Pair | None
-    tokenized: TokenizedPair | None
-    error: str | None = None
-    unknown_shape: bool = False  # the error says "not a preference shape" (for the KTO/SFT check)
+U = TypeVar("U")
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+U_contra = TypeVar("U_contra", contravariant=True)
 
 
-def process_batch(
-    records: list[RawRecord], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings
-) -> list[ProcessedRecord]:
-    """Normalize every record and tokenize the pairs in one batched call."""
-    results: list[ProcessedRecord] = []
-    pairs: list[Pair] = []
-    for raw in records:
-        if raw.error is not None:
-            results.append(ProcessedRecord(None, None, raw.error))
-            continue
-        try:
-            pair = normalize_record(raw)
-        except UnknownShapeError as exc:
-            results.append(ProcessedRecord(None, None, str(exc), unknown_shape=True))
-            continue
-        except RecordError as exc:
-            results.append(ProcessedRecord(None, None, str(exc)))
-            continue
-        results.append(ProcessedRecord(pair, None))
-        pairs.append(pair)
+class Stage(Protocol[U_contra, R_co]):
+    """A picklable per-unit step (see the module doc)."""
 
-    if pair_tokenizer is not None:
-        tokenized: list[TokenizedPair | RecordError | None] = list(pair_tokenizer.tokenize_pairs_or_errors(pairs))
-    else:  # without a tokenizer only pre-tokenized rows get token-level checks
-        tokenized = [
-            truncate_pair(p.prompt_ids, p.chosen_ids, p.rejected_ids, settings, None) if p.is_pretokenized else None
-            for p in pairs
-        ]
-    it = iter(tokenized)
-    for result in results:
-        if result.pair is None:
-            continue
-        token_pair = next(it)
-        if isinstance(token_pair, RecordError):  # e.g. the chat template refuses the roles
-            result.pair, result.error = None, str(token_pair)
-        elif token_pair is not None:
-            result.tokenized = compact_ids(token_pair)
-    return results
+    def setup(self) -> None: ...
+
+    def run(self, unit: U_contra) -> R_co: ...
 
 
-def compact_ids(tokenized: TokenizedPair) -> TokenizedPair:
-    """The same pair with its id lists as array('i') (token ids are below 2**31).
+class Engine(Protocol):
+    """Runs a stage over units, yielding (unit, result) in input order (see the module doc)."""
 
-    Ids then cross the process boundary as one bytes copy each instead of hundreds of pickled ints,
-    and the Arrow writer and the content digest read them without per-element work."""
-    tokenized.prompt_ids = array("i", tokenized.prompt_ids)  # type: ignore[assignment]
-    tokenized.chosen_ids = array("i", tokenized.chosen_ids)  # type: ignore[assignment]
-    tokenized.rejected_ids = array("i", tokenized.rejected_ids)  # type: ignore[assignment]
-    return tokenized
+    def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> Iterator[tuple[U, R]]: ...
 
 
-# Rows per worker task: small enough that no worker idles at the end of the input, large enough
-# that batched tokenizer calls and pickling stay efficient.
-TASK_ROWS = 128
+def default_workers() -> int:
+    """All cores, at most 8 (beyond that the main process's merge becomes the bottleneck)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+class LocalEngine:
+    """`Engine` on this machine: `workers` processes (1: this process), `in_flight` units at most
+    submitted and not yet yielded (default 2 per worker + 1, so no worker waits on the main one)."""
+
+    def __init__(self, workers: int, in_flight: int | None = None) -> None:
+        self.workers = max(1, workers)
+        self.in_flight = in_flight or 2 * self.workers + 1
+
+    def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> "OrderedResults[U, R]":
+        """(unit, result) for every unit, in input order. Worker processes start, and the first
+        units are submitted, right away (before the first result is asked for), so the caller can
+        do other work meanwhile. Close the iterator (or exhaust it) to stop the workers."""
+        return OrderedResults(stage, units, self.workers, self.in_flight)
+
 
 # Worker-process state, set once by the pool initializer.
-_WORKER_TOKENIZER: PairTokenizer | None = None
-_WORKER_SETTINGS: TokenizeSettings | None = None
+_WORKER_STAGE: Any = None
 
 
 def _exit_when_orphaned(parent: int) -> None:
@@ -104,66 +96,89 @@ def _exit_when_orphaned(parent: int) -> None:
             os._exit(1)
 
 
-def _init_worker(pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings, parent: int) -> None:
-    global _WORKER_TOKENIZER, _WORKER_SETTINGS
+def _init_worker(stage: Stage[Any, Any], parent: int) -> None:
+    global _WORKER_STAGE
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
-    # One tokenizer thread per process: the processes are the parallelism.
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    # Ctrl-C is the main process's to handle; workers must not print their own tracebacks.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _WORKER_TOKENIZER, _WORKER_SETTINGS = pair_tokenizer, settings
-    if pair_tokenizer is not None:
-        pair_tokenizer.setup()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to report
+    stage.setup()
+    _WORKER_STAGE = stage
 
 
-def _process_in_worker(records: list[RawRecord]) -> list[ProcessedRecord]:
-    assert _WORKER_SETTINGS is not None
-    return process_batch(records, _WORKER_TOKENIZER, _WORKER_SETTINGS)
+def _run_in_worker(unit: Any) -> Any:
+    return _WORKER_STAGE.run(unit)
 
 
-def default_workers() -> int:
-    """All cores, at most 8 (beyond that the main process's checks become the bottleneck)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 8))
+class OrderedResults(Generic[U, R]):
+    """The iterator `LocalEngine.map_ordered` returns (a context manager too)."""
 
+    def __init__(self, stage: Stage[U, R], units: Iterable[U], workers: int, in_flight: int) -> None:
+        self._stage = stage
+        self._units = iter(units)
+        self._in_flight = in_flight
+        self._pending: deque[tuple[U, Future[R]]] = deque()
+        self._units_error: BaseException | None = None  # raised by `units`, due after the pending results
+        self._pool: ProcessPoolExecutor | None = None
+        self._set_up = False
+        if workers > 1:
+            # fork starts fast and shares what is loaded already (a leak index, a tokenizer) unpickled.
+            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+            self._pool = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context(method),
+                initializer=_init_worker,
+                initargs=(stage, os.getpid()),
+            )
+            self._fill()
 
-def process_batches(
-    batches: Iterable[list[RawRecord]],
-    pair_tokenizer: PairTokenizer | None,
-    settings: TokenizeSettings,
-    workers: int,
-) -> Iterator[tuple[list[RawRecord], list[ProcessedRecord]]]:
-    """(batch, its results) in input order, using `workers` processes (1: this process)."""
-    if workers <= 1:
-        for batch in batches:
-            yield batch, process_batch(batch, pair_tokenizer, settings)
-        return
-    # fork starts fast and shares the loaded libraries; the parent has not run the tokenizer yet.
-    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    pending: deque[tuple[list[RawRecord], list[Future]]] = deque()
-    pool = ProcessPoolExecutor(
-        max_workers=workers,
-        mp_context=multiprocessing.get_context(method),
-        initializer=_init_worker,
-        initargs=(pair_tokenizer, settings, os.getpid()),
-    )
-    in_flight = 0  # rows submitted and not yet yielded
-    limit = max(2 * workers * TASK_ROWS, 2)
-    try:
-        for batch in batches:
-            # Small tasks keep every worker busy to the end (a 1000-row task would leave one idle).
-            tasks = [pool.submit(_process_in_worker, batch[i : i + TASK_ROWS]) for i in range(0, len(batch), TASK_ROWS)]
-            pending.append((batch, tasks))
-            in_flight += len(batch)
-            while pending and in_flight - len(pending[-1][0]) >= limit:  # bounded: flat memory
-                done_batch, futures = pending.popleft()
-                in_flight -= len(done_batch)
-                yield done_batch, [result for future in futures for result in future.result()]
-        while pending:
-            done_batch, futures = pending.popleft()
-            yield done_batch, [result for future in futures for result in future.result()]
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    def _fill(self) -> None:
+        assert self._pool is not None
+        while self._units_error is None and len(self._pending) < self._in_flight:
+            try:
+                unit = next(self._units)
+            except StopIteration:
+                return
+            except Exception as exc:  # noqa: BLE001 - re-raised once the units before it are yielded
+                self._units_error = exc
+                return
+            self._pending.append((unit, self._pool.submit(_run_in_worker, unit)))
+
+    def __iter__(self) -> "OrderedResults[U, R]":
+        return self
+
+    def __next__(self) -> tuple[U, R]:
+        try:
+            if self._pool is None:
+                return self._next_here()
+            if not self._pending:
+                if self._units_error is not None:
+                    error, self._units_error = self._units_error, None
+                    raise error
+                raise StopIteration
+            unit, future = self._pending.popleft()
+            result = future.result()
+            self._fill()
+            return unit, result
+        except BaseException:  # the end, an error or Ctrl-C: the workers go
+            self.close()
+            raise
+
+    def _next_here(self) -> tuple[U, R]:
+        unit = next(self._units)
+        if not self._set_up:
+            self._stage.setup()
+            self._set_up = True
+        return unit, self._stage.run(unit)
+
+    def close(self) -> None:
+        """Stop: cancel what has not started, wait for the workers to exit."""
+        self._pending.clear()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.shutdown(wait=True, cancel_futures=True)
+        self._units = iter(())
+
+    def __enter__(self) -> "OrderedResults[U, R]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

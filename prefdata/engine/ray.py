@@ -30,9 +30,11 @@ DEFAULT_WINDOW = 256  # units per Ray Data execution
 
 
 class Stage(Protocol):
+    """The local engine's stage contract (prefdata.engine.local.Stage)."""
+
     def setup(self) -> None: ...
 
-    def __call__(self, unit: Any) -> Any: ...
+    def run(self, unit: Any) -> Any: ...
 
 
 def import_ray() -> Any:
@@ -85,7 +87,7 @@ class _StageActor:
         results = []
         for unit in batch["unit"]:
             try:
-                result: Any = self.stage(pickle.loads(unit))
+                result: Any = self.stage.run(pickle.loads(unit))
             except PrefdataError as exc:
                 result = _StageFailed(str(exc))
             results.append(cloudpickle.dumps(result))
@@ -108,10 +110,13 @@ class RayEngine:
         self.window = window
         self.cpus_per_worker = cpus_per_worker
 
-    def map_ordered(self, stage: Stage, units: Iterable[U]) -> Iterator[tuple[U, Any]]:
-        """(unit, stage(unit)) for every unit, in input order."""
-        dumps = self.ray.cloudpickle.dumps  # by value where needed (a stage defined in __main__)
-        stage_bytes = dumps(stage)
+    def map_ordered(self, stage: Stage, units: Iterable[U]) -> "RayResults[U]":
+        """(unit, stage.run(unit)) for every unit, in input order (an iterator and a context manager,
+        as the local engine's)."""
+        return RayResults(self._windows(stage, units))
+
+    def _windows(self, stage: Stage, units: Iterable[U]) -> Iterator[tuple[U, Any]]:
+        stage_bytes = self.ray.cloudpickle.dumps(stage)  # by value where needed (a stage in __main__)
         iterator = iter(units)
         while window := list(itertools.islice(iterator, self.window)):
             yield from zip(window, self._run_window(stage_bytes, window))
@@ -164,6 +169,30 @@ class RayEngine:
             raise _stage_error(exc) from None
         if expected != len(window):
             raise PrefdataError(f"Ray returned {expected} of {len(window)} units")
+
+
+class RayResults(Iterator[tuple[U, Any]]):
+    """What `RayEngine.map_ordered` returns: iterate it; closing it stops the running execution."""
+
+    def __init__(self, results: Iterator[tuple[U, Any]]) -> None:
+        self._results = results
+
+    def __iter__(self) -> "RayResults[U]":
+        return self
+
+    def __next__(self) -> tuple[U, Any]:
+        return next(self._results)
+
+    def close(self) -> None:
+        close = getattr(self._results, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> "RayResults[U]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _split_task(split: Callable[[Any, int], list[Any]], block: Any, partitions: int) -> Any:

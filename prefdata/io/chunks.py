@@ -1,7 +1,7 @@
 """Raw input cut into chunks of consecutive records, for checking in worker processes.
 
 JSON lines (the common case) travel as the lines' bytes: the main process only splits the file into
-lines (`readers._read_lines`, so truncated gzip streams and overlong lines read the same), and the
+lines (`json_lines._read_lines`, so truncated gzip streams and overlong lines read the same), and the
 worker parses them. Every other input (JSON arrays, a single JSON document, Parquet, Arrow) is read
 by `readers` in the main process and travels as RawRecords. A chunk never spans two files.
 
@@ -21,21 +21,9 @@ from pathlib import Path
 from typing import BinaryIO, Union
 
 from prefdata.errors import PrefdataError
-from prefdata.io.readers import (
-    _broken_line,
-    _iter_file,
-    _keys_big_floats,
-    _kind,
-    _open_binary,
-    _Overlong,
-    _parses,
-    _read_lines,
-    _sniff,
-    _string_colons,
-    _Truncated,
-    json_line_record,
-    list_input_files,
-)
+from prefdata.io.json_decode import _keys_big_floats, _open_binary, _string_colons
+from prefdata.io.json_lines import _broken_line, _Overlong, _read_lines, _Truncated, json_line_record
+from prefdata.io.readers import _iter_file, _kind, _parses, _sniff, list_input_files
 from prefdata.records import RawRecord
 
 try:
@@ -45,7 +33,7 @@ except ImportError:  # pragma: no cover - orjson is a dependency; without it eve
 
 CHUNK_LINES = 2048  # records per chunk of non-JSON-lines input (or lines, where the main process splits them)
 CHUNK_BYTES = 4 << 20  # bytes of JSON lines per chunk
-LONG_LINE = 16 << 20  # a line longer than this is read by the main process (readers._read_lines)
+LONG_LINE = 16 << 20  # a line longer than this is read by the main process (json_lines._read_lines)
 _LONG_DIGITS = re.compile(rb"\d{19}")  # where orjson may have read an integer beyond 64 bits as a float
 
 LineItem = Union[bytes, _Truncated, _Overlong]
@@ -66,7 +54,7 @@ class RangeChunk:
 @dataclass
 class LinesChunk:
     """Consecutive lines of a JSON-lines file: `items[i]` is line `first_line + i` (or a marker
-    for a broken stream or an overlong line, as `readers._read_lines` yields them)."""
+    for a broken stream or an overlong line, as `json_lines._read_lines` yields them)."""
 
     source_file: str
     first_line: int
@@ -129,7 +117,7 @@ def _is_json_lines(file: Path) -> bool:
 
 def _range_chunks(file: Path, name: str, max_lines: int, max_bytes: int) -> Iterator[Chunk]:
     """Chunks of about `max_bytes` ending at a newline. A line longer than LONG_LINE switches the
-    rest of the file to the main process's line reader (readers._read_lines knows overlong lines)."""
+    rest of the file to the main process's line reader (json_lines._read_lines knows overlong lines)."""
     with _open_binary(file, False) as fh:
         size = fh.seek(0, 2)
         start = 0
@@ -175,7 +163,7 @@ def _count_newlines(fh: BinaryIO, end: int) -> int:
 
 
 def _line_chunks(file: Path, name: str, skip: int, max_lines: int, max_bytes: int) -> Iterator[LinesChunk]:
-    """Lines from `readers._read_lines`, after the first `skip`, shipped as bytes."""
+    """Lines from `json_lines._read_lines`, after the first `skip`, shipped as bytes."""
     with _open_binary(file, _kind(file).endswith(".gz")) as fh:  # type: ignore[union-attr]
         first, items, size = 1, [], 0
         for item in _read_lines(fh):
@@ -204,7 +192,7 @@ def range_data(chunk: RangeChunk) -> bytes:
 
 
 def line_count(data: bytes) -> int:
-    """Lines in a RangeChunk's data, as `readers._read_lines` counts them (blank ones included)."""
+    """Lines in a RangeChunk's data, as `json_lines._read_lines` counts them (blank ones included)."""
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
@@ -243,22 +231,31 @@ def chunk_records(chunk: Chunk, data: bytes | None = None) -> Iterator[tuple[Raw
 
 
 def exact_record(
-    chunk: Chunk, position: int, source_line: int, span: tuple[int, int] | None = None, file: BinaryIO | None = None
+    chunk: Chunk,
+    position: int,
+    source_line: int,
+    span: tuple[int, int] | None = None,
+    file: BinaryIO | None = None,
+    data: bytes | None = None,
 ) -> RawRecord:
     """Record `position` of the chunk (at `source_line`), exactly as `iter_raw_records` yields it.
-    A RangeChunk's record is read again from the file (`file`, if open already): `span` is its
-    line's (offset in the chunk, length)."""
+    A RangeChunk's record is cut from its `data` when given, else read again from the file (`file`,
+    if open already): `span` is its line's (offset in the chunk, length)."""
     if isinstance(chunk, RecordsChunk):
         return chunk.records[position]
     if isinstance(chunk, RangeChunk):
         assert span is not None
-        fh = file if file is not None else open(chunk.path, "rb")
-        try:
-            fh.seek(chunk.start + span[0])
-            item: LineItem = fh.read(span[1])
-        finally:
-            if file is None:
-                fh.close()
+        item: LineItem
+        if data is not None:
+            item = data[span[0] : span[0] + span[1]]
+        else:
+            fh = file if file is not None else open(chunk.path, "rb")
+            try:
+                fh.seek(chunk.start + span[0])
+                item = fh.read(span[1])
+            finally:
+                if file is None:
+                    fh.close()
         file_start = chunk.start == 0 and span[0] == 0
     else:
         item = chunk.items[source_line - chunk.first_line]
@@ -268,8 +265,26 @@ def exact_record(
     return record
 
 
+class LineNumbers:
+    """Places a RangeChunk's lines (numbered from 1 within it) in its file, chunk after chunk in
+    input order: the order-dependent part of reading byte ranges."""
+
+    def __init__(self) -> None:
+        self.next_line = 1  # of the next RangeChunk of the current file
+
+    def offset(self, chunk: Chunk, line_count: int) -> int:
+        """What to add to the chunk's line numbers; `line_count`: its lines (`line_count(data)`)."""
+        if not isinstance(chunk, RangeChunk):
+            return 0
+        if chunk.start == 0:
+            self.next_line = 1
+        offset = self.next_line - 1
+        self.next_line += line_count
+        return offset
+
+
 def line_record(name: str, line_no: int, item: LineItem, *, fast: bool, file_start: bool) -> RawRecord | None:
-    """The record on one line (None for a blank line): `readers._iter_json_lines`, one line.
+    """The record on one line (None for a blank line): `json_lines._iter_json_lines`, one line.
     `file_start`: this is the file's first line (where a BOM is dropped)."""
     if type(item) is not bytes:
         return _broken_line(name, line_no, item)  # type: ignore[arg-type]

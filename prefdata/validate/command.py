@@ -12,7 +12,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
@@ -20,8 +20,10 @@ from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.builder import SCHEMA_VERSION, ReportBuilder, apply_baseline
 
+if TYPE_CHECKING:
+    from prefdata.checks.merge import DatasetMerge
+
 FORMATS = ("text", "json", "markdown", "github", "html")
-NEAR_DUPLICATE_BATCH = 4096  # prompts handed to MinHash at a time
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
 # re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
 _STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
@@ -69,8 +71,8 @@ def validate(
     HTML (.html), Markdown (.md) or JSON (anything else), e.g. to keep as the next baseline.
     `workers`: processes that read and check raw input (default: all cores, at most 8; 1 checks in
     this process only); the report does not depend on it. `engine="ray"` checks raw input on a
-    Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray), `workers` actors (default: one
-    per cluster CPU); the report is the same.
+    Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray) with `workers` actors (default:
+    one per cluster CPU); the report is the same.
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -85,9 +87,10 @@ def validate(
         raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
     if workers is not None and workers < 1:
         raise PrefdataError("--workers must be at least 1")
-    from prefdata.ingest import check_engine
+    from prefdata.engine.select import check_engine
 
     check_engine(engine)
+    from prefdata.checks.merge import DatasetMerge
 
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
@@ -98,28 +101,32 @@ def validate(
 
         workers = default_workers()
     if prepared:
-        rows = iter_prepared_rows(input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size)
-        _accumulate(rows, builder, loaded_policy)
+        merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold, background=True)
+        rows = iter_prepared_rows(
+            input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size, merge=merge
+        )
+        _accumulate(rows, builder, merge)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and workers > 1 and engine == "local":
+        if tokenizer is None and (workers > 1 or engine == "ray"):
             from prefdata.validate.merge import check_raw_text
 
             check_raw_text(
                 input_path, builder, policy=loaded_policy, settings=settings, against=against,
-                batch_size=batch_size, progress=progress, workers=workers,
+                batch_size=batch_size, progress=progress, workers=workers, engine=engine, ray_address=ray_address,
             )
         else:
             from prefdata.ingest import iter_checked_rows
 
+            merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold)
             rows = iter_checked_rows(
                 input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
                 batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
-                workers=workers, engine=engine, ray_address=ray_address,
+                workers=workers, merge=merge, engine=engine, ray_address=ray_address,
             )
-            _accumulate(rows, builder, loaded_policy)
+            _accumulate(rows, builder, merge)
 
     meta: dict[str, Any] = {
         "command": "validate",
@@ -148,26 +155,12 @@ def validate(
     return ValidateResult(exit_code=exit_code, report=report, rendered=rendered)
 
 
-def _accumulate(rows: Iterator[Any], builder: ReportBuilder, policy: Policy) -> None:
-    """Feed every row to the report, and every prompt to MinHash for near-duplicate prompts."""
-    from prefdata.checks.minhash import NearDuplicatePrompts
-
-    near = NearDuplicatePrompts(threshold=policy.near_duplicate_prompt_threshold)
-    ids: list[int] = []
-    prompts: list[str] = []
+def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: DatasetMerge) -> None:
+    """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
+    rows' ordinals are the report's: builder.location() resolves them)."""
     for row in rows:
-        ordinal = builder.rows  # the row id MinHash reports back; builder.location() resolves it
         builder.add(row)
-        if row.pair is None or not row.pair.prompt:
-            continue
-        ids.append(ordinal)
-        prompts.append(row.pair.prompt)
-        if len(prompts) >= NEAR_DUPLICATE_BATCH:
-            near.add_batch(ids, prompts)
-            ids, prompts = [], []
-    if prompts:
-        near.add_batch(ids, prompts)
-    builder.add_near_duplicate_prompts(near.clusters(), builder.location)
+    builder.add_near_duplicate_prompts(merge.near_duplicate_clusters(), builder.location)
 
 
 # ----------------------------------------------------------------------------- prepared OUT/
@@ -180,6 +173,7 @@ def iter_prepared_rows(
     against: str | Path | None = None,
     progress: bool = True,
     batch_size: int = 1000,
+    merge: DatasetMerge | None = None,
 ) -> Iterator[Any]:
     """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
 
@@ -201,13 +195,14 @@ def iter_prepared_rows(
     )
     if missing:
         raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
-    checker = PairChecker(policy, _leak_index(against) if against is not None else None)
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge)
     has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
     batches = dataset.iter(batch_size=batch_size)
     if progress:
         from tqdm.auto import tqdm
 
         batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
+    ordinal = 0  # the row's index: what near-duplicate prompt clusters report
     for batch in batches:
         for i in range(len(batch["prompt"])):
             stored = batch["flags"][i] if "flags" in batch else []
@@ -238,7 +233,9 @@ def iter_prepared_rows(
             non_finite = has_refs and not all(
                 v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
             )
-            kept, severity, outcome = checker.check(pair, tokenized, [F.NON_FINITE_REF_LOGPS] if non_finite else [])
+            extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
+            kept, severity, outcome = checker.check(pair, tokenized, extra, ordinal=ordinal)
+            ordinal += 1
             raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
             yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
 

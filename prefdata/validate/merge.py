@@ -1,9 +1,10 @@
 """Text-level `validate` of raw input across worker processes, with the sequential path's report.
 
-The main process cuts the input into chunks (`text_chunks`), worker processes check each chunk
-(`text_scan`), and the main process merges the compact results strictly in input order: the
-dataset-wide tables (duplicate and conflicting pairs: first occurrence wins), the policy, the
-report and the MinHash tables -- vectorized per chunk. The few rows the report describes one by one
+The main process cuts the input into chunks (prefdata.io.chunks), the engine (prefdata.engine.local)
+checks each chunk in worker processes (`ScanChunks`, prefdata.validate.scan), and the main process
+merges the compact results strictly in input order: the dataset-wide merge (prefdata.checks.merge:
+duplicate and conflicting pairs, first occurrence wins; MinHash), the policy and the report --
+vectorized per chunk. The few rows the report describes one by one
 (flagged or quarantined) are re-read from the chunk in the main process. At most a few chunks are
 in flight, so memory stays flat apart from the hash tables.
 
@@ -13,12 +14,6 @@ them), and input errors are the same one-line PrefdataErrors, raised at the same
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import signal
-import threading
-from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import closing
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -27,17 +22,17 @@ import numpy as np
 
 from prefdata import flags as F
 from prefdata.report import builder as R
-from prefdata.checks.pair import apply_policy, similarity
-from prefdata.checks.dataset import DatasetWideChecks
+from prefdata.checks.pair import apply_policy
 from prefdata.errors import PrefdataError
 from prefdata.io.formats import normalize_record
-from prefdata.checks.minhash import NearDuplicatePrompts
 from prefdata.checks.checker import build_leak_index
+from prefdata.checks.merge import DatasetMerge
+from prefdata.engine.select import select_engine
 from prefdata.records import CheckedRow
 from prefdata.checks.policy import Policy
 from prefdata.report.builder import OUTCOMES, SEVERITY_CODES, CompactRows, ReportBuilder
-from prefdata.io.chunks import Chunk, RangeChunk, exact_record, iter_chunks
-from prefdata.validate.scan import FLAG_BIT, ChunkScan, ScanSettings, flags_of, scan_chunk
+from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk, exact_record, iter_chunks
+from prefdata.validate.scan import FLAG_BIT, ChunkScan, MeasureSimilarity, ScanChunks, ScanSettings, ScanUnit, flags_of
 from prefdata.tokenize.pairs import TokenizeSettings
 
 _DUPLICATE, _CONFLICTING = FLAG_BIT[F.DUPLICATE_PAIR], FLAG_BIT[F.CONFLICTING_PAIR]
@@ -54,106 +49,38 @@ def check_raw_text(
     batch_size: int = 1000,
     progress: bool = True,
     workers: int = 2,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
 
-    `workers` processes check the chunks (0: this process alone, for tests); `batch_size` only
-    matters where the sequential path's behaviour depends on it (when a leading run of records
-    that are not preference data fails the input)."""
+    `workers` processes check the chunks (0 or 1: this process alone); `batch_size` only matters
+    where the sequential path's behaviour depends on it (when a leading run of records that are
+    not preference data fails the input). `engine`: "local", or "ray" with `workers` actors (0: one
+    per cluster CPU) at `ray_address`."""
     leak_index = build_leak_index(against) if against is not None else None
-    scan_settings = ScanSettings(policy, settings, leak_index)
+    runner = select_engine(engine, workers, ray_address)
     merger = _Merger(input_path, builder, policy, batch_size, progress)
-    with _Scanner(scan_settings, workers) as scanner, closing(merger):
-        pending: deque[tuple[Chunk, Future[ChunkScan]]] = deque()
-        chunks = iter_chunks(input_path)
-        try:
-            for chunk in chunks:
-                cutoff, want_excerpts = builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS
-                pending.append((chunk, scanner.submit(chunk, cutoff, want_excerpts)))
-                while len(pending) >= scanner.in_flight:
-                    merger.merge(*_result(pending.popleft()))
-        except PrefdataError:
-            # A file-level error comes after the records read before it, as in the sequential path.
-            while pending:
-                merger.merge(*_result(pending.popleft()))
-            raise
-        while pending:
-            merger.merge(*_result(pending.popleft()))
+    with closing(merger):
+        # Units are made as the engine takes them: what the report wants from a chunk (the sample
+        # cut-off, excerpts) is known only once the chunks before it are merged -- or most of them:
+        # the cut-off only falls, so a chunk handed out early brings a few halves too many.
+        units = (
+            ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
+            for chunk in iter_chunks(input_path)
+        )
+        with runner.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index)), units) as scans:
+            for unit, scan in scans:
+                merger.merge(unit.chunk, scan)
         merger.check_end()
         # The similarity sample is final: measure it in the workers while this process clusters.
         sampled = builder.similarity.unmeasured()
-        measuring = [scanner.measure([item.halves for item in sampled[i : i + 500]]) for i in range(0, len(sampled), 500)]
-        merger.cluster_prompts()
-        for i, future in enumerate(measuring):
-            for item, value in zip(sampled[500 * i : 500 * i + 500], future.result()):
-                item.measured(value)
-
-
-def _result(item: tuple[Chunk, Future[ChunkScan]]) -> tuple[Chunk, ChunkScan]:
-    return item[0], item[1].result()
-
-
-# ----------------------------------------------------------------------------- worker processes
-
-_WORKER_SETTINGS: ScanSettings | None = None
-
-
-def _init_worker(settings: ScanSettings, parent: int) -> None:
-    from prefdata.engine.local import _exit_when_orphaned
-
-    global _WORKER_SETTINGS
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to report
-    _WORKER_SETTINGS = settings
-
-
-def _scan_in_worker(chunk: Chunk, cutoff: int, want_excerpts: bool) -> ChunkScan:
-    assert _WORKER_SETTINGS is not None
-    return scan_chunk(chunk, _WORKER_SETTINGS, cutoff, want_excerpts)
-
-
-def _measure(halves: list[tuple[Any, Any]]) -> list[float]:
-    return [similarity(chosen, rejected) for chosen, rejected in halves]
-
-
-class _Scanner:
-    """`scan_chunk` in `workers` processes (or, with 0, in this one), a few chunks in flight."""
-
-    def __init__(self, settings: ScanSettings, workers: int) -> None:
-        self.settings = settings
-        self.in_flight = 2 * workers + 1 if workers else 1
-        self.pool: ProcessPoolExecutor | None = None
-        if workers:
-            # fork: starts fast and shares the loaded modules (the leak index too, without pickling).
-            method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-            self.pool = ProcessPoolExecutor(
-                max_workers=workers,
-                mp_context=multiprocessing.get_context(method),
-                initializer=_init_worker,
-                initargs=(settings, os.getpid()),
-            )
-
-    def submit(self, chunk: Chunk, cutoff: int, want_excerpts: bool) -> Future[ChunkScan]:
-        if self.pool is not None:
-            return self.pool.submit(_scan_in_worker, chunk, cutoff, want_excerpts)
-        future: Future[ChunkScan] = Future()
-        future.set_result(scan_chunk(chunk, self.settings, cutoff, want_excerpts))
-        return future
-
-    def measure(self, halves: list[tuple[Any, Any]]) -> Future[list[float]]:
-        """checks.similarity of each (chosen, rejected)."""
-        if self.pool is not None:
-            return self.pool.submit(_measure, halves)
-        future: Future[list[float]] = Future()
-        future.set_result(_measure(halves))
-        return future
-
-    def __enter__(self) -> "_Scanner":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+        batches = [[item.halves for item in sampled[i : i + 500]] for i in range(0, len(sampled), 500)]
+        with runner.map_ordered(MeasureSimilarity(), batches) as measured:
+            merger.cluster_prompts()
+            values = [value for _, batch in measured for value in batch]
+        for item, value in zip(sampled, values):
+            item.measured(value)
 
 
 # ----------------------------------------------------------------------------- the in-order merge
@@ -166,12 +93,11 @@ class _Merger:
         self.input_path = input_path
         self.builder = builder
         self.policy = policy
-        self.dataset = DatasetWideChecks()
-        self.near = NearDuplicatePrompts(threshold=policy.near_duplicate_prompt_threshold, background=False)
+        self.dataset = DatasetMerge(policy.near_duplicate_prompt_threshold)
         # iter_checked_rows fails the input when its first batch holds nothing but unknown shapes
         # (then, or at the end of a shorter input: the same error either way).
         self.probe_records = batch_size
-        self.next_line = 1  # of the next RangeChunk of the current file
+        self.lines = LineNumbers()
         self.records = 0
         self.pairs = 0
         self.pairs_in_probe = 0
@@ -183,17 +109,11 @@ class _Merger:
 
     def merge(self, chunk: Chunk, scan: ChunkScan) -> None:
         n = len(scan.lines)
-        if isinstance(chunk, RangeChunk):  # its lines are numbered within it: place them in the file
-            if chunk.start == 0:
-                self.next_line = 1
-            scan.lines += self.next_line - 1
-            self.next_line += scan.line_count
+        scan.lines += self.lines.offset(chunk, scan.line_count)
         self._probe(chunk, scan)
         pairs = scan.pair_index
-        duplicate, conflicting = self.dataset.observe_digests(
-            chunk.source_file, scan.lines[pairs], scan.prompt_keys, scan.pair_keys, scan.swapped_keys,
-            scan.halves_differ, scan.first_prompts, scan.first_pairs,
-        )
+        first = self.builder.rows
+        duplicate, conflicting = self.dataset.merge_chunk(chunk.source_file, scan.lines[pairs], first + pairs, scan.digests)
         masks = scan.flag_bits[pairs] | np.where(duplicate, _DUPLICATE, 0).astype(np.uint32)
         masks |= np.where(conflicting, _CONFLICTING, 0).astype(np.uint32)
         distinct, inverse = np.unique(masks, return_inverse=True)
@@ -220,7 +140,6 @@ class _Merger:
             name = OUTCOMES[int(outcome[position])]
             return CheckedRow(raw, normalize_record(raw), None, kept_flags[position], SEVERITY_CODES[code], name)
 
-        first = self.builder.rows
         self.builder.add_compact(
             CompactRows(
                 source_file=chunk.source_file,
@@ -228,8 +147,8 @@ class _Merger:
                 outcome=outcome,
                 severity=severity,
                 pair_index=pairs,
-                prompt_keys=scan.prompt_keys,
-                pair_keys=scan.pair_keys,
+                prompt_keys=scan.digests.prompt_keys,
+                pair_keys=scan.digests.pair_keys,
                 lengths=scan.lengths,
                 detailed=detailed,
                 detail=detail,
@@ -237,9 +156,6 @@ class _Merger:
                 excerpts=scan.excerpts,
                 tokens=scan.tokens,
             )
-        )
-        self.near.add_signatures(
-            first + scan.prompt_positions, scan.prompt_digests, scan.signature_rows, scan.signatures, scan.first_digests
         )
         if self.bar is not None:
             self.bar.update(n)
@@ -296,7 +212,7 @@ class _Merger:
             raise PrefdataError(f"{self.input_path} does not look like preference data ({self.first_problem})")
 
     def cluster_prompts(self) -> None:
-        self.builder.add_near_duplicate_prompts(self.near.clusters(), self.builder.location)
+        self.builder.add_near_duplicate_prompts(self.dataset.near_duplicate_clusters(), self.builder.location)
 
 
 _DROP_CODE = SEVERITY_CODES.index("drop")  # "drop" and "error" (the codes above it) drop the row

@@ -55,6 +55,13 @@ def _rows() -> list[str]:
     return lines
 
 
+@pytest.fixture
+def small_chunks(monkeypatch) -> None:
+    """Chunks of ~1 KiB, so the small input spreads over many units and both nodes."""
+    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 1024)
+    monkeypatch.setattr("prefdata.io.chunks.CHUNK_BYTES", 1024)
+
+
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("ray-raw") / "pairs.jsonl"
@@ -75,7 +82,7 @@ class _Square:
     def setup(self) -> None:
         self.pid = os.getpid()
 
-    def __call__(self, unit: int) -> tuple[int, int]:
+    def run(self, unit: int) -> tuple[int, int]:
         if unit < 0:
             raise PrefdataError(f"unit {unit} is negative")
         return unit * unit, self.pid
@@ -93,7 +100,7 @@ def test_map_ordered_keeps_input_order_across_nodes(cluster) -> None:
         list(engine.map_ordered(_Square(), [1, -1, 2]))
 
 
-def test_prepare_on_ray_writes_what_the_local_engine_writes(cluster, raw, tmp_path, tiny_tokenizer_dir) -> None:
+def test_prepare_on_ray_writes_what_the_local_engine_writes(cluster, raw, tmp_path, tiny_tokenizer_dir, small_chunks) -> None:
     from prefdata.prepare import prepare
 
     local = prepare(raw, tmp_path / "local", tokenizer=tiny_tokenizer_dir, workers=1, progress=False, batch_size=8)
@@ -110,7 +117,7 @@ def test_prepare_on_ray_writes_what_the_local_engine_writes(cluster, raw, tmp_pa
     assert _without_run_details(local.report) == _without_run_details(on_ray.report)
 
 
-def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw) -> None:
+def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw, small_chunks) -> None:
     from prefdata.validate.command import validate
 
     local = validate(raw, format="json", progress=False, workers=2)

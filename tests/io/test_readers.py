@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prefdata.errors import PrefdataError
-from prefdata.io.readers import MAX_RAW_TEXT, iter_raw_records, list_input_files
+from prefdata.io.json_decode import MAX_RAW_TEXT
+from prefdata.io.readers import iter_raw_records, list_input_files
 
 ROWS = [{"prompt": f"p{i}", "chosen": f"c{i}", "rejected": f"r{i}", "id": i} for i in range(5)]
 
@@ -79,9 +80,9 @@ def test_pretty_printed_array_misnamed_jsonl(tmp_path):
 
 def test_json_array_items_spanning_read_chunks(tmp_path, monkeypatch):
     # Tiny chunks force every item (and numbers) to straddle buffer refills.
-    import prefdata.io.readers as readers
+    import prefdata.io.json_array as json_array
 
-    monkeypatch.setattr(readers, "ARRAY_CHUNK", 7)
+    monkeypatch.setattr(json_array, "ARRAY_CHUNK", 7)
     rows = [{"n": 12345678901234, "s": "é" * 20 + "\\", "f": 1.5e10}] * 10 + ROWS
     path = tmp_path / "d.json"
     path.write_text(json.dumps(rows, ensure_ascii=False))
@@ -89,9 +90,9 @@ def test_json_array_items_spanning_read_chunks(tmp_path, monkeypatch):
 
 
 def test_parquet_read_in_batches(tmp_path, monkeypatch):
-    import prefdata.io.readers as readers
+    import prefdata.io.arrow as arrow
 
-    monkeypatch.setattr(readers, "BATCH_ROWS", 2)
+    monkeypatch.setattr(arrow, "BATCH_ROWS", 2)
     path = tmp_path / "d.parquet"
     pq.write_table(pa.Table.from_pylist(ROWS), path, row_group_size=3)
     records = _read(path)
@@ -382,7 +383,7 @@ _json_values = st.recursive(
 def test_fast_decoding_equals_the_stdlib_decoder(value) -> None:
     """Integers beyond 64 bits (which orjson would turn into floats), floats, ':' inside strings:
     the fast path returns the same value, of the same types, as the reference decoder."""
-    from prefdata.io.readers import _DECODER, _decode_line
+    from prefdata.io.json_decode import _DECODER, _decode_line
 
     text = json.dumps(value)
     fast, reference = _decode_line(text), _DECODER.decode(text)

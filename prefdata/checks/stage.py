@@ -1,0 +1,90 @@
+"""`CheckChunk`: the per-record half of ingest as one engine stage (see prefdata.engine.local).
+
+For one chunk of raw input: parse its records (JSON lines are parsed here, from their bytes),
+normalize and tokenize them (prefdata.tokenize.batch), the pair's own checks (text, tokens, prompt
+leak) and the digests the dataset-wide merge needs (prefdata.checks.merge). What depends on other
+chunks -- where a byte-range chunk's lines sit in its file, duplicates, conflicts, near-duplicate
+prompts, the policy's verdict on all of it -- is left to the main process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from prefdata.checks.dataset import PromptLeakIndex
+from prefdata.checks.merge import PairDigests, pair_digests
+from prefdata.checks.checker import pair_flags
+from prefdata.checks.policy import Policy
+from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data
+from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.tokenize.batch import normalize_and_tokenize
+from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+
+
+@dataclass
+class RecordResult:
+    """One record of a chunk. Of a pair, `raw` keeps only where it came from (the pair has the
+    rest); of a quarantined record, exactly what the reader gives (its raw text included)."""
+
+    raw: RawRecord
+    pair: Pair | None  # None: quarantined for `error`
+    tokenized: TokenizedPair | None
+    flags: list[str]  # pair_flags
+    error: str | None = None
+    unknown_shape: bool = False  # the error says "not a preference shape" (for the KTO/SFT check)
+
+
+@dataclass
+class CheckedChunk:
+    """A chunk's records in order; a RangeChunk's lines are numbered from 1 within it."""
+
+    records: list[RecordResult]
+    pair_index: np.ndarray  # (p,) int64 positions of the pairs in `records`
+    digests: PairDigests  # of those pairs, in order
+    line_count: int  # lines of a RangeChunk (blank ones included), 0 for other chunks
+
+
+@dataclass
+class CheckChunk:
+    """The stage: `run(chunk)` -> CheckedChunk. `pair_tokenizer`: None checks text only."""
+
+    pair_tokenizer: PairTokenizer | None
+    settings: TokenizeSettings
+    policy: Policy
+    leak_index: PromptLeakIndex | None = None
+
+    def setup(self) -> None:
+        # One tokenizer thread per process: the worker processes are the parallelism.
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        if self.pair_tokenizer is not None:
+            self.pair_tokenizer.setup()
+
+    def run(self, chunk: Chunk) -> CheckedChunk:
+        data = range_data(chunk) if isinstance(chunk, RangeChunk) else None
+        raws: list[RawRecord] = []
+        spans: list[tuple[int, int]] = []
+        for raw, offset, length in chunk_records(chunk, data):
+            raws.append(raw)
+            spans.append((offset, length))
+        records: list[RecordResult] = []
+        pair_index: list[int] = []
+        for position, (raw, done) in enumerate(zip(raws, normalize_and_tokenize(raws, self.pair_tokenizer, self.settings))):
+            if done.pair is None:
+                # The fast parse keeps no raw text: quarantine.jsonl and the report want the exact record.
+                exact = exact_record(chunk, position, raw.source_line, spans[position], data=data)
+                records.append(RecordResult(exact, None, None, [], done.error, done.unknown_shape))
+                continue
+            flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index)
+            where = RawRecord(raw.source_file, raw.source_line)
+            records.append(RecordResult(where, done.pair, done.tokenized, flags))
+            pair_index.append(position)
+        pairs = [records[i].pair for i in pair_index]
+        return CheckedChunk(
+            records=records,
+            pair_index=np.array(pair_index, dtype=np.int64),
+            digests=pair_digests(pairs),  # type: ignore[arg-type]
+            line_count=line_count(data) if data is not None else 0,
+        )
