@@ -157,6 +157,22 @@ def test_refs_on_ray_equal_local_refs_and_survive_a_killed_worker(cluster, raw, 
     assert manifest["refs"]["rows"] == 43 and manifest["refs"]["settings"]["world_size"] == 2
 
 
+@pytest.mark.parametrize("command", ["prepare", "validate", "refs"])
+def test_engine_is_a_config_key_for_every_scaling_command(command, tmp_path, raw, tiny_tokenizer_dir, monkeypatch, capsys) -> None:
+    from prefdata.cli import main
+
+    (tmp_path / "pyproject.toml").write_text(
+        f'[tool.prefdata]\nengine = "spark"\ntokenizer = "{tiny_tokenizer_dir}"\nmodel = "{tiny_tokenizer_dir}"\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    args = {"prepare": [str(raw), str(tmp_path / "out")], "validate": [str(raw)], "refs": [str(tmp_path)]}[command]
+    assert main([command, *args, "--no-progress"]) == 2
+    assert "--engine must be one of local, ray, got 'spark'" in capsys.readouterr().err
+    assert main(["show", str(tmp_path)]) == 2  # other commands ignore the key
+    err = capsys.readouterr().err
+    assert "unknown setting" not in err and "--engine" not in err
+
+
 def _partitioned_test_module():
     """tests/checks/test_partitioned.py: its pair generator and local answers (one source of truth)."""
     import importlib.util
