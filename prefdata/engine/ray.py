@@ -5,20 +5,21 @@ worker (here: once per Ray actor) and whose call maps one work unit to its resul
 yields (unit, result) in input order, so the output is the same as on one machine.
 
 Units and results cross the cluster as pickled bytes in one Arrow binary column each (a unit may
-be any picklable object: a byte-range chunk, a batch of records). Units are taken in windows of
-`window` units, one Ray Data execution per window: a window is what the driver holds at a time
-(flat memory), and each execution starts its actor pool anew (seconds), so a window should hold
-many units. Byte-range chunks are small descriptors: thousands fit in one window.
+be any picklable object: a byte-range chunk, a batch of records). Units are read lazily in windows
+of `window` units, one Ray Data execution per window (each starts its actor pool: seconds), and
+window k+1 runs while the caller consumes window k: the driver holds two windows (flat memory), and
+a unit is read at most two windows ahead of the results merged before it. Byte-range chunks are
+read by the workers from their path, so on a cluster the input must be on storage every node sees.
 
 Connection: `address` (from `--ray-address`), else RAY_ADDRESS, else a local Ray is started.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import pickle
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from prefdata.errors import PrefdataError
@@ -26,7 +27,9 @@ from prefdata.errors import PrefdataError
 U = TypeVar("U")
 
 INSTALL_HINT = 'the Ray engine needs Ray: pip install "prefdata[ray]"'
-DEFAULT_WINDOW = 256  # units per Ray Data execution
+# Units per Ray Data execution. The next window runs while the caller consumes this one, so
+# actor start-up hides behind the caller's work; two windows of results are held at most.
+DEFAULT_WINDOW = 32
 
 
 class Stage(Protocol):
@@ -116,10 +119,24 @@ class RayEngine:
         return RayResults(self._windows(stage, units))
 
     def _windows(self, stage: Stage, units: Iterable[U]) -> Iterator[tuple[U, Any]]:
+        """Window k+1 runs (actors starting, units computed) while the caller consumes window k."""
         stage_bytes = self.ray.cloudpickle.dumps(stage)  # by value where needed (a stage in __main__)
-        iterator = iter(units)
-        while window := list(itertools.islice(iterator, self.window)):
-            yield from zip(window, self._run_window(stage_bytes, window))
+        ahead = ThreadPoolExecutor(1, thread_name_prefix="ray-window")
+        try:
+            pending: tuple[list[U], Future[list[Any]]] | None = None
+            for window, error in _take_windows(units, self.window):
+                running = (window, ahead.submit(self._collect, stage_bytes, window)) if window else None
+                if pending is not None:
+                    yield from _results_of(*pending)
+                pending = running
+                if error is not None:  # after the results of the units read before it, as locally
+                    if pending is not None:
+                        yield from _results_of(*pending)
+                    raise error
+            if pending is not None:
+                yield from _results_of(*pending)
+        finally:
+            ahead.shutdown(wait=True, cancel_futures=True)
 
     def shuffle(self, split: Callable[[Any, int], list[Any]], reduce: Callable[[list[Any]], Any],
                 blocks: Sequence[Any], partitions: int, fetch: bool = True) -> list[Any]:
@@ -141,6 +158,9 @@ class RayEngine:
         except Exception as exc:
             raise _stage_error(exc) from None
 
+    def _collect(self, stage_bytes: bytes, window: list[Any]) -> list[Any]:
+        return list(self._run_window(stage_bytes, window))
+
     def _run_window(self, stage_bytes: bytes, window: list[Any]) -> Iterator[Any]:
         ray = self.ray
         _quiet_data_context(ray)
@@ -159,16 +179,40 @@ class RayEngine:
                 if row["index"] != expected:  # preserve_order is what makes this hold; never guess
                     raise PrefdataError(f"Ray returned unit {row['index']} where {expected} was due")
                 expected += 1
-                result = pickle.loads(row["result"])
-                if isinstance(result, _StageFailed):
-                    raise PrefdataError(result.message)
-                yield result
+                yield pickle.loads(row["result"])  # a _StageFailed is raised where it is consumed
         except PrefdataError:
             raise
         except Exception as exc:  # Ray wraps a worker's exception in its own types
             raise _stage_error(exc) from None
         if expected != len(window):
             raise PrefdataError(f"Ray returned {expected} of {len(window)} units")
+
+
+def _take_windows(units: Iterable[U], size: int) -> Iterator[tuple[list[U], BaseException | None]]:
+    """Windows of `size` units; the last with the error `units` raised, if any."""
+    iterator = iter(units)
+    while True:
+        window: list[U] = []
+        try:
+            for unit in iterator:
+                window.append(unit)
+                if len(window) == size:
+                    break
+        except Exception as exc:  # noqa: BLE001 - raised once the units before it are through
+            yield window, exc
+            return
+        if not window:
+            return
+        yield window, None
+        if len(window) < size:
+            return
+
+
+def _results_of(window: list[U], future: "Future[list[Any]]") -> Iterator[tuple[U, Any]]:
+    for unit, result in zip(window, future.result()):
+        if isinstance(result, _StageFailed):
+            raise PrefdataError(result.message)
+        yield unit, result
 
 
 class RayResults(Iterator[tuple[U, Any]]):

@@ -100,6 +100,20 @@ def test_map_ordered_keeps_input_order_across_nodes(cluster) -> None:
         list(engine.map_ordered(_Square(), [1, -1, 2]))
 
 
+def test_windows_read_units_lazily_and_keep_a_units_error_for_last() -> None:
+    from prefdata.engine.ray import _take_windows
+
+    def units():
+        yield from range(5)
+        raise PrefdataError("input broke after 5 units")
+
+    windows = list(_take_windows(units(), 2))
+    assert [w for w, _ in windows] == [[0, 1], [2, 3], [4]]
+    assert [e is None for _, e in windows] == [True, True, False]
+    assert str(windows[-1][1]) == "input broke after 5 units"
+    assert [w for w, _ in _take_windows(range(4), 2)] == [[0, 1], [2, 3]]
+
+
 def test_prepare_on_ray_writes_what_the_local_engine_writes(cluster, raw, tmp_path, tiny_tokenizer_dir, small_chunks) -> None:
     from prefdata.prepare import prepare
 
