@@ -44,9 +44,15 @@ def _add_tokenize_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", default=None, help="allow tokenizer/model code from the model directory (off by default)")
 
 
-def _add_engine_options(parser: argparse.ArgumentParser) -> None:
+def _add_engine_options(parser: argparse.ArgumentParser, partitioned: bool = True) -> None:
     parser.add_argument("--engine", choices=["local", "ray"], help="where the work runs: worker processes here (local, default) or a Ray cluster")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local Ray)")
+    if partitioned:
+        parser.add_argument(
+            "--partitioned-checks", action="store_true", default=None,
+            help="dataset-wide checks by hash partitioning across the workers (a first pass over the input; "
+            "with --engine ray no process holds every row's digests)",
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--batch-tokens", type=_positive_int, metavar="N", help="token budget per forward batch")
     r.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the model directory")
     r.add_argument("--workers", type=_positive_int, metavar="N", help="with --engine ray: model actors (default: one per GPU, else one per CPU)")
-    _add_engine_options(r)
+    _add_engine_options(r, partitioned=False)
     _add_common(r)
 
     t = sub.add_parser(

@@ -19,6 +19,7 @@ import xxhash
 
 from prefdata import FORMAT_VERSION, __version__
 from prefdata.checks.merge import DatasetMerge
+from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
 from prefdata.engine.select import check_engine
@@ -135,12 +136,14 @@ def prepare(
     trust_remote_code: bool = False,
     engine: str = "local",
     ray_address: str | None = None,
+    partitioned_checks: bool = False,
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
     `engine="ray"` runs the per-chunk work on a Ray cluster (`ray_address`, else RAY_ADDRESS, else
     a local Ray) with `workers` actors (default: one per cluster CPU); OUT is the same as the local
-    engine's (same content hash)."""
+    engine's (same content hash). `partitioned_checks`: the dataset-wide checks by hash partitioning
+    across the workers in a first pass over the input (see prefdata.checks.partitioned); same OUT."""
     from prefdata.io import writer as W
 
     started = time.time()
@@ -161,13 +164,15 @@ def prepare(
         "batch_size": batch_size,
         "workers": workers,
         "engine": engine,
+        "partitioned_checks": partitioned_checks,
         "trust_remote_code": trust_remote_code,
         "policy": loaded_policy.to_dict(),
     }
 
     tmp = W.prepare_output_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
     try:
-        merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold)
+        threshold = loaded_policy.near_duplicate_prompt_threshold
+        merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
         rows = iter_checked_rows(
             raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
             progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge, engine=engine,

@@ -48,9 +48,18 @@ class DigestBlock:
     pair_keys: np.ndarray  # (n,) uint64
     swapped_keys: np.ndarray  # (n,) uint64 key of (prompt, rejected, chosen)
     halves_differ: np.ndarray  # (n,) bool
-    prompt_digests: np.ndarray  # (n,) uint64 minhash.prompt_digest (raw text)
-    signature_rows: np.ndarray  # (n,) int64 row in `signatures`, -1: no word or not first in block
+    prompt_rows: np.ndarray  # (m,) int64 rows whose prompts near-duplicate detection sees
+    prompt_digests: np.ndarray  # (m,) uint64 minhash.prompt_digest (raw text)
+    signature_rows: np.ndarray  # (m,) int64 row in `signatures`, -1: no word or not first in block
     signatures: np.ndarray  # (s, num_perm) uint8
+
+
+def block_from_digests(rows: np.ndarray, digests: Any) -> DigestBlock:
+    """A DigestBlock from a chunk's `checks.merge.PairDigests` (what the engine's stage computes)
+    and the row ordinals of its pairs: the same rows `DatasetMerge.merge_chunk` would see."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return DigestBlock(rows, digests.prompt_keys, digests.pair_keys, digests.swapped_keys, digests.halves_differ,
+                       rows[digests.prompted], digests.prompt_digests, digests.signature_rows, digests.signatures)
 
 
 def digest_block(rows: Sequence[int], pairs: Sequence[Pair], num_perm: int = 64) -> DigestBlock:
@@ -58,8 +67,8 @@ def digest_block(rows: Sequence[int], pairs: Sequence[Pair], num_perm: int = 64)
     n = len(pairs)
     if not n:
         empty = np.zeros(0, dtype=np.uint64)
-        return DigestBlock(np.zeros(0, np.int64), empty, empty, empty, np.zeros(0, bool), empty,
-                           np.zeros(0, np.int64), np.zeros((0, num_perm), np.uint8))
+        return DigestBlock(np.zeros(0, np.int64), empty, empty, empty, np.zeros(0, bool), np.zeros(0, np.int64),
+                           empty, np.zeros(0, np.int64), np.zeros((0, num_perm), np.uint8))
     keys = np.zeros((n, 4), dtype=np.uint64)
     swapped = np.zeros(n, dtype=np.uint64)
     differ = np.zeros(n, dtype=bool)
@@ -76,8 +85,8 @@ def digest_block(rows: Sequence[int], pairs: Sequence[Pair], num_perm: int = 64)
     has_words, signatures = prompt_signatures([pairs[i].prompt.lower() for i in positions], num_perm)
     signature_rows = np.full(n, -1, dtype=np.int64)
     signature_rows[positions[has_words]] = np.arange(int(has_words.sum()))
-    return DigestBlock(np.asarray(rows, dtype=np.int64), keys[:, 0], keys[:, 3], swapped, differ, digests,
-                       signature_rows, signatures)
+    row_array = np.asarray(rows, dtype=np.int64)
+    return DigestBlock(row_array, keys[:, 0], keys[:, 3], swapped, differ, row_array, digests, signature_rows, signatures)
 
 
 def _partition_of(keys: np.ndarray, partitions: int) -> np.ndarray:
@@ -136,11 +145,11 @@ def reduce_pairs(parts: Sequence[dict[str, dict[str, np.ndarray]]]) -> PairParti
 
 def split_prompts(block: DigestBlock, partitions: int) -> list[dict[str, np.ndarray]]:
     """One block's prompt digests by partition, each with its signature row (or -1)."""
-    signatures = np.zeros((block.rows.size, block.signatures.shape[1]), np.uint8)
+    signatures = np.zeros((block.prompt_rows.size, block.signatures.shape[1]), np.uint8)
     signed = block.signature_rows >= 0
     signatures[signed] = block.signatures[block.signature_rows[signed]]
     return _split(_partition_of(block.prompt_digests, partitions), partitions, digest=block.prompt_digests,
-                  row=block.rows, signed=signed, signature=signatures)
+                  row=block.prompt_rows, signed=signed, signature=signatures)
 
 
 def reduce_prompts(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
@@ -276,3 +285,38 @@ def _counts_split(prompts: dict[str, Any], partitions: int) -> list[tuple[int, i
 
 def _counts_reduce(parts: list[tuple[int, int]]) -> tuple[int, int]:
     return sum(p[0] for p in parts), sum(p[1] for p in parts)
+
+
+class PartitionedMerge:
+    """`checks.merge.DatasetMerge`'s interface over answers computed beforehand by partitioning
+    (`result`, set by the caller's first pass): a chunk's flags are looked up by row ordinal, so
+    this process keeps only the flagged rows and the near-duplicate groups."""
+
+    def __init__(self, near_duplicate_threshold: float, result: PartitionedResult | None = None) -> None:
+        self.threshold = near_duplicate_threshold
+        self._result = result
+
+    @property
+    def result(self) -> PartitionedResult:
+        if self._result is None:
+            raise RuntimeError("PartitionedMerge used before its first pass computed the answers")
+        return self._result
+
+    @result.setter
+    def result(self, value: PartitionedResult) -> None:
+        self._result = value
+
+    def merge_chunk(self, source_file: str, lines: np.ndarray, ordinals: np.ndarray, digests: Any
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        ordinals = np.asarray(ordinals, dtype=np.int64)
+        return _member(ordinals, self.result.duplicate_rows), _member(ordinals, self.result.conflicting_rows)
+
+    def near_duplicate_clusters(self) -> list[list[int]]:
+        return self.result.near_duplicate_groups
+
+
+def _member(values: np.ndarray, sorted_rows: np.ndarray) -> np.ndarray:
+    if not sorted_rows.size:
+        return np.zeros(values.size, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_rows, values), sorted_rows.size - 1)
+    return sorted_rows[at] == values

@@ -138,6 +138,10 @@ class RayEngine:
         finally:
             ahead.shutdown(wait=True, cancel_futures=True)
 
+    def put(self, value: Any) -> Any:
+        """`value` in the object store (on this node, spilled to disk when full); its reference."""
+        return self.ray.put(value)
+
     def shuffle(self, split: Callable[[Any, int], list[Any]], reduce: Callable[[list[Any]], Any],
                 blocks: Sequence[Any], partitions: int, fetch: bool = True) -> list[Any]:
         """Hash-partition shuffle: one task per block splits it into `partitions` parts, one task

@@ -61,6 +61,7 @@ def validate(
     workers: int | None = None,
     engine: str = "local",
     ray_address: str | None = None,
+    partitioned_checks: bool = False,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -72,7 +73,8 @@ def validate(
     `workers`: processes that read and check raw input (default: all cores, at most 8; 1 checks in
     this process only); the report does not depend on it. `engine="ray"` checks raw input on a
     Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray) with `workers` actors (default:
-    one per cluster CPU); the report is the same.
+    one per cluster CPU); the report is the same. `partitioned_checks`: raw input's dataset-wide
+    checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -110,7 +112,7 @@ def validate(
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and (workers > 1 or engine == "ray"):
+        if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks:
             from prefdata.validate.merge import check_raw_text
 
             check_raw_text(
@@ -120,7 +122,10 @@ def validate(
         else:
             from prefdata.ingest import iter_checked_rows
 
-            merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold)
+            from prefdata.checks.partitioned import PartitionedMerge
+
+            threshold = loaded_policy.near_duplicate_prompt_threshold
+            merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
             rows = iter_checked_rows(
                 input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
                 batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,

@@ -78,3 +78,25 @@ def test_groups_join_chains_and_sort() -> None:
     edges = np.array([[9, 4], [4, 7], [2, 3]], dtype=np.int64)
     assert groups_from_edges(edges) == [[2, 3], [4, 7, 9]]
     assert groups_from_edges(np.zeros((0, 2), dtype=np.int64)) == []
+
+
+def test_prepare_with_partitioned_checks_writes_the_same_out(tmp_path, tiny_tokenizer_dir) -> None:
+    import json
+
+    from prefdata.prepare import prepare
+
+    raw = tmp_path / "pairs.jsonl"
+    pairs = make_pairs(300, seed=3)
+    raw.write_text("".join(json.dumps({"prompt": p.prompt, "chosen": p.chosen, "rejected": p.rejected}) + "\n"
+                           for p in pairs) + "{broken\n", encoding="utf-8")
+    plain = prepare(raw, tmp_path / "plain", tokenizer=tiny_tokenizer_dir, workers=1, progress=False)
+    split = prepare(raw, tmp_path / "split", tokenizer=tiny_tokenizer_dir, workers=1, progress=False,
+                    partitioned_checks=True)
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("plain", "split")]
+    assert manifests[0]["content_hash"] == manifests[1]["content_hash"]
+    assert manifests[0]["flag_counts"] == manifests[1]["flag_counts"]
+    assert manifests[0]["flag_counts"]["duplicate_pair"] > 10 and manifests[0]["flag_counts"]["conflicting_pair"] > 5
+    for report in (plain.report, split.report):
+        report.pop("generated_at", None)
+    assert plain.report == split.report
+    assert plain.report["dataset"]["near_duplicate_prompts"]["clusters"] > 5

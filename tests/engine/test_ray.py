@@ -119,16 +119,21 @@ def test_prepare_on_ray_writes_what_the_local_engine_writes(cluster, raw, tmp_pa
 
     local = prepare(raw, tmp_path / "local", tokenizer=tiny_tokenizer_dir, workers=1, progress=False, batch_size=8)
     on_ray = prepare(raw, tmp_path / "ray", tokenizer=tiny_tokenizer_dir, engine="ray", progress=False, batch_size=8)
-    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("local", "ray")]
-    assert manifests[0]["content_hash"] == manifests[1]["content_hash"]
-    assert manifests[0]["row_accounting"] == manifests[1]["row_accounting"]
+    # The dataset-wide checks by partitioning on the cluster: a first pass, then the same OUT again.
+    split = prepare(raw, tmp_path / "split", tokenizer=tiny_tokenizer_dir, engine="ray", progress=False,
+                    batch_size=8, partitioned_checks=True)
+    names = ("local", "ray", "split")
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in names]
     assert manifests[0]["row_accounting"]["rows_quarantined"] == 1
-    assert manifests[0]["flag_counts"] == manifests[1]["flag_counts"]
     assert manifests[0]["flag_counts"]["duplicate_pair"] >= 1 and manifests[0]["flag_counts"]["conflicting_pair"] == 1
     assert manifests[1]["config"]["engine"] == "ray"
-    for name in ("dropped.jsonl", "quarantine.jsonl"):
-        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "ray" / name).read_bytes()
-    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+    for manifest, result, name in zip(manifests[1:], (on_ray, split), names[1:]):
+        assert manifest["content_hash"] == manifests[0]["content_hash"]
+        assert manifest["row_accounting"] == manifests[0]["row_accounting"]
+        assert manifest["flag_counts"] == manifests[0]["flag_counts"]
+        for file in ("dropped.jsonl", "quarantine.jsonl"):
+            assert (tmp_path / "local" / file).read_bytes() == (tmp_path / name / file).read_bytes()
+        assert _without_run_details(local.report) == _without_run_details(result.report)
 
 
 def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw, small_chunks) -> None:
