@@ -92,12 +92,13 @@ def test_map_ordered_keeps_input_order_across_nodes(cluster) -> None:
     from prefdata.engine.ray import RayEngine
 
     engine = RayEngine(window=40)
-    results = list(engine.map_ordered(_Square(), range(60)))  # two windows
-    assert [unit for unit, _ in results] == list(range(60))
-    assert [value for _, (value, _) in results] == [u * u for u in range(60)]
-    assert len({pid for _, (_, pid) in results}) >= 2  # both nodes' actors worked
-    with pytest.raises(PrefdataError, match="^unit -1 is negative$"):
-        list(engine.map_ordered(_Square(), [1, -1, 2]))
+    results = []
+    with pytest.raises(PrefdataError, match="^unit -1 is negative$"):  # the stage's own one line
+        for item in engine.map_ordered(_Square(), [*range(59), -1]):  # two windows, the error last
+            results.append(item)
+    assert [unit for unit, _ in results] == list(range(59))  # every result before the error, in order
+    assert [value for _, (value, _) in results] == [u * u for u in range(59)]
+    assert len({pid for _, (_, pid) in results}) >= 2  # actors on both nodes worked
 
 
 def test_windows_read_units_lazily_and_keep_a_units_error_for_last() -> None:
