@@ -1,7 +1,10 @@
 """`prefdata prepare`: raw records -> canonical pairs -> token pairs -> checks -> OUT/.
 
-`prefdata.ingest.iter_checked_rows` is the streaming core that `validate` shares; `prepare` adds
-the writing, the manifest and the reports.
+The recipe, top to bottom in `prepare`: check the arguments, load the policy and the tokenizer,
+stream the checked rows (`prefdata.ingest.iter_checked_rows`, the core `validate` shares: workers
+parse, normalize, tokenize and check chunks; the dataset-wide merge runs here in input order),
+write each row to the dataset, dropped.jsonl or quarantine.jsonl, then the reports and, last, the
+manifest.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import xxhash
 
@@ -29,6 +32,10 @@ from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+
+if TYPE_CHECKING:
+    from prefdata.checks.policy import Policy
+    from prefdata.report.builder import ReportBuilder
 
 
 @dataclass
@@ -224,7 +231,7 @@ def _input_files(raw_path: Path, out_path: Path) -> list[Path]:
 class _Written:
     """What writing the rows left behind: the report so far, the counts, the content hash."""
 
-    report: Any  # ReportBuilder
+    report: ReportBuilder
     accounting: dict[str, int]
     flag_counts: Counter[str]
     errors: int  # rows with a flag at error severity
@@ -233,7 +240,7 @@ class _Written:
     json_columns: list[str]
 
 
-def _write_rows(rows: Iterable[CheckedRow], tmp: Path, policy: Any, batch_size: int) -> _Written:
+def _write_rows(rows: Iterable[CheckedRow], tmp: Path, policy: Policy, batch_size: int) -> _Written:
     """Every row to exactly one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report."""
     from prefdata.io import writer as W
     from prefdata.report.builder import ReportBuilder

@@ -10,7 +10,7 @@ prompts, the policy's verdict on all of it -- is left to the main process.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,10 +55,13 @@ class CheckChunk:
     settings: TokenizeSettings
     policy: Policy
     leak_index: PromptLeakIndex | None = None
+    made_in: int = field(default_factory=os.getpid)  # the process that made the stage
 
     def setup(self) -> None:
-        # One tokenizer thread per process: the worker processes are the parallelism.
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        if os.getpid() != self.made_in:
+            # A worker: one tokenizer thread per process, the processes are the parallelism. (Run
+            # where it was made, the tokenizer keeps its threads and the caller's environment stays.)
+            os.environ["TOKENIZERS_PARALLELISM"] = "false"
         if self.pair_tokenizer is not None:
             self.pair_tokenizer.setup()
 

@@ -1,4 +1,5 @@
-"""Raw input cut into chunks of consecutive records, for checking in worker processes.
+"""Raw input cut into chunks of consecutive records: the work units of `prepare` and `validate`
+(prefdata.engine.local runs their stages on them in worker processes).
 
 JSON lines (the common case) travel as the lines' bytes: the main process only splits the file into
 lines (`json_lines._read_lines`, so truncated gzip streams and overlong lines read the same), and the

@@ -22,6 +22,7 @@ from prefdata.report.builder import SCHEMA_VERSION, ReportBuilder, apply_baselin
 
 if TYPE_CHECKING:
     from prefdata.checks.merge import DatasetMerge
+    from prefdata.checks.partitioned import PartitionedMerge
 
 FORMATS = ("text", "json", "markdown", "github", "html")
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
@@ -92,46 +93,19 @@ def validate(
     from prefdata.engine.select import check_engine
 
     check_engine(engine)
-    from prefdata.checks.merge import DatasetMerge
-
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
-    if workers is None and engine == "ray":
-        workers = 0  # one Ray actor per cluster CPU
-    elif workers is None:
-        from prefdata.engine.local import default_workers
-
-        workers = default_workers()
     if prepared:
-        merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold, background=True)
-        rows = iter_prepared_rows(
-            input_path, policy=loaded_policy, against=against, progress=progress, batch_size=batch_size, merge=merge
-        )
-        _accumulate(rows, builder, merge)
+        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
 
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
-        if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks:
-            from prefdata.validate.merge import check_raw_text
-
-            check_raw_text(
-                input_path, builder, policy=loaded_policy, settings=settings, against=against,
-                batch_size=batch_size, progress=progress, workers=workers, engine=engine, ray_address=ray_address,
-            )
-        else:
-            from prefdata.ingest import iter_checked_rows
-
-            from prefdata.checks.partitioned import PartitionedMerge
-
-            threshold = loaded_policy.near_duplicate_prompt_threshold
-            merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
-            rows = iter_checked_rows(
-                input_path, tokenizer_path=tokenizer, policy=loaded_policy, settings=settings,
-                batch_size=batch_size, progress=progress, against=against, trust_remote_code=trust_remote_code,
-                workers=workers, merge=merge, engine=engine, ray_address=ray_address,
-            )
-            _accumulate(rows, builder, merge)
+        _check_raw(
+            input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
+            batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,
+            ray_address=ray_address, partitioned_checks=partitioned_checks,
+        )
 
     meta: dict[str, Any] = {
         "command": "validate",
@@ -160,7 +134,63 @@ def validate(
     return ValidateResult(exit_code=exit_code, report=report, rendered=rendered)
 
 
-def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: DatasetMerge) -> None:
+def _check_prepared(
+    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int
+) -> None:
+    from prefdata.checks.merge import DatasetMerge
+    from prefdata.checks.partitioned import PartitionedMerge
+
+    merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
+    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge)
+    _accumulate(rows, builder, merge)
+
+
+def _check_raw(
+    input_path: Path,
+    builder: ReportBuilder,
+    policy: Policy,
+    settings: Any,
+    *,
+    tokenizer: str | None,
+    against: str | Path | None,
+    progress: bool,
+    batch_size: int,
+    workers: int | None,
+    trust_remote_code: bool,
+    engine: str = "local",
+    ray_address: str | None = None,
+    partitioned_checks: bool = False,
+) -> None:
+    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest).
+    On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
+    from prefdata.checks.merge import DatasetMerge
+    from prefdata.checks.partitioned import PartitionedMerge
+    from prefdata.checks.partitioned import PartitionedMerge
+    from prefdata.engine.local import default_workers
+
+    if workers is None:
+        workers = 0 if engine == "ray" else default_workers()
+    if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks:
+        from prefdata.validate.merge import check_raw_text
+
+        check_raw_text(
+            input_path, builder, policy=policy, settings=settings, against=against,
+            batch_size=batch_size, progress=progress, workers=workers, engine=engine, ray_address=ray_address,
+        )
+        return
+    from prefdata.ingest import iter_checked_rows
+
+    threshold = policy.near_duplicate_prompt_threshold
+    merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
+    rows = iter_checked_rows(
+        input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
+        progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
+        engine=engine, ray_address=ray_address,
+    )
+    _accumulate(rows, builder, merge)
+
+
+def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: "DatasetMerge | PartitionedMerge") -> None:
     """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
     rows' ordinals are the report's: builder.location() resolves them)."""
     for row in rows:

@@ -1,0 +1,49 @@
+"""`CheckChunk`, the per-chunk stage of prepare: the same records as the reader, quarantined ones
+exactly as read (quarantine.jsonl shows their text), lines placed by the merge."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from prefdata.checks.policy import load_policy
+from prefdata.checks.stage import CheckChunk
+from prefdata import ingest
+from prefdata.ingest import iter_checked_rows
+from prefdata.io.chunks import iter_chunks
+from prefdata.io.readers import iter_raw_records
+from prefdata.tokenize.pairs import TokenizeSettings
+
+
+def _write(path, lines: list[str]) -> None:
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def test_chunk_records_match_the_reader(tmp_path, monkeypatch) -> None:
+    rows = [json.dumps({"prompt": f"q{i}", "chosen": f"a{i}", "rejected": f"b{i}"}) for i in range(30)]
+    rows[7] = '{"prompt": "broken'
+    rows[12] = json.dumps({"text": "not a pair"})
+    rows.insert(20, "")  # a blank line is no record, but counts as a line
+    path = tmp_path / "d.jsonl"
+    _write(path, rows)
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    stage = CheckChunk(None, TokenizeSettings(), load_policy(None))
+    stage.setup()  # in this process: the environment stays as it is
+    assert "TOKENIZERS_PARALLELISM" not in os.environ
+
+    chunks = list(iter_chunks(path, max_bytes=200))  # several byte ranges
+    assert len(chunks) > 3
+    checked = [stage.run(chunk) for chunk in chunks]
+    assert sum(c.line_count for c in checked) == len(rows)
+
+    expected = {record.source_line: record for record in iter_raw_records(path)}
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 200)  # the merge places the lines of many chunks
+    got = list(iter_checked_rows(path, progress=False, workers=2))
+    assert [row.raw.source_line for row in got] == list(expected)
+    for row in got:
+        if row.outcome == "quarantined":
+            assert row.raw.raw_text == expected[row.raw.source_line].raw_text is not None
+        else:
+            assert row.pair is not None and row.pair.source_line == row.raw.source_line
+            assert row.pair.prompt == expected[row.raw.source_line].value["prompt"]
+    assert [row.raw.source_line for row in got if row.outcome == "quarantined"] == [8, 13]

@@ -1,0 +1,86 @@
+"""The local engine: results in input order whatever the workers, bounded read-ahead, errors where
+they belong, stages set up once per worker, and workers=1 in this process."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from prefdata.engine.local import Engine, LocalEngine
+
+
+class Square:
+    """A stage whose results reveal which process ran them and how often setup ran there."""
+
+    def __init__(self) -> None:
+        self.setups = 0
+
+    def setup(self) -> None:
+        self.setups += 1
+
+    def run(self, unit: int) -> tuple[int, int, int]:
+        if unit == -1:
+            raise ValueError("unlucky unit")
+        time.sleep(0.002 * (unit % 3))  # uneven work: later units finish first
+        return unit * unit, os.getpid(), self.setups
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_results_come_in_input_order(workers: int) -> None:
+    engine: Engine = LocalEngine(workers)
+    units = list(range(40))
+    with engine.map_ordered(Square(), units) as results:
+        got = list(results)
+    assert [unit for unit, _ in got] == units
+    assert [result[0] for _, result in got] == [u * u for u in units]
+    assert {result[2] for _, result in got} == {1}  # set up once in every process that ran it
+
+
+def test_one_worker_runs_here_and_several_run_elsewhere() -> None:
+    here = {pid for _, (_, pid, _) in LocalEngine(1).map_ordered(Square(), range(5))}
+    assert here == {os.getpid()}
+    there = {pid for _, (_, pid, _) in LocalEngine(2).map_ordered(Square(), range(20))}
+    assert os.getpid() not in there and len(there) >= 1
+
+
+def test_units_are_read_a_bounded_number_ahead() -> None:
+    pulled: list[int] = []
+
+    def units():
+        for i in range(1000):
+            pulled.append(i)
+            yield i
+
+    results = LocalEngine(2, in_flight=4).map_ordered(Square(), units())
+    try:
+        assert len(pulled) == 4  # started at once, but only `in_flight` units taken
+        for expected in range(3):
+            assert next(results)[0] == expected
+        assert len(pulled) == 4 + 3  # one more taken per result given
+    finally:
+        results.close()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_error_in_the_units_comes_after_the_results_before_it(workers: int) -> None:
+    def units():
+        yield from range(5)
+        raise RuntimeError("file 2 is unreadable")
+
+    seen: list[int] = []
+    with pytest.raises(RuntimeError, match="file 2 is unreadable"):
+        for unit, _ in LocalEngine(workers).map_ordered(Square(), units()):
+            seen.append(unit)
+    assert seen == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_error_in_a_stage_is_raised_at_its_unit(workers: int) -> None:
+    seen: list[int] = []
+    units = [*range(13), -1, *range(14, 20)]
+    with pytest.raises(ValueError, match="unlucky unit"):
+        for unit, _ in LocalEngine(workers).map_ordered(Square(), units):
+            seen.append(unit)
+    assert seen == list(range(13))
