@@ -138,7 +138,6 @@ def _check_prepared(
     input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int
 ) -> None:
     from prefdata.checks.merge import DatasetMerge
-    from prefdata.checks.partitioned import PartitionedMerge
 
     merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
     rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge)
@@ -164,7 +163,6 @@ def _check_raw(
     """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest).
     On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
     from prefdata.checks.merge import DatasetMerge
-    from prefdata.checks.partitioned import PartitionedMerge
     from prefdata.checks.partitioned import PartitionedMerge
     from prefdata.engine.local import default_workers
 
