@@ -8,6 +8,7 @@ file, the dataset-wide merge (prefdata.checks.merge) and the policy's verdict.
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,7 +19,7 @@ from prefdata.checks.merge import DatasetMerge, dataset_flags
 from prefdata.checks.partitioned import PartitionedMerge, PartitionedResult, block_from_digests, partitioned_dataset_checks
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
-from prefdata.engine.select import select_engine
+from prefdata.engine.local import Engine, LocalEngine
 from prefdata.errors import PrefdataError
 from prefdata.io.chunks import Chunk, LineNumbers, iter_chunks
 from prefdata.records import CheckedRow
@@ -83,19 +84,17 @@ def iter_checked_rows(
     trust_remote_code: bool = False,
     workers: int = 1,
     merge: DatasetMerge | PartitionedMerge | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
+    engine: Engine | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
 
     Memory stays flat: a few chunks are in flight; only the dataset-wide hash tables grow. Output
     order equals input order whatever `batch_size` and the number of `workers` (processes that
-    parse, normalize, tokenize and check). `merge`: the dataset-wide step, to read its
-    near-duplicate prompt clusters (by row ordinal) once the rows are through. An input whose
-    first `batch_size` records are all of an unknown shape is not preference data. `engine="ray"`
-    runs the stage on a Ray cluster (`workers` actors, 0: one per cluster CPU); the rows are the same.
-    A `PartitionedMerge` makes a first pass over the input for the dataset-wide checks by hash
-    partitioning (no process holds every row's digests); the rows are the same again.
+    parse, normalize, tokenize and check; `engine`: another Engine to run them on). `merge`: the
+    dataset-wide step, to read its near-duplicate prompt clusters (by row ordinal) once the rows
+    are through. An input whose first `batch_size` records are all of an unknown shape is not
+    preference data. A `PartitionedMerge` makes a first pass over the input for the dataset-wide
+    checks by hash partitioning (on Ray: no process holds every row's digests); the rows are the same.
     """
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
@@ -104,17 +103,17 @@ def iter_checked_rows(
         pair_tokenizer.setup()
     leak_index = build_leak_index(against) if against is not None else None
     stage = CheckChunk(pair_tokenizer, settings, policy, leak_index)
+    engine = engine or LocalEngine(workers)
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
     probe = _ShapeProbe(raw_path, batch_size)
     lines = LineNumbers()
     bar = _progress(progress)
     chunks = iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
     rows = 0
-    runner = select_engine(engine, workers, ray_address)
     if isinstance(merge, PartitionedMerge):  # first pass: the dataset-wide answers, by partitioning
-        merge.result = _partitioned_answers(runner, stage, raw_path, merge.threshold)
+        merge.result = _partitioned_answers(engine, stage, raw_path, merge.threshold)
     try:
-        with runner.map_ordered(stage, chunks) as results:
+        with closing(engine.map_ordered(stage, chunks)) as results:
             for chunk, checked in results:
                 for row, unknown_shape in _merge_chunk(chunk, checked, lines, merge, policy, rows):
                     probe.add(row, unknown_shape)
@@ -150,7 +149,7 @@ def _partitioned_answers(runner: Any, stage: CheckChunk, raw_path: str | Path, t
     put = getattr(runner, "put", lambda value: value)
     blocks, first = [], 0
     chunks = iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
-    with runner.map_ordered(_DigestsOf(stage), chunks) as results:
+    with closing(runner.map_ordered(_DigestsOf(stage), chunks)) as results:
         for _, (records, pair_index, digests) in results:
             blocks.append(put(block_from_digests(pair_index + first, digests)))
             first += records

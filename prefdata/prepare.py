@@ -25,7 +25,7 @@ from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
-from prefdata.engine.select import check_engine
+from prefdata.engine.select import check_engine, select_engine
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows
 from prefdata.io.manifest import sha256_file, write_manifest
@@ -182,8 +182,8 @@ def prepare(
         merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
         rows = iter_checked_rows(
             raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge, engine=engine,
-            ray_address=ray_address,
+            progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
+            engine=select_engine(engine, workers, ray_address),
         )
         written = _write_rows(rows, tmp, loaded_policy, batch_size)
         written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)

@@ -10,7 +10,7 @@ engine implements as well (so the same stage objects run past one machine):
         def run(self, unit: U) -> R: ...   # one work unit -> its result
 
     class Engine(Protocol):
-        def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> Iterator[tuple[U, R]]: ...
+        def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> ClosableIterator[tuple[U, R]]: ...
 
 - A stage is picklable (a Ray actor gets a copy); `run` keeps no state from one unit to the next,
   so any worker may run any unit and the results do not depend on how units are spread.
@@ -20,6 +20,8 @@ engine implements as well (so the same stage objects run past one machine):
   `units` is read lazily, a few units ahead of the results, so a unit may carry state the caller
   computed while merging earlier results. An error raised by `units` comes after the results of
   the units before it; an error in `run` is raised where its unit's result would be.
+- The iterator has `close()` (a generator is one): callers that stop early close it
+  (`contextlib.closing`), which stops the work.
 - A Ray Data engine: `ray.data.from_items(units).map_batches(Adapter, fn_constructor_args=(stage,),
   batch_size=1, concurrency=workers)` with `Adapter.__init__` calling `stage.setup()` and
   `Adapter.__call__` calling `stage.run` on its unit, `preserve_order=True` in the DataContext.
@@ -54,10 +56,14 @@ class Stage(Protocol[U_contra, R_co]):
     def run(self, unit: U_contra) -> R_co: ...
 
 
+class ClosableIterator(Iterator[R_co], Protocol[R_co]):
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     """Runs a stage over units, yielding (unit, result) in input order (see the module doc)."""
 
-    def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> Iterator[tuple[U, R]]: ...
+    def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> ClosableIterator[tuple[U, R]]: ...
 
 
 def default_workers() -> int:

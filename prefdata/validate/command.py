@@ -165,15 +165,17 @@ def _check_raw(
     from prefdata.checks.merge import DatasetMerge
     from prefdata.checks.partitioned import PartitionedMerge
     from prefdata.engine.local import default_workers
+    from prefdata.engine.select import select_engine
 
     if workers is None:
         workers = 0 if engine == "ray" else default_workers()
+    runner = select_engine(engine, workers, ray_address)
     if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks:
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(
             input_path, builder, policy=policy, settings=settings, against=against,
-            batch_size=batch_size, progress=progress, workers=workers, engine=engine, ray_address=ray_address,
+            batch_size=batch_size, progress=progress, workers=workers, engine=runner,
         )
         return
     from prefdata.ingest import iter_checked_rows
@@ -183,7 +185,7 @@ def _check_raw(
     rows = iter_checked_rows(
         input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
         progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
-        engine=engine, ray_address=ray_address,
+        engine=runner,
     )
     _accumulate(rows, builder, merge)
 

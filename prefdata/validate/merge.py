@@ -27,7 +27,7 @@ from prefdata.errors import PrefdataError
 from prefdata.io.formats import normalize_record
 from prefdata.checks.checker import build_leak_index
 from prefdata.checks.merge import DatasetMerge
-from prefdata.engine.select import select_engine
+from prefdata.engine.local import Engine, LocalEngine
 from prefdata.records import CheckedRow
 from prefdata.checks.policy import Policy
 from prefdata.report.builder import OUTCOMES, SEVERITY_CODES, CompactRows, ReportBuilder
@@ -49,17 +49,15 @@ def check_raw_text(
     batch_size: int = 1000,
     progress: bool = True,
     workers: int = 2,
-    engine: str = "local",
-    ray_address: str | None = None,
+    engine: Engine | None = None,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
 
     `workers` processes check the chunks (0 or 1: this process alone); `batch_size` only matters
     where the sequential path's behaviour depends on it (when a leading run of records that are
-    not preference data fails the input). `engine`: "local", or "ray" with `workers` actors (0: one
-    per cluster CPU) at `ray_address`."""
+    not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one)."""
     leak_index = build_leak_index(against) if against is not None else None
-    runner = select_engine(engine, workers, ray_address)
+    engine = engine or LocalEngine(workers)
     merger = _Merger(input_path, builder, policy, batch_size, progress)
     with closing(merger):
         # Units are made as the engine takes them: what the report wants from a chunk (the sample
@@ -69,14 +67,14 @@ def check_raw_text(
             ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
             for chunk in iter_chunks(input_path)
         )
-        with runner.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index)), units) as scans:
+        with closing(engine.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index)), units)) as scans:
             for unit, scan in scans:
                 merger.merge(unit.chunk, scan)
         merger.check_end()
         # The similarity sample is final: measure it in the workers while this process clusters.
         sampled = builder.similarity.unmeasured()
         batches = [[item.halves for item in sampled[i : i + 500]] for i in range(0, len(sampled), 500)]
-        with runner.map_ordered(MeasureSimilarity(), batches) as measured:
+        with closing(engine.map_ordered(MeasureSimilarity(), batches)) as measured:
             merger.cluster_prompts()
             values = [value for _, batch in measured for value in batch]
         for item, value in zip(sampled, values):

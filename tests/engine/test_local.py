@@ -3,7 +3,9 @@ they belong, stages set up once per worker, and workers=1 in this process."""
 
 from __future__ import annotations
 
+import json
 import os
+import pickle
 import time
 
 import pytest
@@ -84,3 +86,31 @@ def test_an_error_in_a_stage_is_raised_at_its_unit(workers: int) -> None:
         for unit, _ in LocalEngine(workers).map_ordered(Square(), units):
             seen.append(unit)
     assert seen == list(range(13))
+
+
+class CopyingEngine:
+    """Another Engine, the way a Ray Data one treats stages: each runner gets a pickled copy."""
+
+    def map_ordered(self, stage, units):
+        copy = pickle.loads(pickle.dumps(stage))
+        copy.setup()
+        return ((unit, copy.run(unit)) for unit in units)
+
+
+def test_prepare_stages_run_unchanged_on_another_engine(tmp_path, monkeypatch) -> None:
+    from prefdata import ingest
+    from prefdata.ingest import iter_checked_rows
+
+    rows = [json.dumps({"prompt": f"q{i % 7}", "chosen": f"a{i}", "rejected": f"b{i % 5}"}) for i in range(300)]
+    rows[40] = "{oops"
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+
+    def checked(**kwargs):
+        return [
+            (row.raw.source_line, row.outcome, row.flags, row.error)
+            for row in iter_checked_rows(path, progress=False, **kwargs)
+        ]
+
+    monkeypatch.setattr(ingest, "CHUNK_BYTES", 1000)  # many chunks
+    assert checked(engine=CopyingEngine()) == checked(workers=2) == checked(workers=1)
