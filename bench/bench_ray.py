@@ -54,6 +54,9 @@ class _TimedEngine:
     def __init__(self, inner) -> None:  # noqa: ANN001
         self.inner = inner
         self.wait = self.stage = self.worker_rss = 0.0
+        self.workers = getattr(inner, "workers", 1)  # what the partitioned checks size their shuffle by
+        if hasattr(inner, "shuffle"):
+            self.put, self.shuffle = inner.put, inner.shuffle
 
     def map_ordered(self, stage, units):  # noqa: ANN001, ANN201
         engine = self
@@ -75,10 +78,7 @@ class _TimedEngine:
                 engine.worker_rss = max(engine.worker_rss, getattr(result, "worker_rss_mib", 0.0))
                 return unit, result
 
-            def __enter__(self):  # noqa: ANN204
-                return self
-
-            def __exit__(self, *exc: object) -> None:
+            def close(self) -> None:
                 self.results.close()
 
         return Results()
@@ -91,7 +91,7 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
     engine = engine.removesuffix("+partitioned")
     sys.path.insert(0, str(REPO))
     import prefdata.ingest as ingest
-    import prefdata.validate.merge as validate_merge
+    import prefdata.prepare as prepare_module
     from prefdata.engine import select
 
     init_seconds = 0.0
@@ -102,13 +102,14 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
         ray.init(num_cpus=workers, logging_level="ERROR", log_to_driver=False, include_dashboard=False)
         init_seconds = time.perf_counter() - started
     timed: list[_TimedEngine] = []
+    original = select.select_engine
 
     def select_timed(name: str, n: int, address: str | None = None) -> _TimedEngine:
-        timed.append(_TimedEngine(select.select_engine(name, n, address)))
+        timed.append(_TimedEngine(original(name, n, address)))
         return timed[-1]
 
-    ingest.select_engine = select_timed  # type: ignore[assignment]
-    validate_merge.select_engine = select_timed  # type: ignore[assignment]
+    prepare_module.select_engine = select_timed  # type: ignore[assignment]
+    select.select_engine = select_timed  # type: ignore[assignment]  (validate imports it when it runs)
     ingest.CheckChunk = _measured_stage(ingest.CheckChunk)  # type: ignore[misc]
     started = time.perf_counter()
     if command == "prepare":
