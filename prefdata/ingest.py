@@ -29,6 +29,9 @@ from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 # milliseconds, so a 4 MiB chunk would leave the other workers idle at the end of the input.
 CHUNK_BYTES = 256 << 10
 CHUNK_LINES = 128  # records per chunk where the main process reads them (gzip, JSON arrays, Parquet)
+# Chunks in flight per worker: enough queued that a busy (or descheduled) main process does not
+# leave the workers idle; small chunks, so memory stays flat all the same.
+IN_FLIGHT_PER_WORKER = 8
 
 
 def _progress(enabled: bool) -> Any:
@@ -103,7 +106,7 @@ def iter_checked_rows(
         pair_tokenizer.setup()
     leak_index = build_leak_index(against) if against is not None else None
     stage = CheckChunk(pair_tokenizer, settings, policy, leak_index)
-    engine = engine or LocalEngine(workers)
+    engine = engine or LocalEngine(workers, in_flight=IN_FLIGHT_PER_WORKER * workers)
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
     probe = _ShapeProbe(raw_path, batch_size)
     lines = LineNumbers()
