@@ -104,8 +104,11 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
     timed: list[_TimedEngine] = []
     original = select.select_engine
 
-    def select_timed(name: str, n: int, address: str | None = None) -> _TimedEngine:
-        timed.append(_TimedEngine(original(name, n, address)))
+    def select_timed(name: str, n: int, address: str | None = None) -> _TimedEngine | None:
+        inner = original(name, n, address)
+        if inner is None:  # the local engine the command builds itself: its wall time is what counts
+            return None
+        timed.append(_TimedEngine(inner))
         return timed[-1]
 
     prepare_module.select_engine = select_timed  # type: ignore[assignment]

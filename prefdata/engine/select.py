@@ -16,13 +16,12 @@ def check_engine(engine: str) -> str:
     return engine
 
 
-def select_engine(engine: str, workers: int, ray_address: str | None = None) -> Any:
-    """A LocalEngine with `workers` processes, or a RayEngine with `workers` actors (0: one per
-    cluster CPU) at `ray_address` (else RAY_ADDRESS, else a local Ray)."""
+def select_engine(engine: str, workers: int, ray_address: str | None = None) -> Any | None:
+    """A RayEngine with `workers` actors (0: one per cluster CPU) at `ray_address` (else
+    RAY_ADDRESS, else a local Ray); None for "local": the caller's own LocalEngine, tuned to its
+    work (how many units in flight), runs then."""
     if check_engine(engine) == "ray":
         from prefdata.engine.ray import RayEngine
 
         return RayEngine(ray_address, workers=workers or None)
-    from prefdata.engine.local import LocalEngine
-
-    return LocalEngine(workers)
+    return None
