@@ -44,6 +44,17 @@ def _add_tokenize_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trust-remote-code", action="store_true", default=None, help="allow tokenizer/model code from the model directory (off by default)")
 
 
+def _add_engine_options(parser: argparse.ArgumentParser, partitioned: bool = True) -> None:
+    parser.add_argument("--engine", choices=["local", "ray"], help="where the work runs: worker processes here (local, default) or a Ray cluster")
+    parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local Ray)")
+    if partitioned:
+        parser.add_argument(
+            "--partitioned-checks", action="store_true", default=None,
+            help="dataset-wide checks by hash partitioning across the workers (a first pass over the input; "
+            "with --engine ray no process holds every row's digests)",
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="prefdata",
@@ -68,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policy", metavar="FILE", help="check policy TOML (default: checks/default.toml)")
     p.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT written by prefdata")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
-    p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8)")
+    p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")
+    _add_engine_options(p)
     _add_common(p)
 
     v = sub.add_parser(
@@ -85,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     v.add_argument("--baseline", metavar="REPORT.json", help="report from the base branch: only regressions fail")
     v.add_argument("--against", metavar="OTHER", help="flag prompts that also occur in OTHER (e.g. the eval split)")
+    v.add_argument("--workers", type=_positive_int, metavar="N", help="processes that check raw input (default: all cores, at most 8; with --engine ray: Ray actors)")
+    _add_engine_options(v)
     _add_common(v)
 
     r = sub.add_parser(
@@ -98,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], help="default auto (bf16 on GPU, fp32 on CPU)")
     r.add_argument("--batch-tokens", type=_positive_int, metavar="N", help="token budget per forward batch")
     r.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the model directory")
+    r.add_argument("--workers", type=_positive_int, metavar="N", help="with --engine ray: model actors (default: one per GPU, else one per CPU)")
+    _add_engine_options(r, partitioned=False)
     _add_common(r)
 
     t = sub.add_parser(
@@ -233,11 +249,12 @@ def _kwargs(args: argparse.Namespace, skip: set[str]) -> dict[str, Any]:
     return {k: v for k, v in vars(args).items() if v is not None and k not in skip}
 
 
-def _merged(command: str, args: argparse.Namespace, positional: set[str], function: Callable[..., Any]) -> dict[str, Any]:
+def _merged(command: str, args: argparse.Namespace, positional: set[str], function: Callable[..., Any],
+            extra: frozenset[str] = frozenset()) -> dict[str, Any]:
     import inspect
 
     params = inspect.signature(function).parameters
-    allowed = {name for name in params if name not in positional}
+    allowed = {name for name in params if name not in positional} | extra
     settings = load_settings(command, getattr(args, "config", None), allowed)
     settings.update(_kwargs(args, positional | {"config", "command"}))
     return settings
@@ -274,10 +291,19 @@ def _run_validate(args: argparse.Namespace) -> int:
 def _run_refs(args: argparse.Namespace) -> int:
     from prefdata.refs import compute_refs
 
-    settings = _merged("refs", args, {"out_dir"}, compute_refs)
+    settings = _merged("refs", args, {"out_dir"}, compute_refs, frozenset({"engine", "ray_address", "workers"}))
     settings.pop("out", None)
     _require(settings, "model", "--model PATH")
-    result = compute_refs(args.out, **settings)
+    engine, ray_address, workers = settings.pop("engine", "local"), settings.pop("ray_address", None), settings.pop("workers", None)
+    if engine == "ray":
+        from prefdata.refs_ray import compute_refs_on_ray
+
+        settings.pop("progress", None)  # the actors report no progress bars
+        result = compute_refs_on_ray(args.out, ray_address=ray_address, workers=workers, **settings)
+    elif engine != "local":
+        raise PrefdataError(f"--engine must be one of local, ray, got {engine!r}")
+    else:
+        result = compute_refs(args.out, **settings)
     print(result.summary() if hasattr(result, "summary") else result)
     return 0
 

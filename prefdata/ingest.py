@@ -16,6 +16,7 @@ import numpy as np
 
 from prefdata.checks.checker import build_leak_index, verdict
 from prefdata.checks.merge import DatasetMerge, dataset_flags
+from prefdata.checks.partitioned import PartitionedMerge, PartitionedResult, block_from_digests, partitioned_dataset_checks
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
 from prefdata.engine.local import Engine, LocalEngine
@@ -86,7 +87,7 @@ def iter_checked_rows(
     pair_tokenizer: PairTokenizer | None = None,
     trust_remote_code: bool = False,
     workers: int = 1,
-    merge: DatasetMerge | None = None,
+    merge: DatasetMerge | PartitionedMerge | None = None,
     engine: Engine | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
@@ -96,7 +97,8 @@ def iter_checked_rows(
     parse, normalize, tokenize and check; `engine`: another Engine to run them on). `merge`: the
     dataset-wide step, to read its near-duplicate prompt clusters (by row ordinal) once the rows
     are through. An input whose first `batch_size` records are all of an unknown shape is not
-    preference data.
+    preference data. A `PartitionedMerge` makes a first pass over the input for the dataset-wide
+    checks by hash partitioning (on Ray: no process holds every row's digests); the rows are the same.
     """
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
@@ -113,6 +115,8 @@ def iter_checked_rows(
     hub = parse_hub_id(raw_path)  # `org/name:split`: rows stream from the Hub (prefdata.io.hub)
     chunks = iter_hub_chunks(hub, CHUNK_LINES) if hub else iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
     rows = 0
+    if isinstance(merge, PartitionedMerge):  # first pass: the dataset-wide answers, by partitioning
+        merge.result = _partitioned_answers(engine, stage, raw_path, merge.threshold)
     try:
         with closing(engine.map_ordered(stage, chunks)) as results:
             for chunk, checked in results:
@@ -128,8 +132,40 @@ def iter_checked_rows(
     probe.finish()
 
 
+class _DigestsOf:
+    """A stage: the CheckChunk of a chunk reduced to what the partitioned checks need."""
+
+    def __init__(self, stage: CheckChunk) -> None:
+        self.stage = stage
+
+    def setup(self) -> None:
+        self.stage.setup()
+
+    def run(self, chunk: Chunk) -> tuple[int, np.ndarray, Any]:
+        checked = self.stage.run(chunk)
+        return len(checked.records), checked.pair_index, checked.digests
+
+
+def _partitioned_answers(runner: Any, stage: CheckChunk, raw_path: str | Path, threshold: float) -> PartitionedResult:
+    """Duplicates, conflicts and near-duplicate prompts of the whole input by hash partitioning
+    (prefdata.checks.partitioned): the workers' digests go to the object store as they come (a
+    Ray engine), and the shuffle runs there; only the flagged rows come back. On an engine
+    without a shuffle (local) the same partitioning runs in this process."""
+    put = getattr(runner, "put", lambda value: value)
+    blocks, first = [], 0
+    chunks = iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
+    with closing(runner.map_ordered(_DigestsOf(stage), chunks)) as results:
+        for _, (records, pair_index, digests) in results:
+            blocks.append(put(block_from_digests(pair_index + first, digests)))
+            first += records
+    shuffler = runner if hasattr(runner, "shuffle") else None
+    partitions = max(1, 2 * getattr(runner, "workers", 1))
+    return partitioned_dataset_checks(blocks, partitions, threshold=threshold, shuffler=shuffler)
+
+
 def _merge_chunk(
-    chunk: Chunk, checked: CheckedChunk, lines: LineNumbers, merge: DatasetMerge, policy: Policy, first: int
+    chunk: Chunk, checked: CheckedChunk, lines: LineNumbers, merge: DatasetMerge | PartitionedMerge, policy: Policy,
+    first: int,
 ) -> Iterator[tuple[CheckedRow, bool]]:
     """(row, whether quarantined as an unknown shape) for the chunk's records, which follow `first`
     rows: lines placed, dataset-wide flags merged, the policy applied."""

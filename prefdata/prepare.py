@@ -22,8 +22,10 @@ import xxhash
 
 from prefdata import FORMAT_VERSION, __version__
 from prefdata.checks.merge import DatasetMerge
+from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import load_policy
 from prefdata.engine.local import default_workers
+from prefdata.engine.select import check_engine, select_engine
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows
 from prefdata.io.hub import HubSource, hub_input, parse_hub_id
@@ -148,12 +150,21 @@ def prepare(
     workers: int | None = None,
     progress: bool = True,
     trust_remote_code: bool = False,
+    engine: str = "local",
+    ray_address: str | None = None,
+    partitioned_checks: bool = False,
 ) -> PrepareResult:
-    """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports)."""
+    """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
+
+    `engine="ray"` runs the per-chunk work on a Ray cluster (`ray_address`, else RAY_ADDRESS, else
+    a local Ray) with `workers` actors (default: one per cluster CPU); OUT is the same as the local
+    engine's (same content hash). `partitioned_checks`: the dataset-wide checks by hash partitioning
+    across the workers in a first pass over the input (see prefdata.checks.partitioned); same OUT."""
     from prefdata.io import writer as W
 
     started = time.time()
-    workers = _check_numbers(batch_size, workers)
+    check_engine(engine)
+    workers = _check_numbers(batch_size, workers, engine)
     raw_path, out_path = Path(raw), Path(out)
     hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
     input_files = [] if hub else _input_files(raw_path, out_path)
@@ -169,6 +180,8 @@ def prepare(
         "chat_template": chat_template,
         "batch_size": batch_size,
         "workers": workers,
+        "engine": engine,
+        "partitioned_checks": partitioned_checks,
         "trust_remote_code": trust_remote_code,
         "policy": loaded_policy.to_dict(),
     }
@@ -177,10 +190,12 @@ def prepare(
     try:
         tmp = _staging_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
         try:
-            merge = DatasetMerge(loaded_policy.near_duplicate_prompt_threshold)
+            threshold = loaded_policy.near_duplicate_prompt_threshold
+            merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
             rows = iter_checked_rows(
                 raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
                 progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
+                engine=select_engine(engine, workers, ray_address),
             )
             written = _write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer))
             written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
@@ -255,11 +270,12 @@ def _handoff(config: dict[str, Any], pair_tokenizer: PairTokenizer) -> dict[str,
     }
 
 
-def _check_numbers(batch_size: int, workers: int | None) -> int:
+def _check_numbers(batch_size: int, workers: int | None, engine: str = "local") -> int:
     """The number of workers to use, after checking the numbers given."""
     if batch_size < 1:
         raise PrefdataError("--batch-size must be at least 1")
-    workers = default_workers() if workers is None else workers
+    if workers is None:
+        return default_workers() if engine == "local" else 0  # 0: one Ray actor per cluster CPU
     if workers < 1:
         raise PrefdataError("--workers must be at least 1")
     return workers

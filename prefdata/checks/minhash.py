@@ -101,7 +101,7 @@ class NearDuplicatePrompts:
             raise ValueError("num_perm must be a power of two")
         # Accept a verified pair down to 1.5 standard deviations of the 64-sample estimate below the
         # threshold, so pairs right at the threshold are found ~93% of the time.
-        self._accept = threshold - 1.5 * math.sqrt(threshold * (1 - threshold) / num_perm)
+        self._accept = accept_threshold(threshold, num_perm)
         self._exact = U64Table()
         self._signatures_of = _Rows((num_perm,), np.uint8)  # of the distinct prompts with words
         self._ids = _Rows((), np.int64)  # their row ids
@@ -213,7 +213,7 @@ class NearDuplicatePrompts:
                 hi = lo + (1 << 16)
                 matches = (sigs[u[lo:hi]] == sigs[v[lo:hi]]).mean(axis=1)
                 # b-bit estimate: equal bytes happen by chance 1/256 of the time for unrelated minima.
-                accepted[lo:hi] = (matches - 1 / 256) / (1 - 1 / 256) >= self._accept
+                accepted[lo:hi] = jaccard_estimate(matches) >= self._accept
             labels = _components(labels, u[accepted], v[accepted])
         order = np.lexsort((ids, labels))
         sorted_ids, sorted_labels = ids[order], labels[order]
@@ -224,6 +224,17 @@ class NearDuplicatePrompts:
         result = [sorted_ids[a:b].tolist() for a, b in zip(starts[multi].tolist(), ends[multi].tolist())]
         result.sort(key=lambda g: g[0])
         return result
+
+
+def accept_threshold(threshold: float, num_perm: int) -> float:
+    """The estimate a verified pair needs: 1.5 standard deviations of the estimate below `threshold`."""
+    return threshold - 1.5 * math.sqrt(threshold * (1 - threshold) / num_perm)
+
+
+def jaccard_estimate(matches: np.ndarray) -> np.ndarray:
+    """Jaccard estimates from the share of equal signature bytes (b-bit MinHash: unrelated minima
+    agree in their low 8 bits 1/256 of the time)."""
+    return (matches - 1 / 256) / (1 - 1 / 256)
 
 
 def prompt_digest(prompt: str) -> int:

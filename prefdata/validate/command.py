@@ -26,6 +26,7 @@ from prefdata.report.sections import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from prefdata.checks.merge import DatasetMerge
+    from prefdata.checks.partitioned import PartitionedMerge
 
 FORMATS = ("text", "json", "markdown", "github", "html")
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
@@ -63,6 +64,9 @@ def validate(
     trust_remote_code: bool = False,
     batch_size: int = 1000,
     workers: int | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+    partitioned_checks: bool = False,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -72,7 +76,10 @@ def validate(
     appends the Markdown report to $GITHUB_STEP_SUMMARY; its `output`, if given, gets the report as
     HTML (.html), Markdown (.md) or JSON (anything else), e.g. to keep as the next baseline.
     `workers`: processes that read and check raw input (default: all cores, at most 8; 1 checks in
-    this process only); the report does not depend on it.
+    this process only); the report does not depend on it. `engine="ray"` checks raw input on a
+    Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray) with `workers` actors (default:
+    one per cluster CPU); the report is the same. `partitioned_checks`: raw input's dataset-wide
+    checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -88,7 +95,9 @@ def validate(
         raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
     if workers is not None and workers < 1:
         raise PrefdataError("--workers must be at least 1")
+    from prefdata.engine.select import check_engine
 
+    check_engine(engine)
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
     if prepared:
@@ -102,7 +111,8 @@ def validate(
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
         _check_raw(
             input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
-            batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code,
+            batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,
+            ray_address=ray_address, partitioned_checks=partitioned_checks,
         )
 
     meta: dict[str, Any] = {
@@ -154,31 +164,42 @@ def _check_raw(
     batch_size: int,
     workers: int | None,
     trust_remote_code: bool,
+    engine: str = "local",
+    ray_address: str | None = None,
+    partitioned_checks: bool = False,
 ) -> None:
-    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest)."""
+    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest).
+    On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
     from prefdata.checks.merge import DatasetMerge
+    from prefdata.checks.partitioned import PartitionedMerge
     from prefdata.engine.local import default_workers
+    from prefdata.engine.select import select_engine
 
-    workers = default_workers() if workers is None else workers
-    if tokenizer is None and workers > 1 and parse_hub_id(input_path) is None:  # byte ranges need files
+    if workers is None:
+        workers = 0 if engine == "ray" else default_workers()
+    runner = select_engine(engine, workers, ray_address)
+    byte_ranges = parse_hub_id(input_path) is None  # the bulk text path reads files in byte ranges
+    if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks and byte_ranges:
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(
             input_path, builder, policy=policy, settings=settings, against=against,
-            batch_size=batch_size, progress=progress, workers=workers,
+            batch_size=batch_size, progress=progress, workers=workers, engine=runner,
         )
         return
     from prefdata.ingest import iter_checked_rows
 
-    merge = DatasetMerge(policy.near_duplicate_prompt_threshold)
+    threshold = policy.near_duplicate_prompt_threshold
+    merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
     rows = iter_checked_rows(
         input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
         progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
+        engine=runner,
     )
     _accumulate(rows, builder, merge)
 
 
-def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: DatasetMerge) -> None:
+def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: "DatasetMerge | PartitionedMerge") -> None:
     """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
     rows' ordinals are the report's: builder.location() resolves them)."""
     for row in rows:

@@ -27,7 +27,7 @@ from prefdata.errors import PrefdataError
 from prefdata.io.formats import normalize_record
 from prefdata.checks.checker import build_leak_index
 from prefdata.checks.merge import DatasetMerge
-from prefdata.engine.local import LocalEngine
+from prefdata.engine.local import Engine, LocalEngine
 from prefdata.records import CheckedRow
 from prefdata.checks.policy import Policy
 from prefdata.report.builder import ReportBuilder
@@ -50,14 +50,15 @@ def check_raw_text(
     batch_size: int = 1000,
     progress: bool = True,
     workers: int = 2,
+    engine: Engine | None = None,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
 
     `workers` processes check the chunks (0 or 1: this process alone); `batch_size` only matters
     where the sequential path's behaviour depends on it (when a leading run of records that are
-    not preference data fails the input)."""
+    not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one)."""
     leak_index = build_leak_index(against) if against is not None else None
-    engine = LocalEngine(workers)
+    engine = engine or LocalEngine(workers)
     merger = _Merger(input_path, builder, policy, batch_size, progress)
     with closing(merger):
         # Units are made as the engine takes them: what the report wants from a chunk (the sample

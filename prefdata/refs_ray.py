@@ -1,0 +1,122 @@
+"""`prefdata refs --engine ray`: reference log-probs with one Ray actor per GPU (or CPU worker).
+
+Each actor loads the model once and runs `compute_refs` as rank r of k: the same length-sorted
+batches under the token budget, the same shards (rank r takes shards r, r+k, ...), each saved to
+OUT/.refs-work/ as it completes. Rank 0 waits for every shard file, merges, and swaps the new
+dataset in, exactly as under torchrun. OUT must therefore be on storage every node sees (NFS, a
+shared volume): that is also where the shards live, so a run resumes by shard.
+
+A worker that dies (OOM, a lost node, a preempted GPU) is restarted by Ray and its call retried
+(`max_restarts`); the retried call resumes from the shards already saved, so finished work is kept
+and the failed shard is computed again, not lost.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from prefdata.engine.ray import connect
+from prefdata.errors import PrefdataError
+from prefdata.refs import KILL_AFTER_SHARDS_ENV, SHARD_BATCHES, WORK_DIR, RefsResult
+
+# Test hook: the rank-1 actor SIGKILLs itself after its first new shard, once (this marker file
+# records that it did), to show that Ray restarts it and the retried call resumes.
+KILL_ONCE_ENV = "PREFDATA_RAY_REFS_KILL_ONCE"
+
+
+class RefsWorker:
+    """One reference-model worker: `run` computes this rank's shards (and, on rank 0, merges)."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        self.rank, self.world_size = rank, world_size
+
+    def run(self, out_dir: str, model: str, settings: dict[str, Any]) -> RefsResult:
+        from prefdata.refs import compute_refs
+
+        marker = os.environ.get(KILL_ONCE_ENV)
+        os.environ.pop(KILL_AFTER_SHARDS_ENV, None)
+        if marker and self.rank == 1 and not os.path.exists(marker):
+            Path(marker).touch()
+            os.environ[KILL_AFTER_SHARDS_ENV] = "1"
+        return compute_refs(out_dir, model, rank=self.rank, world_size=self.world_size, **settings)
+
+
+def compute_refs_on_ray(
+    out_dir: str | Path,
+    model: str,
+    *,
+    ray_address: str | None = None,
+    workers: int | None = None,
+    device: str = "auto",
+    dtype: str = "auto",
+    batch_tokens: int = 16384,
+    resume: bool = True,
+    trust_remote_code: bool = False,
+    layout: str = "auto",
+    shard_batches: int = SHARD_BATCHES,
+    max_restarts: int = 2,
+) -> RefsResult:
+    """`compute_refs` across a Ray cluster: `workers` actors (default one per GPU, else one per CPU).
+
+    Every actor must be placed at once (rank 0 waits for the others' shards), so `workers` may not
+    exceed the cluster's GPUs (or CPUs without GPUs)."""
+    out = Path(out_dir)
+    if not (out / "manifest.json").is_file():
+        raise PrefdataError(f"{out} is not a prepared OUT directory (no manifest.json): run `prefdata prepare`")
+    ray = connect(ray_address)
+    resources = ray.cluster_resources()
+    gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
+    use_gpu = gpus > 0 and device != "cpu"
+    slots = gpus if use_gpu else cpus
+    workers = workers or slots
+    if workers > slots:
+        raise PrefdataError(f"--workers {workers} exceeds the cluster's {slots} {'GPUs' if use_gpu else 'CPUs'}")
+    if not resume:  # here, before any rank starts: a rank must never delete shards another has saved
+        shutil.rmtree(out / WORK_DIR, ignore_errors=True)
+
+    env = {KILL_ONCE_ENV: os.environ[KILL_ONCE_ENV]} if os.environ.get(KILL_ONCE_ENV) else {}
+    actor_class = ray.remote(RefsWorker).options(
+        num_gpus=1 if use_gpu else 0,
+        num_cpus=0 if use_gpu else 1,
+        max_restarts=max_restarts,
+        max_task_retries=max_restarts,
+        runtime_env={"env_vars": env} if env else None,
+    )
+    actors = [actor_class.remote(rank, workers) for rank in range(workers)]
+    settings = {
+        "device": device if device != "auto" else ("cuda" if use_gpu else "cpu"),
+        "dtype": dtype, "batch_tokens": batch_tokens, "resume": True, "progress": False,
+        "trust_remote_code": trust_remote_code, "layout": layout, "shard_batches": shard_batches,
+    }
+    calls = [actor.run.remote(str(out), str(model), settings) for actor in actors]
+    try:
+        results: list[RefsResult] = _gather(ray, calls)
+    finally:
+        for actor in actors:
+            ray.kill(actor)
+    merged = results[0]
+    merged.tokens = sum(r.tokens for r in results)
+    merged.seconds = max(r.seconds for r in results)
+    merged.tokens_per_second = merged.tokens / merged.seconds if merged.seconds > 0 else 0.0
+    return merged
+
+
+def _gather(ray: Any, calls: list[Any]) -> list[Any]:
+    """Every call's result; the first failure (after Ray's retries) as one line, the rest cancelled."""
+    pending = list(calls)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(done[0])
+        except PrefdataError as exc:  # the worker's own one-line error (Ray re-raises its type)
+            raise PrefdataError(str(exc.args[0]) if exc.args else str(exc)) from None
+        except Exception as exc:
+            cause = getattr(exc, "cause", None) or exc
+            if isinstance(cause, PrefdataError):
+                raise PrefdataError(str(cause)) from None
+            first = (str(cause).strip().splitlines() or [""])[0]
+            raise PrefdataError(f"a refs worker failed: {type(cause).__name__}: {first}"[:400]) from None
+    return ray.get(calls)
