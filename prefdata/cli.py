@@ -326,7 +326,7 @@ def _run_generate(args: argparse.Namespace) -> int:
     settings = _merged("generate", args, {"prompts", "out"}, generate)
     _require(settings, "model", "--model POLICY")
     if settings.get("engine") == "vllm":
-        from prefdata.online.generate import vllm_available
+        from prefdata.online.vllm_engine import vllm_available
 
         reason = vllm_available()
         if reason is not None:
@@ -350,7 +350,7 @@ def _run_online(args: argparse.Namespace) -> int:
     _require(settings, "model", "--model POLICY")
     _require(settings, "output", "--output DIR")
     if settings.get("engine") == "vllm":
-        from prefdata.online.generate import vllm_available
+        from prefdata.online.vllm_engine import vllm_available
 
         reason = vllm_available()
         if reason is not None:

@@ -12,7 +12,6 @@ engine (`engine="vllm"`) needs vLLM and a GPU. `finished` says a sample ended wi
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import time
 from dataclasses import dataclass
@@ -234,12 +233,3 @@ def _decode(tokenizer: Any, ids: list[int], eos: list[int]) -> tuple[str, bool]:
     return text, end is not None
 
 
-def vllm_available() -> str | None:
-    """None when the vLLM engine can run here, else the one-line reason it cannot."""
-    if importlib.util.find_spec("vllm") is None:
-        return "--engine vllm needs vLLM (pip install vllm), which is not installed"
-    import torch
-
-    if not torch.cuda.is_available():
-        return "--engine vllm needs a CUDA GPU, and none is available"
-    return None

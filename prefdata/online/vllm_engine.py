@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,11 +12,20 @@ if TYPE_CHECKING:
     from prefdata.online.generate import GenerateSettings
 
 
+def vllm_available() -> str | None:
+    """None when the vLLM engine can run here, else the one-line reason it cannot."""
+    if importlib.util.find_spec("vllm") is None:
+        return "--engine vllm needs vLLM (pip install vllm), which is not installed"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "--engine vllm needs a CUDA GPU, and none is available"
+    return None
+
+
 def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: GenerateSettings,
                   trust_remote_code: bool) -> list[list[tuple[str, bool]]]:
     """`samples` completions per prompt: (text without the stop token, finished with EOS/stop)."""
-    from prefdata.online.generate import vllm_available
-
     reason = vllm_available()
     if reason is not None:
         raise PrefdataError(reason)
