@@ -23,7 +23,7 @@ time; more similar pairs almost always. Pairs at Jaccard <= 0.6 are accepted ~2%
 Exact duplicates (the same prompt string) are folded first: only the first row of each distinct
 prompt is hashed and can appear in a cluster (prompts differing only in case, whitespace or
 punctuation have Jaccard 1 and do cluster); exact duplicate prompts are reported
-by `dataset_checks.DatasetWideChecks`. Results depend only on input order, never on batch size; every hash is a fixed function (no random seed to carry).
+by `checks.dataset.DatasetWideChecks`. Results depend only on input order, never on batch size; every hash is a fixed function (no random seed to carry).
 """
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ class NearDuplicatePrompts:
         `digests[i]` is `prompt_digest` of prompt i; `signature_rows[i]` its row in `signatures`
         (from `prompt_signatures` of the lower-cased prompt), or -1 when it has no word or is not
         the first of its digest in this batch (a later copy needs no signature); `first`:
-        `dataset_checks.first_occurrences(digests)`, when known. Same state as `add_batch` with
+        `checks.dataset.first_occurrences(digests)`, when known. Same state as `add_batch` with
         the same prompts."""
         self._drain()
         self.prompts_seen += len(row_ids)
