@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -44,7 +44,7 @@ def _progress(enabled: bool) -> Any:
     return tqdm(desc="checking", unit=" rows", disable=None, mininterval=0.5)
 
 
-class _ShapeProbe:
+class ShapeProbe:
     """Fails an input that is not preference data: its first `probe` records (or all of a shorter
     input) are all quarantined as an unknown shape. Also fails an input without records."""
 
@@ -63,6 +63,25 @@ class _ShapeProbe:
             self.first_problem = self.first_problem or f"{row.raw.source_file}:{row.raw.source_line}: {row.error}"
         if self.records == self.probe:
             self._check()
+
+    def add_chunk(self, records: int, pairs_before: Callable[[int], int], quarantined: list[tuple[int, str, bool]]) -> None:
+        """`add` for a chunk's records at once (workers checked them): `pairs_before(k)` counts its
+        pairs among its first k records; `quarantined`: (position, "file:line: error", unknown
+        shape), ascending. The probe is checked at the same record as `add` would."""
+        at_probe = self.probe - self.records
+        cut = at_probe if 0 < at_probe <= records else records
+        self._take(pairs_before(cut), [q for q in quarantined if q[0] < cut])
+        self.records += cut
+        if self.records == self.probe:
+            self._check()
+        self._take(pairs_before(records) - pairs_before(cut), [q for q in quarantined if q[0] >= cut])
+        self.records += records - cut
+
+    def _take(self, pairs: int, quarantined: list[tuple[int, str, bool]]) -> None:
+        self.pairs += pairs
+        for _position, problem, unknown in quarantined:
+            self.only_unknown_shapes = self.only_unknown_shapes and unknown
+            self.first_problem = self.first_problem or problem
 
     def _check(self) -> None:
         if self.pairs == 0 and self.only_unknown_shapes:
@@ -109,7 +128,7 @@ def iter_checked_rows(
     stage = CheckChunk(pair_tokenizer, settings, policy, leak_index)
     engine = engine or LocalEngine(workers, in_flight=IN_FLIGHT_PER_WORKER * workers)
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
-    probe = _ShapeProbe(raw_path, batch_size)
+    probe = ShapeProbe(raw_path, batch_size)
     lines = LineNumbers()
     bar = _progress(progress)
     hub = parse_hub_id(raw_path)  # `org/name:split`: rows stream from the Hub (prefdata.io.hub)

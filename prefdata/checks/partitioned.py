@@ -62,6 +62,27 @@ def block_from_digests(rows: np.ndarray, digests: Any) -> DigestBlock:
                        rows[digests.prompted], digests.prompt_digests, digests.signature_rows, digests.signatures)
 
 
+def join_blocks(blocks: Sequence[DigestBlock], num_perm: int = 64) -> DigestBlock:
+    """One DigestBlock of consecutive blocks (a worker's group of chunks: one block to shuffle)."""
+    if not blocks:
+        return digest_block([], [], num_perm)
+    signed, signature_rows = 0, []
+    for block in blocks:  # each block's signature rows point into its own signatures
+        signature_rows.append(np.where(block.signature_rows >= 0, block.signature_rows + signed, -1))
+        signed += block.signatures.shape[0]
+    columns = {name: np.concatenate([getattr(b, name) for b in blocks])
+               for name in ("rows", "prompt_keys", "pair_keys", "swapped_keys", "halves_differ", "prompt_rows",
+                            "prompt_digests")}
+    return DigestBlock(**columns, signature_rows=np.concatenate(signature_rows),
+                       signatures=np.concatenate([b.signatures for b in blocks]))
+
+
+def shift_rows(block: DigestBlock, first: int) -> DigestBlock:
+    """The block with its row ordinals moved by `first` (a group's rows numbered from 0 -> input order)."""
+    return DigestBlock(block.rows + first, block.prompt_keys, block.pair_keys, block.swapped_keys, block.halves_differ,
+                       block.prompt_rows + first, block.prompt_digests, block.signature_rows, block.signatures)
+
+
 def digest_block(rows: Sequence[int], pairs: Sequence[Pair], num_perm: int = 64) -> DigestBlock:
     """The digests the partitioned checks need for `pairs` (row indices ascending with input order)."""
     n = len(pairs)
@@ -309,13 +330,14 @@ class PartitionedMerge:
     def merge_chunk(self, source_file: str, lines: np.ndarray, ordinals: np.ndarray, digests: Any
                     ) -> tuple[np.ndarray, np.ndarray]:
         ordinals = np.asarray(ordinals, dtype=np.int64)
-        return _member(ordinals, self.result.duplicate_rows), _member(ordinals, self.result.conflicting_rows)
+        return member(ordinals, self.result.duplicate_rows), member(ordinals, self.result.conflicting_rows)
 
     def near_duplicate_clusters(self) -> list[list[int]]:
         return self.result.near_duplicate_groups
 
 
-def _member(values: np.ndarray, sorted_rows: np.ndarray) -> np.ndarray:
+def member(values: np.ndarray, sorted_rows: np.ndarray) -> np.ndarray:
+    """Which of `values` are in `sorted_rows` (ascending)."""
     if not sorted_rows.size:
         return np.zeros(values.size, dtype=bool)
     at = np.minimum(np.searchsorted(sorted_rows, values), sorted_rows.size - 1)

@@ -12,7 +12,8 @@ import os
 import shutil
 from array import array
 from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
@@ -118,6 +119,11 @@ def abandon(staging: Path, out: Path) -> None:
         shutil.rmtree(out, ignore_errors=True)
 
 
+def jsonl_line(record: dict[str, Any]) -> str:
+    """One JSON-lines line of dropped.jsonl / quarantine.jsonl, newline included."""
+    return json.dumps(record, ensure_ascii=False, default=str) + "\n"
+
+
 class JsonlWriter:
     """Appends one JSON object per line (dropped.jsonl, quarantine.jsonl)."""
 
@@ -127,7 +133,11 @@ class JsonlWriter:
         self.count = 0
 
     def write(self, record: dict[str, Any]) -> None:
-        self._handle.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        self.write_line(jsonl_line(record))
+
+    def write_line(self, line: str) -> None:
+        """A line made by `jsonl_line` (e.g. in a worker process)."""
+        self._handle.write(line)
         self.count += 1
 
     def close(self) -> None:
@@ -183,16 +193,18 @@ class DatasetWriter:
     in `prompt_messages`/`chosen_messages`/`rejected_messages` (null on string rows).
     """
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, prefix: str = "part"):
         self.directory = directory
+        self.prefix = prefix  # of the part files' names (workers writing shards side by side differ here)
         # (file, schema, rows, columns already JSON-encoded when this part was written)
-        self.parts: list[tuple[Path, pa.Schema, int, frozenset[str]]] = []
+        self.parts: list[Part] = []
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._schema: pa.Schema | None = None
         self._rows_in_part = 0
         self.json_columns: set[str] = set()
         self.rows = 0
         self.text_kinds: set[str] = set()  # "strings" / "messages" seen so far
+        self.shards: list[dict[str, Any]] = []  # set by finish(): the data files and their rows
 
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
@@ -225,7 +237,7 @@ class DatasetWriter:
             else:
                 table = cast
         if self._writer is None:
-            path = self.directory / f"part-{len(self.parts):05d}.arrow"
+            path = self.directory / f"{self.prefix}-{len(self.parts):05d}.arrow"
             self._schema = table.schema
             self._writer = pa.ipc.new_stream(str(path), table.schema)
             self.parts.append((path, table.schema, 0, frozenset(self.json_columns)))
@@ -244,64 +256,128 @@ class DatasetWriter:
     @property
     def text_columns(self) -> str:
         """How the text columns are stored: "strings", "messages" or "mixed"."""
-        return "mixed" if len(self.text_kinds) > 1 else next(iter(self.text_kinds), "strings")
+        return text_columns_of(self.text_kinds)
+
+    def close(self) -> "WrittenParts":
+        """Close the open part; what was written, for `finish_dataset` (here or in another process)."""
+        self._close_part()
+        return WrittenParts(list(self.parts), self.json_columns, self.text_kinds, self.rows)
 
     def finish(self, fingerprint: str, settings: dict[str, Any] | None = None) -> pa.Schema:
-        """Close files, unify schemas, and write datasets' state.json and dataset_info.json.
-
-        `fingerprint` (a content hash) becomes the datasets fingerprint, so caches keyed on it never
-        confuse two different outputs written to the same OUT. `settings` travel in the DatasetInfo
-        (prefdata.io.handoff), with `text_columns` added."""
-        self._close_part()
-        if not self.parts:  # no rows kept: still a loadable, empty dataset with the core columns
-            path = self.directory / "part-00000.arrow"
-            with pa.ipc.new_stream(str(path), CORE_SCHEMA) as writer:
-                writer.write_table(CORE_SCHEMA.empty_table())
-            self.parts.append((path, CORE_SCHEMA, 0, frozenset()))
-        schema = self._final_schema()
-        total = len(self.parts)
-        data_files = []
-        for index, (path, part_schema, _rows, encoded) in enumerate(self.parts):
-            final_path = self.directory / f"data-{index:05d}-of-{total:05d}.arrow"
-            to_encode = (self.json_columns - encoded) & set(part_schema.names)
-            if part_schema.equals(schema) and not to_encode:
-                os.replace(path, final_path)
-            else:
-                _rewrite_part(path, final_path, schema, to_encode)
-                path.unlink()
-            data_files.append({"filename": final_path.name})
-        description = describe({**settings, "text_columns": self.text_columns}) if settings is not None else ""
-        _write_datasets_metadata(self.directory, schema, data_files, fingerprint, description)
+        """Close files, unify schemas, and write datasets' state.json and dataset_info.json (see
+        `finish_dataset`)."""
+        schema, self.shards = finish_dataset(self.directory, self.close(), fingerprint, settings)
         return schema
 
-    def _final_schema(self) -> pa.Schema:
-        fields: dict[str, pa.Field] = {}
-        for _path, schema, _rows, _encoded in self.parts:
-            for field in schema:
-                if field.name in TEXT_COLUMNS:
-                    mixed = len(self.text_kinds) > 1
-                    fields[field.name] = pa.field(field.name, pa.string() if mixed else field.type)
-                    if mixed:
-                        message_name = MESSAGE_COLUMNS[field.name]
-                        fields[message_name] = pa.field(message_name, MESSAGES_TYPE)
-                    continue
-                if field.name in self.json_columns:
-                    fields[field.name] = pa.field(field.name, pa.string())
-                    continue
-                known = fields.get(field.name)
-                if known is None or known.type == field.type:
-                    fields.setdefault(field.name, field)
-                    continue
-                try:
-                    merged = pa.unify_schemas(
-                        [pa.schema([known]), pa.schema([field])], promote_options="permissive"
-                    )
-                    fields[field.name] = merged.field(field.name)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-                    self.json_columns.add(field.name)
-                    fields[field.name] = pa.field(field.name, pa.string())
-        ordered = list(CORE_SCHEMA.names) + sorted(set(fields) - CORE_COLUMNS)
-        return pa.schema([fields[name] for name in ordered])
+
+Part = tuple[Path, pa.Schema, int, frozenset[str]]  # (file, schema, rows, columns JSON-encoded in it)
+
+
+def text_columns_of(text_kinds: set[str]) -> str:
+    return "mixed" if len(text_kinds) > 1 else next(iter(text_kinds), "strings")
+
+
+@dataclass
+class WrittenParts:
+    """The Arrow parts one or more DatasetWriters wrote, in dataset order, not yet one dataset.
+
+    Picklable: a worker that wrote a shard returns it to the main process, which joins them all
+    (`joined`) and finishes the dataset once (`finish_dataset`)."""
+
+    parts: list[Part]
+    json_columns: set[str]
+    text_kinds: set[str]
+    rows: int
+
+    @property
+    def text_columns(self) -> str:
+        return text_columns_of(self.text_kinds)
+
+    @classmethod
+    def joined(cls, written: list["WrittenParts"]) -> "WrittenParts":
+        return cls(
+            [part for w in written for part in w.parts],
+            set().union(*(w.json_columns for w in written)),
+            set().union(*(w.text_kinds for w in written)),
+            sum(w.rows for w in written),
+        )
+
+
+Rewrite = Callable[[list[tuple[Path, Path, set[str]]], pa.Schema], None]
+
+
+def rewrite_here(jobs: list[tuple[Path, Path, set[str]]], schema: pa.Schema) -> None:
+    """Rewrite each (part, final file, columns to JSON-encode) to `schema`, in this process."""
+    for src, dst, to_encode in jobs:
+        rewrite_part(src, dst, schema, to_encode)
+
+
+def finish_dataset(
+    directory: Path, written: WrittenParts, fingerprint: str, settings: dict[str, Any] | None = None,
+    rewrite: Rewrite = rewrite_here,
+) -> tuple[pa.Schema, list[dict[str, Any]]]:
+    """Unify the parts' schemas, name them data-XXXXX-of-YYYYY.arrow in order, and write datasets'
+    state.json and dataset_info.json into `directory`.
+
+    A part whose schema or JSON encoding differs from the final one is rewritten (by `rewrite`,
+    which may hand the parts to workers); the others are only renamed. `fingerprint` (a content
+    hash) becomes the datasets fingerprint, so caches keyed on it never confuse two different
+    outputs written to the same OUT. `settings` travel in the DatasetInfo (prefdata.io.handoff),
+    with `text_columns` added. `written.json_columns` gains the columns that could not be unified.
+    Returns the schema and the data files in order, as the manifest lists them ({"file", "rows"})."""
+    parts = written.parts
+    if not parts:  # no rows kept: still a loadable, empty dataset with the core columns
+        path = directory / "part-00000.arrow"
+        with pa.ipc.new_stream(str(path), CORE_SCHEMA) as stream:
+            stream.write_table(CORE_SCHEMA.empty_table())
+        parts = [(path, CORE_SCHEMA, 0, frozenset())]
+    schema = _final_schema(parts, written)
+    total = len(parts)
+    data_files, shards, jobs = [], [], []
+    for index, (path, part_schema, rows, encoded) in enumerate(parts):
+        final_path = directory / f"data-{index:05d}-of-{total:05d}.arrow"
+        to_encode = (written.json_columns - encoded) & set(part_schema.names)
+        if part_schema.equals(schema) and not to_encode:
+            os.replace(path, final_path)
+        else:
+            jobs.append((path, final_path, to_encode))
+        data_files.append({"filename": final_path.name})
+        shards.append({"file": final_path.name, "rows": rows})
+    if jobs:
+        rewrite(jobs, schema)
+        for path, _final, _encode in jobs:
+            path.unlink()
+    description = describe({**settings, "text_columns": written.text_columns}) if settings is not None else ""
+    _write_datasets_metadata(directory, schema, data_files, fingerprint, description)
+    return schema, shards
+
+
+def _final_schema(parts: list[Part], written: WrittenParts) -> pa.Schema:
+    fields: dict[str, pa.Field] = {}
+    mixed = len(written.text_kinds) > 1
+    for _path, schema, _rows, _encoded in parts:
+        for field in schema:
+            if field.name in TEXT_COLUMNS:
+                fields[field.name] = pa.field(field.name, pa.string() if mixed else field.type)
+                if mixed:
+                    message_name = MESSAGE_COLUMNS[field.name]
+                    fields[message_name] = pa.field(message_name, MESSAGES_TYPE)
+                continue
+            if field.name in written.json_columns:
+                fields[field.name] = pa.field(field.name, pa.string())
+                continue
+            known = fields.get(field.name)
+            if known is None or known.type == field.type:
+                fields.setdefault(field.name, field)
+                continue
+            try:
+                merged = pa.unify_schemas([pa.schema([known]), pa.schema([field])], promote_options="permissive")
+                fields[field.name] = merged.field(field.name)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+                written.json_columns.add(field.name)
+                fields[field.name] = pa.field(field.name, pa.string())
+    ordered = list(CORE_SCHEMA.names) + sorted(set(fields) - CORE_COLUMNS)
+    return pa.schema([fields[name] for name in ordered])
 
 
 def _split_messages(row: dict[str, Any]) -> dict[str, Any]:
@@ -338,7 +414,7 @@ def _try_cast(table: pa.Table, schema: pa.Schema) -> pa.Table | None:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def _rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -> None:
+def rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -> None:
     with pa.ipc.open_stream(str(src)) as reader, pa.ipc.new_stream(str(dst), schema) as writer:
         for batch in reader:
             columns = []

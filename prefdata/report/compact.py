@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import xxhash
 
 from prefdata.checks.dataset import pair_digests_and_key
+from prefdata.checks.pair import completion_content, ids_mode, similarity
 from prefdata.records import Pair
+from prefdata.report.similarity import LazySimilarity
 
 if TYPE_CHECKING:
     import numpy as np
@@ -99,3 +101,15 @@ class CompactRows:
     halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)
     excerpts: list[str] | None = None  # excerpt(prompt) per record ("" when quarantined), while needed
     tokens: dict[int, TokenLengths] = field(default_factory=dict)  # position -> token lengths
+
+
+def sample_halves(pair: Pair) -> tuple[Any, Any] | float:
+    """What the report's similarity sample compares for a pair (ReportBuilder._add_dataset_keys),
+    or their similarity when the sample would measure it at once (long halves): CompactRows.halves."""
+    if ids_mode(pair):
+        halves = pair.chosen_ids or [], pair.rejected_ids or []
+    else:
+        halves = completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
+    if len(halves[0]) + len(halves[1]) > LazySimilarity.DEFER_CHARS:
+        return similarity(*halves)
+    return halves

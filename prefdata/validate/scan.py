@@ -19,15 +19,14 @@ import numpy as np
 
 from prefdata import flags as F
 from prefdata.checks.checker import pair_flags
-from prefdata.checks.pair import completion_content, ids_mode, similarity
+from prefdata.checks.pair import similarity
 from prefdata.checks.dataset import PromptLeakIndex, pair_digests_and_key
 from prefdata.errors import RecordError, UnknownShapeError
 from prefdata.io.formats import normalize_record
 from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.policy import Policy
 from prefdata.records import Pair
-from prefdata.report.compact import TokenLengths, excerpt, token_lengths
-from prefdata.report.similarity import LazySimilarity
+from prefdata.report.compact import TokenLengths, excerpt, sample_halves, token_lengths
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
 from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair
 
@@ -164,19 +163,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
         pair_index=np.array(pair_index, dtype=np.int64),
         digests=digests,
         lengths=np.array(lengths, dtype=np.int64).reshape(-1, 3),
-        halves={pair_index[i]: _halves(pairs[i]) for i in below.tolist()},
+        halves={pair_index[i]: sample_halves(pairs[i]) for i in below.tolist()},
         tokens=tokens,
         excerpts=excerpts,
     )
-
-
-def _halves(pair: Pair) -> tuple[Any, Any] | float:
-    """What the report's similarity sample compares for a pair (ReportBuilder._add_dataset_keys),
-    or their similarity when the sample would measure it at once (long halves)."""
-    if ids_mode(pair):
-        halves = pair.chosen_ids or [], pair.rejected_ids or []
-    else:
-        halves = completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
-    if len(halves[0]) + len(halves[1]) > LazySimilarity.DEFER_CHARS:
-        return similarity(*halves)
-    return halves

@@ -9,21 +9,17 @@ manifest.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
-from array import array
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
-
-import xxhash
+from typing import Any
 
 from prefdata import FORMAT_VERSION, __version__
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.partitioned import PartitionedMerge
-from prefdata.checks.policy import load_policy
+from prefdata.checks.policy import Policy, load_policy
+from prefdata.checks.stage import CheckChunk
 from prefdata.engine.local import default_workers
 from prefdata.engine.select import check_engine, select_engine
 from prefdata.errors import PrefdataError
@@ -33,12 +29,9 @@ from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.readers import list_input_files
 from prefdata.io.write_errors import write_problem
-from prefdata.records import CheckedRow
+from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
+from prefdata.prepare.written import Written, write_rows
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
-
-if TYPE_CHECKING:
-    from prefdata.checks.policy import Policy
-    from prefdata.report.builder import ReportBuilder
 
 
 @dataclass
@@ -54,86 +47,6 @@ class PrepareResult:
     report: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     problem: str = ""  # one line when the run kept no pair (exit 1); the CLI prints it
-
-
-# Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
-_RESERVED = frozenset(
-    {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "flags", "source_file", "source_line"}
-    | {"ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count"}
-    | {"prompt_messages", "chosen_messages", "rejected_messages"}
-)
-
-
-def output_row(row: CheckedRow) -> dict[str, Any]:
-    pair, tokenized = row.pair, row.tokenized
-    assert pair is not None and tokenized is not None
-    # Conversational rows keep TRL's message format, so TRL itself renders their chat template;
-    # the writer handles datasets that mix them with string rows.
-    conversational = pair.is_conversational and pair.prompt_messages is not None
-    out: dict[str, Any] = {
-        "prompt": pair.prompt_messages if conversational else pair.prompt,
-        "chosen": pair.chosen_messages if conversational else pair.chosen,
-        "rejected": pair.rejected_messages if conversational else pair.rejected,
-        "prompt_ids": tokenized.prompt_ids,
-        "chosen_ids": tokenized.chosen_ids,
-        "rejected_ids": tokenized.rejected_ids,
-        "flags": row.flags,
-        "source_file": row.raw.source_file,
-        "source_line": row.raw.source_line,
-    }
-    for key, value in pair.extra.items():
-        out[f"raw_{key}" if key in _RESERVED else key] = value
-    return out
-
-
-def _dropped_record(row: CheckedRow) -> dict[str, Any]:
-    pair = row.pair
-    assert pair is not None
-    record: dict[str, Any] = {
-        "source_file": row.raw.source_file,
-        "source_line": row.raw.source_line,
-        "flags": row.flags,
-        "severity": row.severity,
-        "prompt": pair.prompt,
-        "chosen": pair.chosen,
-        "rejected": pair.rejected,
-    }
-    if pair.extra:
-        record["extra"] = pair.extra
-    return record
-
-
-def _quarantine_record(row: CheckedRow) -> dict[str, Any]:
-    raw = row.raw.raw_text
-    if raw is None and row.raw.value is not None:
-        raw = json.dumps(row.raw.value, ensure_ascii=False, default=str)
-    return {"source_file": row.raw.source_file, "source_line": row.raw.source_line, "error": row.error, "raw": raw}
-
-
-_ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
-_TEXT_COLUMNS = ("prompt", "chosen", "rejected")
-
-
-def _row_digest(row: dict[str, Any]) -> bytes:
-    """A digest of one output row that does not depend on batching (for the manifest's content hash).
-
-    Id lists are hashed as raw int32 bytes and the three texts as length-prefixed UTF-8: JSON-encoding
-    them cost more than everything else in this loop. The remaining (small) fields go in as JSON."""
-    digest = xxhash.xxh3_128()  # not a security boundary: a fast, well-mixed 128-bit digest
-    for key in _ID_COLUMNS:
-        ids = row[key]
-        if not (isinstance(ids, array) and ids.typecode == "i"):  # workers send array('i') already
-            ids = array("i", ids)
-        digest.update(len(ids).to_bytes(8, "little"))
-        digest.update(ids)
-    for key in _TEXT_COLUMNS:
-        text = row[key] if type(row[key]) is str else json.dumps(row[key], ensure_ascii=False)  # messages
-        data = text.encode("utf-8", "surrogatepass")
-        digest.update(len(data).to_bytes(8, "little"))
-        digest.update(data)
-    rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS and k not in _TEXT_COLUMNS}
-    digest.update(json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
-    return digest.digest()
 
 
 def prepare(
@@ -153,18 +66,23 @@ def prepare(
     engine: str = "local",
     ray_address: str | None = None,
     partitioned_checks: bool = False,
+    worker_writes: bool | None = None,
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
     `engine="ray"` runs the per-chunk work on a Ray cluster (`ray_address`, else RAY_ADDRESS, else
     a local Ray) with `workers` actors (default: one per cluster CPU); OUT is the same as the local
     engine's (same content hash). `partitioned_checks`: the dataset-wide checks by hash partitioning
-    across the workers in a first pass over the input (see prefdata.checks.partitioned); same OUT."""
+    across the workers in a first pass over the input (see prefdata.checks.partitioned); same OUT.
+    `worker_writes` (default: on with Ray): the workers write the Arrow shards themselves and no row
+    passes through this process (prefdata.prepare.shards); it implies `partitioned_checks`."""
     from prefdata.io import writer as W
 
     started = time.time()
     check_engine(engine)
     workers = _check_numbers(batch_size, workers, engine)
+    worker_writes = engine == "ray" if worker_writes is None else worker_writes
+    partitioned_checks = partitioned_checks or worker_writes  # a worker writes a row once its flags are known
     raw_path, out_path = Path(raw), Path(out)
     hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
     input_files = [] if hub else _input_files(raw_path, out_path)
@@ -182,6 +100,7 @@ def prepare(
         "workers": workers,
         "engine": engine,
         "partitioned_checks": partitioned_checks,
+        "worker_writes": worker_writes,
         "trust_remote_code": trust_remote_code,
         "policy": loaded_policy.to_dict(),
     }
@@ -190,15 +109,19 @@ def prepare(
     try:
         tmp = _staging_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
         try:
-            threshold = loaded_policy.near_duplicate_prompt_threshold
-            merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
-            rows = iter_checked_rows(
-                raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-                progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
-                engine=select_engine(engine, workers, ray_address),
-            )
-            written = _write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer))
-            written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+            if worker_writes:
+                written = _write_with_workers(raw_path, hub, input_files, tmp, pair_tokenizer, settings, loaded_policy,
+                                              workers, engine, ray_address, batch_size, progress, config)
+            else:
+                threshold = loaded_policy.near_duplicate_prompt_threshold
+                merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
+                rows = iter_checked_rows(
+                    raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
+                    progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
+                    engine=select_engine(engine, workers, ray_address),
+                )
+                written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer))
+                written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
             meta = {"input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare"}
             built = _write_reports(tmp, written.report.build(written.accounting, meta))
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
@@ -237,6 +160,30 @@ def prepare(
         report=built,
         seconds=time.time() - started,
         problem=problem,
+    )
+
+
+def _write_with_workers(
+    raw_path: Path, hub: HubSource | None, input_files: list[Path], tmp: Path, pair_tokenizer: PairTokenizer,
+    settings: TokenizeSettings, policy: Policy, workers: int, engine: str, ray_address: str | None, batch_size: int,
+    progress: bool, config: dict[str, Any],
+) -> Written:
+    """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
+    from prefdata import ingest
+    from prefdata.engine.local import LocalEngine
+    from prefdata.prepare import shards
+
+    runner = select_engine(engine, workers, ray_address) or LocalEngine(workers)
+    if hub:
+        chunks, shard_bytes = ingest.iter_hub_chunks(hub, ingest.CHUNK_LINES), shards.SHARD_BYTES
+    else:
+        chunks = ingest.iter_chunks(raw_path, max_lines=ingest.CHUNK_LINES, max_bytes=ingest.CHUNK_BYTES)
+        input_bytes = sum(path.stat().st_size for path in input_files)
+        shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), ingest.CHUNK_BYTES)
+    return shards.write_with_workers(
+        chunks, tmp, check=CheckChunk(pair_tokenizer, settings, policy), policy=policy, engine=runner,
+        shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),
+        input_name=str(raw_path), progress=progress,
     )
 
 
@@ -288,70 +235,6 @@ def _input_files(raw_path: Path, out_path: Path) -> list[Path]:
     return input_files
 
 
-@dataclass
-class _Written:
-    """What writing the rows left behind: the report so far, the counts, the content hash."""
-
-    report: ReportBuilder
-    accounting: dict[str, int]
-    flag_counts: Counter[str]
-    errors: int  # rows with a flag at error severity
-    content_hash: str
-    columns: list[str]
-    json_columns: list[str]
-    text_columns: Any  # how the text columns are stored (strings, messages, or both): io.writer
-
-
-def _write_rows(
-    rows: Iterable[CheckedRow], tmp: Path, policy: Policy, batch_size: int, handoff: dict[str, Any]
-) -> _Written:
-    """Every row to exactly one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report."""
-    from prefdata.io import writer as W
-    from prefdata.report.builder import ReportBuilder
-
-    dataset = W.DatasetWriter(tmp)
-    dropped = W.JsonlWriter(tmp / "dropped.jsonl")
-    quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
-    report = ReportBuilder(policy)
-    flag_counts: Counter[str] = Counter()
-    content = hashlib.blake2b(digest_size=16)
-    errors = rows_in = 0
-    pending: list[dict[str, Any]] = []
-    for row in rows:
-        rows_in += 1
-        report.add(row)
-        flag_counts.update(row.flags)
-        errors += row.severity == "error"
-        if row.outcome == "quarantined":
-            quarantine.write(_quarantine_record(row))
-        elif row.outcome == "dropped":
-            dropped.write(_dropped_record(row))
-        else:
-            out_row = output_row(row)
-            content.update(_row_digest(out_row))
-            pending.append(out_row)
-            if len(pending) >= batch_size:
-                dataset.write_rows(pending)
-                pending = []
-    dataset.write_rows(pending)
-    dropped.close()
-    quarantine.close()
-    fingerprint = content.hexdigest()
-    schema = dataset.finish(fingerprint, {**handoff, "content_hash": fingerprint})
-    accounting = {
-        "rows_in": rows_in,
-        "rows_out": dataset.rows,
-        "rows_dropped": dropped.count,
-        "rows_quarantined": quarantine.count,
-    }
-    # Invariant 5: every record lands in exactly one place.
-    assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
-    return _Written(
-        report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(dataset.json_columns),
-        dataset.text_columns,
-    )
-
-
 def _write_reports(tmp: Path, built: dict[str, Any]) -> dict[str, Any]:
     from prefdata.report.render_html import render_html
     from prefdata.report.render_markdown import render_markdown
@@ -365,7 +248,7 @@ def _write_reports(tmp: Path, built: dict[str, Any]) -> dict[str, Any]:
 
 
 def _manifest(
-    written: _Written, input_files: list[Path], config: dict[str, Any], pair_tokenizer: PairTokenizer,
+    written: Written, input_files: list[Path], config: dict[str, Any], pair_tokenizer: PairTokenizer,
     hub: HubSource | None,
 ) -> dict[str, Any]:
     tok = pair_tokenizer.tokenizer
@@ -393,5 +276,6 @@ def _manifest(
         "columns": written.columns,
         "json_columns": written.json_columns,
         "text_columns": written.text_columns,
+        "shards": written.shards,
         "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
     }

@@ -1,0 +1,95 @@
+"""How a checked row is stored in OUT/: its dataset row, its dropped.jsonl and quarantine.jsonl
+lines, and its digest for the manifest's content hash.
+
+Shared by the main process (the local write path) and the workers that write their own shards
+(prefdata.prepare.shards), so both store the same row the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any
+
+import xxhash
+
+from prefdata.records import CheckedRow
+
+# Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
+_RESERVED = frozenset(
+    {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "flags", "source_file", "source_line"}
+    | {"ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count"}
+    | {"prompt_messages", "chosen_messages", "rejected_messages"}
+)
+
+
+def output_row(row: CheckedRow) -> dict[str, Any]:
+    pair, tokenized = row.pair, row.tokenized
+    assert pair is not None and tokenized is not None
+    # Conversational rows keep TRL's message format, so TRL itself renders their chat template;
+    # the writer handles datasets that mix them with string rows.
+    conversational = pair.is_conversational and pair.prompt_messages is not None
+    out: dict[str, Any] = {
+        "prompt": pair.prompt_messages if conversational else pair.prompt,
+        "chosen": pair.chosen_messages if conversational else pair.chosen,
+        "rejected": pair.rejected_messages if conversational else pair.rejected,
+        "prompt_ids": tokenized.prompt_ids,
+        "chosen_ids": tokenized.chosen_ids,
+        "rejected_ids": tokenized.rejected_ids,
+        "flags": row.flags,
+        "source_file": row.raw.source_file,
+        "source_line": row.raw.source_line,
+    }
+    for key, value in pair.extra.items():
+        out[f"raw_{key}" if key in _RESERVED else key] = value
+    return out
+
+
+def dropped_record(row: CheckedRow) -> dict[str, Any]:
+    pair = row.pair
+    assert pair is not None
+    record: dict[str, Any] = {
+        "source_file": row.raw.source_file,
+        "source_line": row.raw.source_line,
+        "flags": row.flags,
+        "severity": row.severity,
+        "prompt": pair.prompt,
+        "chosen": pair.chosen,
+        "rejected": pair.rejected,
+    }
+    if pair.extra:
+        record["extra"] = pair.extra
+    return record
+
+
+def quarantine_record(row: CheckedRow) -> dict[str, Any]:
+    raw = row.raw.raw_text
+    if raw is None and row.raw.value is not None:
+        raw = json.dumps(row.raw.value, ensure_ascii=False, default=str)
+    return {"source_file": row.raw.source_file, "source_line": row.raw.source_line, "error": row.error, "raw": raw}
+
+
+_ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+_TEXT_COLUMNS = ("prompt", "chosen", "rejected")
+
+
+def row_digest(row: dict[str, Any]) -> bytes:
+    """A digest of one output row that does not depend on batching (for the manifest's content hash).
+
+    Id lists are hashed as raw int32 bytes and the three texts as length-prefixed UTF-8: JSON-encoding
+    them cost more than everything else in this loop. The remaining (small) fields go in as JSON."""
+    digest = xxhash.xxh3_128()  # not a security boundary: a fast, well-mixed 128-bit digest
+    for key in _ID_COLUMNS:
+        ids = row[key]
+        if not (isinstance(ids, array) and ids.typecode == "i"):  # workers send array('i') already
+            ids = array("i", ids)
+        digest.update(len(ids).to_bytes(8, "little"))
+        digest.update(ids)
+    for key in _TEXT_COLUMNS:
+        text = row[key] if type(row[key]) is str else json.dumps(row[key], ensure_ascii=False)  # messages
+        data = text.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS and k not in _TEXT_COLUMNS}
+    digest.update(json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    return digest.digest()

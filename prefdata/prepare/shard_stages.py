@@ -1,0 +1,256 @@
+"""The two worker stages of `prepare` with worker writes (prefdata.prepare.shards drives them).
+
+`ScanGroup` (first pass): check a group of consecutive chunks -- parse, normalize, tokenize, the
+pair's own flags -- keep the result in a cache file next to the output, and return only what the
+dataset-wide checks and the line numbering need: digests, record counts, quarantine reasons.
+
+`WriteShard` (second pass, once the dataset-wide answers are known): read the group back from its
+cache, place its lines, add its rows' duplicate/conflict flags, apply the policy, write the kept
+rows to the group's own Arrow shard, and return the small things the main process joins in input
+order: content digests, dropped and quarantine lines, the report's compact rows.
+
+Both are engine stages (prefdata.engine.local): picklable, `run` keeps no state between units, so
+they run unchanged in local worker processes and in Ray actors. On a cluster OUT must be on
+storage that every node sees (the cache and the shards are written there).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefdata.checks.checker import verdict
+from prefdata.checks.merge import dataset_flags
+from prefdata.checks.partitioned import DigestBlock, block_from_digests, join_blocks, member
+from prefdata.checks.policy import Policy
+from prefdata.checks.stage import CheckChunk, CheckedChunk
+from prefdata.io.chunks import Chunk
+from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
+from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
+from prefdata.records import CheckedRow
+from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, TokenLengths, excerpt, sample_halves, token_lengths
+
+_QUARANTINED = OUTCOMES.index("quarantined")
+
+
+# --------------------------------------------------------------------------- first pass
+
+
+@dataclass
+class GroupUnit:
+    """Consecutive chunks that become one cache file and, later, one shard."""
+
+    index: int
+    chunks: list[Chunk]
+
+
+@dataclass
+class ChunkCounts:
+    """What the main process needs of one checked chunk to number its lines and rows."""
+
+    records: int
+    line_count: int  # of a RangeChunk (prefdata.io.chunks.LineNumbers), else 0
+    pair_index: np.ndarray  # (p,) positions of its pairs
+    quarantined: list[tuple[int, int, str, bool]]  # (position, line within the chunk, error, unknown shape)
+
+
+@dataclass
+class GroupScan:
+    cache: str  # the file WriteShard reads the group back from
+    chunks: list[ChunkCounts]
+    block: DigestBlock  # the group's digests, rows numbered from 0 at the group's first record
+
+
+@dataclass
+class ScanGroup:
+    """First-pass stage: `run(GroupUnit)` -> GroupScan."""
+
+    check: CheckChunk
+    cache_dir: str
+
+    def setup(self) -> None:
+        self.check.setup()
+
+    def run(self, unit: GroupUnit) -> GroupScan:
+        cache = Path(self.cache_dir) / f"group-{unit.index:06d}.pickle"
+        counts: list[ChunkCounts] = []
+        blocks: list[DigestBlock] = []
+        rows = 0
+        with open(cache, "wb") as handle:  # one pickle per chunk: the worker holds one chunk at a time
+            for chunk in unit.chunks:
+                checked = self.check.run(chunk)
+                pickle.dump(checked, handle, protocol=pickle.HIGHEST_PROTOCOL)
+                quarantined = [
+                    (i, r.raw.source_line, str(r.error), r.unknown_shape)
+                    for i, r in enumerate(checked.records) if r.pair is None
+                ]
+                counts.append(ChunkCounts(len(checked.records), checked.line_count, checked.pair_index, quarantined))
+                blocks.append(block_from_digests(checked.pair_index + rows, checked.digests))
+                rows += len(checked.records)
+        return GroupScan(str(cache), counts, join_blocks(blocks))
+
+
+# --------------------------------------------------------------------------- second pass
+
+
+@dataclass
+class ChunkPlace:
+    """Where a chunk sits in the input, known once the chunks before it were counted."""
+
+    source_file: str
+    line_offset: int  # added to its line numbers
+    first_row: int  # ordinal of its first record in the input
+
+
+@dataclass
+class ShardUnit:
+    index: int
+    cache: str
+    places: list[ChunkPlace]
+    duplicate_rows: np.ndarray  # the group's rows flagged duplicate_pair (ordinals, ascending)
+    conflicting_rows: np.ndarray  # ... and conflicting_pair
+    sample_cutoff: int  # pairs with a report key below it bring their halves (the similarity sample)
+    want_excerpts: bool  # the report still keeps prompt excerpts
+
+
+@dataclass
+class ChunkReport:
+    """One chunk in the report's compact form (report.compact.CompactRows without the callable)."""
+
+    source_file: str
+    lines: np.ndarray
+    outcome: np.ndarray
+    severity: np.ndarray
+    pair_index: np.ndarray
+    prompt_keys: np.ndarray
+    pair_keys: np.ndarray
+    lengths: np.ndarray
+    details: dict[int, CheckedRow]  # flagged and quarantined records, by position
+    halves: dict[int, Any]
+    excerpts: list[str] | None
+    tokens: dict[int, TokenLengths]
+
+
+@dataclass
+class ShardWritten:
+    parts: WrittenParts  # the shard's Arrow file(s), not yet named as the dataset's
+    digests: bytes  # io.rows.row_digest of each kept row, in order (16 bytes each)
+    dropped: list[str] = field(default_factory=list)  # dropped.jsonl lines
+    quarantined: list[str] = field(default_factory=list)  # quarantine.jsonl lines
+    chunks: list[ChunkReport] = field(default_factory=list)
+    flag_counts: Counter[str] = field(default_factory=Counter)
+    errors: int = 0  # rows with a flag at error severity
+    writer_pid: int = 0  # the process that wrote the shard
+
+
+@dataclass
+class WriteShard:
+    """Second-pass stage: `run(ShardUnit)` -> ShardWritten; the shard files go to `directory`."""
+
+    policy: Policy
+    directory: str
+    batch_size: int
+
+    def setup(self) -> None:
+        pass  # the tokenizer is not needed: the cache holds the tokenized rows
+
+    def run(self, unit: ShardUnit) -> ShardWritten:
+        writer = DatasetWriter(Path(self.directory), prefix=f"shard-{unit.index:06d}")
+        digests = bytearray()
+        result = ShardWritten(WrittenParts([], set(), set(), 0), b"", writer_pid=os.getpid())
+        pending: list[dict[str, Any]] = []
+        with open(unit.cache, "rb") as handle:
+            for place in unit.places:
+                checked: CheckedChunk = pickle.load(handle)
+                for row in self._rows(checked, place, unit, result):
+                    if row.outcome == "kept":
+                        out_row = output_row(row)
+                        digests += row_digest(out_row)
+                        pending.append(out_row)
+                        if len(pending) >= self.batch_size:
+                            writer.write_rows(pending)
+                            pending = []
+        writer.write_rows(pending)
+        os.unlink(unit.cache)  # after the shard's rows are on disk: a failed unit can be run again
+        result.parts = writer.close()
+        result.digests = bytes(digests)
+        return result
+
+    def _rows(self, checked: CheckedChunk, place: ChunkPlace, unit: ShardUnit, result: ShardWritten) -> list[CheckedRow]:
+        """The chunk's rows with lines placed, dataset flags added and the policy applied; its
+        dropped/quarantine lines and compact report go into `result`."""
+        records = checked.records
+        for record in records:
+            record.raw.source_line += place.line_offset
+            if record.pair is not None:
+                record.pair.source_line += place.line_offset
+        pairs = checked.pair_index
+        ordinals = pairs + place.first_row
+        duplicate, conflicting = member(ordinals, unit.duplicate_rows), member(ordinals, unit.conflicting_rows)
+        keys = checked.digests.pair_keys
+        below = set(pairs[keys < np.uint64(unit.sample_cutoff)].tolist()) if unit.sample_cutoff < 1 << 64 else None
+        n = len(records)
+        outcome = np.full(n, _QUARANTINED, dtype=np.int64)
+        severity = np.zeros(n, dtype=np.int64)
+        report = ChunkReport(
+            place.source_file, np.array([r.raw.source_line for r in records], dtype=np.int64), outcome, severity,
+            pairs, checked.digests.prompt_keys, checked.digests.pair_keys, np.zeros((len(pairs), 3), np.int64), {},
+            {}, [] if unit.want_excerpts else None, {},
+        )
+        rows: list[CheckedRow] = []
+        at_pair = 0
+        for position, record in enumerate(records):
+            pair = record.pair
+            if pair is None:
+                row = CheckedRow(record.raw, None, None, [], None, "quarantined", error=record.error)
+                result.quarantined.append(jsonl_line(quarantine_record(row)))
+                report.details[position] = row
+                if report.excerpts is not None:
+                    report.excerpts.append("")
+                continue
+            found = record.flags + dataset_flags(bool(duplicate[at_pair]), bool(conflicting[at_pair]))
+            row = CheckedRow(record.raw, pair, record.tokenized, *verdict(found, self.policy))
+            report.lengths[at_pair] = (len(pair.prompt), len(pair.chosen), len(pair.rejected))
+            at_pair += 1
+            outcome[position] = OUTCOMES.index(row.outcome)
+            severity[position] = SEVERITY_CODES.index(row.severity)
+            result.flag_counts.update(row.flags)
+            result.errors += row.severity == "error"
+            if row.flags:
+                report.details[position] = row
+            if record.tokenized is not None:
+                report.tokens[position] = token_lengths(record.tokenized)
+            if below is None or position in below:
+                report.halves[position] = sample_halves(pair)
+            if report.excerpts is not None:
+                report.excerpts.append(excerpt(pair.prompt))
+            if row.outcome == "dropped":
+                result.dropped.append(jsonl_line(dropped_record(row)))
+            rows.append(row)
+        result.chunks.append(report)
+        return rows
+
+
+# --------------------------------------------------------------------------- schema unification
+
+
+@dataclass
+class RewritePart:
+    """Stage: rewrite one shard to the dataset's final schema (a column another shard typed wider,
+    JSON-encoded, or mixed text kinds): `run((part, final file, columns to JSON-encode))`."""
+
+    schema: Any  # pa.Schema
+
+    def setup(self) -> None:
+        pass
+
+    def run(self, job: tuple[Path, Path, set[str]]) -> str:
+        src, dst, to_encode = job
+        rewrite_part(src, dst, self.schema, to_encode)
+        return dst.name

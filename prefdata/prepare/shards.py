@@ -1,0 +1,227 @@
+"""`prepare` with worker writes: the workers write the Arrow shards; no row passes through here.
+
+Two passes over the input, both on the engine (local worker processes or Ray actors):
+
+1. `ScanGroup` checks groups of consecutive chunks and caches them in OUT's staging directory;
+   this process numbers their lines and rows, runs the "not preference data" probe, and the
+   dataset-wide checks run by hash partitioning over the groups' digests
+   (prefdata.checks.partitioned: on Ray the shuffle runs on the cluster).
+2. `WriteShard` reads each group back, applies the dataset-wide flags and the policy, and writes
+   the group's kept rows to its own shard. This process joins, in input order, only what is small:
+   16-byte content digests, dropped and quarantine lines, and the report's compact rows.
+
+The shards become the dataset's `data-XXXXX-of-YYYYY.arrow` files in input order (a shard whose
+pass-through columns another shard typed wider is rewritten by a worker), so OUT is the local
+engine's OUT: the same content hash, rows, flags, dropped/quarantine lines and report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections import Counter
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+from prefdata.checks.partitioned import PartitionedResult, partitioned_dataset_checks, shift_rows
+from prefdata.checks.policy import Policy
+from prefdata.checks.stage import CheckChunk
+from prefdata.engine.local import Engine
+from prefdata.ingest import ShapeProbe
+from prefdata.io import writer as W
+from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
+from prefdata.prepare.shard_stages import (
+    ChunkPlace, GroupScan, GroupUnit, RewritePart, ScanGroup, ShardUnit, ShardWritten, WriteShard,
+)
+from prefdata.prepare.written import Written
+from prefdata.report.builder import EXCERPT_ROWS, ReportBuilder
+from prefdata.report.compact import CompactRows
+
+# A shard holds the records of up to this many input bytes (or SHARD_CHUNKS chunks read in this
+# process: gzip, JSON arrays, Parquet, the Hub) -- fewer when the input is small, so that every
+# worker gets several shards.
+SHARD_BYTES = 64 << 20
+SHARD_CHUNKS = 256
+GROUPS_PER_WORKER = 4
+CACHE_DIR = ".groups"  # inside the staging directory; removed as the shards are written
+
+
+@dataclass
+class _Group:
+    """What this process keeps of a group between the passes."""
+
+    index: int
+    cache: str
+    places: list[ChunkPlace]
+    first_row: int
+    end_row: int
+
+
+def shard_bytes_for(input_bytes: int, workers: int, chunk_bytes: int) -> int:
+    """Input bytes per shard: at most SHARD_BYTES, and small enough that each of `workers` gets
+    GROUPS_PER_WORKER shards (a small input still spreads over every worker)."""
+    return max(chunk_bytes, min(SHARD_BYTES, input_bytes // max(1, GROUPS_PER_WORKER * workers)))
+
+
+def group_chunks(chunks: Iterable[Chunk], max_bytes: int, max_chunks: int = SHARD_CHUNKS) -> Iterator[GroupUnit]:
+    """Consecutive chunks in groups of up to `max_bytes` of input (byte-range chunks) or
+    `max_chunks` chunks."""
+    group: list[Chunk] = []
+    size = index = 0
+    for chunk in chunks:
+        group.append(chunk)
+        size += chunk.end - chunk.start if isinstance(chunk, RangeChunk) else 0
+        if size >= max_bytes or len(group) >= max_chunks:
+            yield GroupUnit(index, group)
+            group, size, index = [], 0, index + 1
+    if group:
+        yield GroupUnit(index, group)
+
+
+def write_with_workers(
+    chunks: Iterable[Chunk], tmp: Path, *, check: CheckChunk, policy: Policy, engine: Engine, shard_bytes: int,
+    batch_size: int, handoff: dict[str, Any], input_name: str, progress: bool,
+) -> Written:
+    """Both passes (see the module doc): OUT's dataset, dropped.jsonl, quarantine.jsonl and the
+    report's rows, with the near-duplicate prompt groups already in the report."""
+    cache_dir = tmp / CACHE_DIR
+    cache_dir.mkdir()
+    groups, answers = _first_pass(chunks, check, engine, cache_dir, shard_bytes, batch_size, input_name, progress)
+    written = _second_pass(groups, answers, tmp, policy, engine, batch_size, handoff, progress)
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    written.report.add_near_duplicate_prompts(answers.near_duplicate_groups, written.report.location)
+    return written
+
+
+def _first_pass(
+    chunks: Iterable[Chunk], check: CheckChunk, engine: Engine, cache_dir: Path, shard_bytes: int, batch_size: int,
+    input_name: str, progress: bool,
+) -> tuple[list[_Group], PartitionedResult]:
+    """Check and cache every group; number its lines and rows; the dataset-wide answers."""
+    put = getattr(engine, "put", lambda value: value)  # Ray: digests go to the object store at once
+    probe = ShapeProbe(input_name, batch_size)
+    lines = LineNumbers()
+    groups: list[_Group] = []
+    blocks: list[Any] = []
+    rows = 0
+    bar = _bar(progress, "checking")
+    try:
+        units = group_chunks(chunks, shard_bytes)
+        with closing(engine.map_ordered(ScanGroup(check, str(cache_dir)), units)) as results:
+            for unit, scan in results:
+                groups.append(_place(unit, scan, lines, probe, rows))
+                blocks.append(put(shift_rows(scan.block, rows)))
+                rows = groups[-1].end_row
+                if bar is not None:
+                    bar.update(rows - groups[-1].first_row)
+    finally:
+        if bar is not None:
+            bar.close()
+    probe.finish()
+    shuffler = engine if hasattr(engine, "shuffle") else None
+    partitions = max(1, 2 * getattr(engine, "workers", 1))
+    answers = partitioned_dataset_checks(blocks, partitions, threshold=check.policy.near_duplicate_prompt_threshold,
+                                         shuffler=shuffler)
+    return groups, answers
+
+
+def _place(unit: GroupUnit, scan: GroupScan, lines: LineNumbers, probe: ShapeProbe, first_row: int) -> _Group:
+    """Each chunk's line offset and first row; the probe sees its records in input order."""
+    places = []
+    row = first_row
+    for chunk, counts in zip(unit.chunks, scan.chunks):
+        offset = lines.offset(chunk, counts.line_count)
+        places.append(ChunkPlace(chunk.source_file, offset, row))
+        problems = [(i, f"{chunk.source_file}:{line + offset}: {error}", unknown)
+                    for i, line, error, unknown in counts.quarantined]
+        probe.add_chunk(counts.records, lambda k, p=counts.pair_index: int(np.count_nonzero(p < k)), problems)
+        row += counts.records
+    return _Group(unit.index, scan.cache, places, first_row, row)
+
+
+def _second_pass(
+    groups: list[_Group], answers: PartitionedResult, tmp: Path, policy: Policy, engine: Engine, batch_size: int,
+    handoff: dict[str, Any], progress: bool,
+) -> Written:
+    report = ReportBuilder(policy)
+    dropped = W.JsonlWriter(tmp / "dropped.jsonl")
+    quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
+    content = hashlib.blake2b(digest_size=16)
+    flag_counts: Counter[str] = Counter()
+    errors = kept = 0
+    shards: list[W.WrittenParts] = []
+    bar = _bar(progress, "writing")
+    # Units are made as the engine takes them: the report's sample cut-off is the one after the
+    # shards before it (it only falls, so an early unit brings a few halves too many).
+    units = (
+        ShardUnit(
+            group.index, group.cache, group.places,
+            _rows_between(answers.duplicate_rows, group.first_row, group.end_row),
+            _rows_between(answers.conflicting_rows, group.first_row, group.end_row),
+            report.similarity.cutoff(), group.first_row < EXCERPT_ROWS,
+        )
+        for group in groups
+    )
+    try:
+        with closing(engine.map_ordered(WriteShard(policy, str(tmp), batch_size), units)) as results:
+            for _unit, shard in results:
+                _add_to_report(report, shard)
+                for line in shard.dropped:
+                    dropped.write_line(line)
+                for line in shard.quarantined:
+                    quarantine.write_line(line)
+                content.update(shard.digests)
+                flag_counts.update(shard.flag_counts)
+                errors += shard.errors
+                kept += shard.parts.rows
+                shards.append(shard.parts)
+                if bar is not None:
+                    bar.update(sum(len(chunk.lines) for chunk in shard.chunks))
+    finally:
+        if bar is not None:
+            bar.close()
+    dropped.close()
+    quarantine.close()
+    joined = W.WrittenParts.joined(shards)
+    fingerprint = content.hexdigest()
+    schema, files = W.finish_dataset(tmp, joined, fingerprint, {**handoff, "content_hash": fingerprint},
+                                     rewrite=lambda jobs, final: _rewrite(engine, jobs, final))
+    accounting = {"rows_in": report.rows, "rows_out": kept, "rows_dropped": dropped.count,
+                  "rows_quarantined": quarantine.count}
+    # Invariant 5: every record lands in exactly one place.
+    assert report.rows == kept + dropped.count + quarantine.count, accounting
+    return Written(report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(joined.json_columns),
+                   joined.text_columns, files)
+
+
+def _rows_between(sorted_rows: np.ndarray, first: int, end: int) -> np.ndarray:
+    return sorted_rows[np.searchsorted(sorted_rows, first):np.searchsorted(sorted_rows, end)]
+
+
+def _add_to_report(report: ReportBuilder, shard: ShardWritten) -> None:
+    for chunk in shard.chunks:
+        report.add_compact(CompactRows(
+            source_file=chunk.source_file, lines=chunk.lines, outcome=chunk.outcome, severity=chunk.severity,
+            pair_index=chunk.pair_index, prompt_keys=chunk.prompt_keys, pair_keys=chunk.pair_keys,
+            lengths=chunk.lengths, detailed=sorted(chunk.details), detail=chunk.details.__getitem__,
+            halves=chunk.halves, excerpts=chunk.excerpts, tokens=chunk.tokens,
+        ))
+
+
+def _rewrite(engine: Engine, jobs: list[tuple[Path, Path, set[str]]], schema: Any) -> None:
+    """Shards that need the final schema are rewritten by the workers, not here."""
+    with closing(engine.map_ordered(RewritePart(schema), jobs)) as results:
+        for _ in results:
+            pass
+
+
+def _bar(enabled: bool, what: str) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(desc=what, unit=" rows", disable=None, mininterval=0.5)

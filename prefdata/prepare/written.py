@@ -1,0 +1,81 @@
+"""The main process writes every row: the local engine's write path (and `--no-worker-writes`).
+
+Rows come checked and in input order (prefdata.ingest.iter_checked_rows); each goes to exactly
+one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from prefdata.checks.policy import Policy
+from prefdata.io import writer as W
+from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
+from prefdata.records import CheckedRow
+from prefdata.report.builder import ReportBuilder
+
+
+@dataclass
+class Written:
+    """What writing the rows left behind: the report so far, the counts, the content hash."""
+
+    report: ReportBuilder
+    accounting: dict[str, int]
+    flag_counts: Counter[str]
+    errors: int  # rows with a flag at error severity
+    content_hash: str
+    columns: list[str]
+    json_columns: list[str]
+    text_columns: Any  # how the text columns are stored (strings, messages, or both): io.writer
+    shards: list[dict[str, Any]]  # the Arrow data files in order: {"file", "rows"}
+
+
+def write_rows(
+    rows: Iterable[CheckedRow], tmp: Path, policy: Policy, batch_size: int, handoff: dict[str, Any]
+) -> Written:
+    """Every row to exactly one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report."""
+    dataset = W.DatasetWriter(tmp)
+    dropped = W.JsonlWriter(tmp / "dropped.jsonl")
+    quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
+    report = ReportBuilder(policy)
+    flag_counts: Counter[str] = Counter()
+    content = hashlib.blake2b(digest_size=16)
+    errors = rows_in = 0
+    pending: list[dict[str, Any]] = []
+    for row in rows:
+        rows_in += 1
+        report.add(row)
+        flag_counts.update(row.flags)
+        errors += row.severity == "error"
+        if row.outcome == "quarantined":
+            quarantine.write(quarantine_record(row))
+        elif row.outcome == "dropped":
+            dropped.write(dropped_record(row))
+        else:
+            out_row = output_row(row)
+            content.update(row_digest(out_row))
+            pending.append(out_row)
+            if len(pending) >= batch_size:
+                dataset.write_rows(pending)
+                pending = []
+    dataset.write_rows(pending)
+    dropped.close()
+    quarantine.close()
+    fingerprint = content.hexdigest()
+    schema = dataset.finish(fingerprint, {**handoff, "content_hash": fingerprint})
+    accounting = {
+        "rows_in": rows_in,
+        "rows_out": dataset.rows,
+        "rows_dropped": dropped.count,
+        "rows_quarantined": quarantine.count,
+    }
+    # Invariant 5: every record lands in exactly one place.
+    assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
+    return Written(
+        report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(dataset.json_columns),
+        dataset.text_columns, dataset.shards,
+    )
