@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")
     _add_engine_options(p)
+    p.add_argument(
+        "--worker-writes", action=argparse.BooleanOptionalAction, default=None,
+        help="the workers write the Arrow shards themselves, so no row passes through one process "
+        "(default: on with --engine ray; implies --partitioned-checks; on a cluster OUT must be on shared storage)",
+    )
     _add_common(p)
 
     v = sub.add_parser(

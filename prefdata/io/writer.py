@@ -216,6 +216,7 @@ class DatasetWriter:
         names = list(CORE_SCHEMA.names)
         extra = sorted({key for row in rows for key in row} - CORE_COLUMNS)
         names.extend(extra)
+        json_before = len(self.json_columns)
         arrays = []
         for name in names:
             values = [row.get(name) for row in rows]
@@ -224,6 +225,10 @@ class DatasetWriter:
                 self.json_columns.add(name)
             arrays.append(array)
         table = pa.Table.from_arrays(arrays, names=names)
+        if len(self.json_columns) != json_before:
+            # A column turned JSON here: the open part holds it unencoded and is re-encoded at
+            # finish(), so these rows (encoded already) start a part of their own.
+            self._close_part()
         self._write_table(table)
         self.rows += len(rows)
 

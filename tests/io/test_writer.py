@@ -57,6 +57,19 @@ def test_inconsistent_pass_through_becomes_json_text(tmp_path):
     assert writer.json_columns == {"score", "label"}
 
 
+def test_a_column_that_turns_json_later_is_encoded_exactly_once(tmp_path):
+    """Strings first (stored as strings), then a batch mixing strings and objects: every value of
+    the column ends up JSON-encoded once, the later batch's included (it was encoded twice)."""
+    writer = DatasetWriter(tmp_path)
+    writer.write_rows([_row(0, meta="early")])
+    writer.write_rows([_row(1, meta="mid"), _row(2, meta={"a": [1]})])
+    writer.write_rows([_row(3, meta="late")])
+    writer.finish("abc")
+    ds = load_from_disk(str(tmp_path))
+    assert [json.loads(v) for v in ds["meta"]] == ["early", "mid", {"a": [1]}, "late"]
+    assert writer.json_columns == {"meta"}
+
+
 def test_empty_dataset_is_still_loadable(tmp_path):
     writer = DatasetWriter(tmp_path)
     writer.finish("abc")
