@@ -134,6 +134,54 @@ def test_prepare_on_ray_writes_what_the_local_engine_writes(cluster, raw, tmp_pa
         assert _without_run_details(local.report) == _without_run_details(result.report)
 
 
+def test_prepare_on_ray_workers_write_the_shards_and_the_driver_writes_no_row(
+    cluster, tmp_path, tiny_tokenizer_dir, small_chunks, monkeypatch
+) -> None:
+    """The workers on both nodes write the Arrow shards; the driver only joins digests, dropped
+    and quarantine lines and the report. OUT equals the local engine's, and the manifest lists
+    the shards that load_from_disk and polars read."""
+    import datasets
+    import polars as pl
+
+    from prefdata.io import writer as W
+    from prefdata.prepare import prepare
+    from prefdata.prepare import shards as S
+
+    raw = tmp_path / "pairs.jsonl"
+    raw.write_text("\n".join(_rows() * 3) + "\n", encoding="utf-8")  # repeats: many duplicates
+    local = prepare(raw, tmp_path / "local", tokenizer=tiny_tokenizer_dir, workers=1, progress=False, batch_size=8)
+    monkeypatch.setattr(S, "SHARD_BYTES", 2048)
+    writers: set[int] = set()
+    joined = S._add_to_report
+
+    def spy(report, shard):  # which processes wrote the shards
+        writers.add(shard.writer_pid)
+        return joined(report, shard)
+
+    def refuse(*_args, **_kwargs):
+        raise AssertionError("the driver wrote dataset rows")
+
+    monkeypatch.setattr(S, "_add_to_report", spy)
+    monkeypatch.setattr(W.DatasetWriter, "write_rows", refuse)  # the driver's copy only: Ray workers import their own
+    on_ray = prepare(raw, tmp_path / "ray", tokenizer=tiny_tokenizer_dir, engine="ray", progress=False, batch_size=8)
+    assert os.getpid() not in writers and len(writers) >= 2  # actors on both nodes wrote shards
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("local", "ray")]
+    assert manifests[1]["config"]["worker_writes"] is True
+    for key in ("content_hash", "row_accounting", "flag_counts", "columns"):
+        assert manifests[1][key] == manifests[0][key]
+    for file in ("dropped.jsonl", "quarantine.jsonl"):
+        assert (tmp_path / "local" / file).read_bytes() == (tmp_path / "ray" / file).read_bytes()
+    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+    shards = manifests[1]["shards"]
+    assert len(shards) >= 3 and sum(s["rows"] for s in shards) == on_ray.rows_out
+    state = json.loads((tmp_path / "ray" / "state.json").read_text())
+    assert [s["file"] for s in shards] == [f["filename"] for f in state["_data_files"]]
+    loaded = datasets.load_from_disk(str(tmp_path / "ray"))
+    assert loaded.to_list() == datasets.load_from_disk(str(tmp_path / "local")).to_list()
+    frame = pl.concat([pl.read_ipc_stream(tmp_path / "ray" / s["file"]) for s in shards])
+    assert frame.height == on_ray.rows_out and frame["source_line"].to_list() == loaded["source_line"]
+
+
 def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw, small_chunks) -> None:
     from prefdata.validate.command import validate
 
