@@ -108,6 +108,9 @@ def test_refs_equal_plain_forward_and_keep_everything_else(tmp_path, model_dir):
     assert not (out / R.WORK_DIR).exists()
     leftovers = [p.name for p in out.iterdir() if p.suffix == ".arrow"]
     assert leftovers == R._data_files(out)  # the old data files are gone
+    # The manifest lists the data files as they are after the swap, with their rows.
+    assert [s["file"] for s in manifest["shards"]] == R._data_files(out)
+    assert sum(s["rows"] for s in manifest["shards"]) == manifest["row_accounting"]["rows_out"]
 
 
 def test_layouts_give_the_same_refs(tmp_path, model_dir):

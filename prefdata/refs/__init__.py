@@ -55,6 +55,7 @@ from prefdata.refs.swap import (
     WORK_DIR,
     _data_files,
     _finish_swap,
+    data_shards,
     swap_dataset,
     with_ref_columns,
 )
@@ -212,6 +213,7 @@ def compute_refs(
         "non_finite_rows": result.non_finite_rows,
         "columns": list(REF_COLUMNS),
     }
+    manifest["shards"] = data_shards(out)  # the swap renamed (and may have re-cut) the data files
     write_manifest(out, manifest)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     return result

@@ -25,6 +25,18 @@ def _data_files(out: Path) -> list[str]:
     return [entry["filename"] for entry in state["_data_files"]]
 
 
+def data_shards(out: Path) -> list[dict[str, Any]]:
+    """OUT's data files in order with their rows, as the manifest lists them ("shards")."""
+    import pyarrow as pa
+
+    shards = []
+    for name in _data_files(out):
+        with pa.memory_map(str(out / name)) as source:  # mapped: counting reads no column data
+            rows = sum(batch.num_rows for batch in pa.ipc.open_stream(source))
+        shards.append({"file": name, "rows": rows})
+    return shards
+
+
 def _finish_swap(out: Path) -> None:
     """Complete (or redo) a dataset swap that a killed run left half done; idempotent."""
     journal_path = out / WORK_DIR / SWAP_JOURNAL
