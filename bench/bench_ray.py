@@ -2,13 +2,18 @@
 
 Same synthetic input (distinct pairs, bench_scale's generator), same tokenizer, each run in a fresh
 child process: `prepare` and text-level `validate` with `--engine local` (worker processes) and
-`--engine ray` (a local Ray with as many CPUs as the local engine has workers). Reported per run:
-wall seconds, pairs/s, the Ray/local wall ratio (the overhead of Ray on one machine), and for
-prepare the split the projection needs:
-  - per-worker rate: pairs per second of stage time inside a worker (parse, normalize, tokenize,
-    pair checks, digests), measured in the workers themselves;
-  - driver rate: pairs per second of the main process's own work (the in-order merge, report,
-    writing), i.e. wall time minus the time it waited for results;
+`--engine ray` (a local Ray with as many CPUs as the local engine has workers). `prepare` on Ray
+runs as users get it (the workers write the Arrow shards: two passes, the dataset-wide checks by
+hash partitioning) and as before (`--no-worker-writes`: every row through the driver). Reported
+per run: wall seconds, pairs/s, the Ray/local wall ratio (the overhead of Ray on one machine), and
+for prepare the split the projection needs:
+  - per-worker rate: pairs per second of stage time inside the workers (parse, normalize,
+    tokenize, pair checks, digests; with worker writes also the second pass that writes the
+    shards), measured in the workers themselves;
+  - shuffle seconds: the hash-partitioned dataset-wide checks (cluster tasks);
+  - driver rate: pairs per CPU-second of the main process (all its threads: unpickling results,
+    the merge or join in input order, report, writing, start-up included, so a lower bound), and
+    the time its loop spent on results between asking for them;
   - peak RSS of the driver and of the largest worker.
 Ray's start-up (ray.init) is timed apart: on a cluster it is paid once, not per command.
 
@@ -53,10 +58,22 @@ class _TimedEngine:
 
     def __init__(self, inner) -> None:  # noqa: ANN001
         self.inner = inner
-        self.wait = self.stage = self.worker_rss = 0.0
+        self.wait = self.stage = self.worker_rss = self.shuffled = self.consume = 0.0
         self.workers = getattr(inner, "workers", 1)  # what the partitioned checks size their shuffle by
         if hasattr(inner, "shuffle"):
-            self.put, self.shuffle = inner.put, inner.shuffle
+            self.put = inner.put
+
+    def __getattr__(self, name: str):  # noqa: ANN204
+        if name == "shuffle" and hasattr(self.inner, "shuffle"):
+            return self._timed_shuffle
+        raise AttributeError(name)
+
+    def _timed_shuffle(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        started = time.perf_counter()
+        try:
+            return self.inner.shuffle(*args, **kwargs)
+        finally:
+            self.shuffled += time.perf_counter() - started
 
     def map_ordered(self, stage, units):  # noqa: ANN001, ANN201
         engine = self
@@ -64,16 +81,20 @@ class _TimedEngine:
         class Results:
             def __init__(self) -> None:
                 self.results = engine.inner.map_ordered(stage, units)
+                self.returned: float | None = None
 
             def __iter__(self):  # noqa: ANN204
                 return self
 
             def __next__(self):  # noqa: ANN204
                 started = time.perf_counter()
+                if self.returned is not None:  # the caller's own work on the last result
+                    engine.consume += started - self.returned
                 try:
                     unit, result = next(self.results)
                 finally:
-                    engine.wait += time.perf_counter() - started
+                    self.returned = time.perf_counter()
+                    engine.wait += self.returned - started
                 engine.stage += getattr(result, "stage_seconds", 0.0)
                 engine.worker_rss = max(engine.worker_rss, getattr(result, "worker_rss_mib", 0.0))
                 return unit, result
@@ -85,13 +106,14 @@ class _TimedEngine:
 
 
 def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, workers: int) -> None:
-    """In a fresh process: one run, then one JSON line of measurements. `engine` "ray+partitioned":
-    Ray with the dataset-wide checks by hash partitioning (a first pass over the input)."""
-    partitioned = engine.endswith("+partitioned")
-    engine = engine.removesuffix("+partitioned")
+    """In a fresh process: one run, then one JSON line of measurements. `engine` "ray+driver-writes":
+    Ray with every row written by the driver (`--no-worker-writes`)."""
+    worker_writes = None if engine == "ray" else False  # None: the default (on with Ray)
+    engine = engine.removesuffix("+driver-writes")
     sys.path.insert(0, str(REPO))
     import prefdata.ingest as ingest
     import prefdata.prepare as prepare_module
+    import prefdata.prepare.shards as shards
     from prefdata.engine import select
 
     init_seconds = 0.0
@@ -114,27 +136,33 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
     prepare_module.select_engine = select_timed  # type: ignore[assignment]
     select.select_engine = select_timed  # type: ignore[assignment]  (validate imports it when it runs)
     ingest.CheckChunk = _measured_stage(ingest.CheckChunk)  # type: ignore[misc]
-    started = time.perf_counter()
+    shards.ScanGroup = _measured_stage(shards.ScanGroup)  # type: ignore[misc]  (worker writes: both passes)
+    shards.WriteShard = _measured_stage(shards.WriteShard)  # type: ignore[misc]
+    started, cpu_started = time.perf_counter(), time.process_time()
     if command == "prepare":
         from prefdata.prepare import prepare
 
         result = prepare(raw, out, tokenizer=tokenizer, max_length=256, workers=workers, progress=False, engine=engine,
-                         partitioned_checks=partitioned)
+                         worker_writes=worker_writes)
         rows = result.rows_in
     else:
         from prefdata.validate.command import validate
 
         validate(raw, format="json", workers=workers, progress=False, engine=engine)
         rows = 0
-    seconds = time.perf_counter() - started
+    seconds, driver_cpu = time.perf_counter() - started, time.process_time() - cpu_started
     main = _TimedEngine(None)  # every map the command ran (the partitioned first pass too)
     for engine_used in timed:
         main.wait += engine_used.wait
         main.stage += engine_used.stage
+        main.shuffled += engine_used.shuffled
+        main.consume += engine_used.consume
         main.worker_rss = max(main.worker_rss, engine_used.worker_rss)
     print(json.dumps({
         "seconds": seconds, "rows": rows, "init_seconds": init_seconds, "wait_seconds": main.wait,
-        "stage_seconds": main.stage, "peak_rss_mib": peak_rss_mib(), "worker_rss_mib": main.worker_rss,
+        "stage_seconds": main.stage, "shuffle_seconds": main.shuffled, "consume_seconds": main.consume, "driver_cpu_seconds": driver_cpu,
+        "peak_rss_mib": peak_rss_mib(),
+        "worker_rss_mib": main.worker_rss,
     }))
 
 
@@ -169,7 +197,8 @@ def main() -> None:
         write_synthetic(raw, args.rows, max_words=args.max_words)
         runs = {(c, e): measure(c, e, raw, workdir, tokenizer, args.workers)
                 for c in ("prepare", "validate") for e in ("local", "ray")}
-        runs[("prepare", "ray+partitioned")] = measure("prepare", "ray+partitioned", raw, workdir, tokenizer, args.workers)
+        runs[("prepare", "ray+driver-writes")] = measure("prepare", "ray+driver-writes", raw, workdir, tokenizer,
+                                                          args.workers)
     print(f"\n{args.rows:,} synthetic pairs, tokenizer {Path(tokenizer).name}, {args.workers} local workers = "
           f"{args.workers} Ray CPUs on this machine\n")
     print("| command | engine | seconds | pairs/s | Ray/local wall | ray.init s | driver peak RSS MiB | worker peak RSS MiB |")
@@ -178,29 +207,48 @@ def main() -> None:
         ratio = m["seconds"] / runs[(command, "local")]["seconds"]
         print(f"| {command} | {engine} | {m['seconds']:.1f} | {args.rows / m['seconds']:,.0f} | {ratio:.2f} | "
               f"{m['init_seconds']:.1f} | {m['peak_rss_mib']:.0f} | {m['worker_rss_mib']:.0f} |")
-    for engine in ("ray", "ray+partitioned"):
-        m = runs[("prepare", engine)]
-        per_worker = args.rows / m["stage_seconds"]  # the second pass (the first returns digests only)
-        driver = args.rows / max(m["seconds"] - m["wait_seconds"], 1e-9)
-        print(f"\nprepare --engine {engine}: per-worker stage rate {per_worker:,.0f} pairs/s; driver's own "
-              f"work {driver:,.0f} pairs/s (wall {m['seconds']:.1f}s, waiting {m['wait_seconds']:.1f}s)")
-    ray_prepare = runs[("prepare", "ray")]
-    per_worker = args.rows / ray_prepare["stage_seconds"] if ray_prepare["stage_seconds"] else float("nan")
-    driver = args.rows / max(ray_prepare["seconds"] - ray_prepare["wait_seconds"], 1e-9)
-    project(per_worker, driver, ray_prepare["worker_rss_mib"])
+    # Marginal rates: the same Ray runs on a tenth of the input, so fixed costs (start-up, the
+    # tokenizer load, task start-up of the shuffle) cancel out of the per-row figures.
+    small_rows = max(1, args.rows // 10)
+    with tempfile.TemporaryDirectory(prefix="bench-ray-small-") as tmp:
+        small_raw = Path(tmp) / "pairs.jsonl"
+        write_synthetic(small_raw, small_rows, max_words=args.max_words)
+        small = {e: measure("prepare", e, small_raw, Path(tmp), tokenizer, args.workers)
+                 for e in ("ray", "ray+driver-writes")}
+    rates = {}
+    extra = args.rows - small_rows
+    for engine in ("ray", "ray+driver-writes"):
+        big, little = runs[("prepare", engine)], small[engine]
+        per_worker = extra / max(big["stage_seconds"] - little["stage_seconds"], 1e-9)
+        driver = extra / max(big["driver_cpu_seconds"] - little["driver_cpu_seconds"], 1e-9)
+        shuffle = max(big["shuffle_seconds"] - little["shuffle_seconds"], 0.0) / extra
+        rates[engine] = (per_worker, driver, shuffle)
+        print(f"\nprepare --engine {engine}, marginal rates ({small_rows:,} vs {args.rows:,} pairs): per worker "
+              f"{per_worker:,.0f} pairs per stage-second; driver {driver:,.0f} pairs per CPU-second (all its "
+              f"threads); shuffle {shuffle * 1e6:.1f} us per pair. At {args.rows:,}: wall {big['seconds']:.1f}s, driver "
+              f"{big['driver_cpu_seconds']:.1f} CPU-s, shuffle {big['shuffle_seconds']:.1f}s")
+    project(*rates["ray"], runs[("prepare", "ray")]["worker_rss_mib"], before=rates["ray+driver-writes"][1])
 
 
-def project(per_worker: float, driver: float, worker_rss_mib: float, rows: int = 100_000_000,
-            cores_per_node: int = 32) -> None:
-    """100M pairs: the workers scale out; the driver's in-order merge, report and writing do not."""
+def project(per_worker: float, driver: float, shuffle_per_row: float, worker_rss_mib: float, before: float,
+            rows: int = 100_000_000, cores_per_node: int = 32) -> None:
+    """100M pairs with worker writes: the workers (both passes) and the shuffle scale out; the
+    driver's in-order join of digests, dropped/quarantine lines and the report does not."""
     workers = driver / per_worker  # workers that keep the driver busy; more only wait on it
-    print(f"\nprojection for {rows:,} pairs ({cores_per_node}-core nodes):")
-    print(f"  workers to saturate the driver: {workers:,.0f} ({workers / cores_per_node:.1f} nodes); "
-          f"then {rows / driver / 3600:.1f} h, bound by the driver ({driver:,.0f} pairs/s)")
-    print(f"  worker CPU: {rows / per_worker / 3600:,.0f} core-hours; memory per worker ~{worker_rss_mib:.0f} MiB (flat)")
-    # bench_scale measured the main process growing ~0.7 KiB per distinct pair at 1M rows (merge
-    # tables, MinHash signatures, the report's per-row arrays and excerpts).
-    print(f"  driver memory: ~0.7 KiB per distinct pair (bench_scale, 1M rows): ~{rows * 700 / 2**30:.0f} GiB")
+    print(f"\nprojection for {rows:,} pairs ({cores_per_node}-core nodes), workers writing the shards:")
+    print(f"  worker CPU: {rows / per_worker / 3600:,.0f} core-hours (both passes); memory per worker "
+          f"~{worker_rss_mib:.0f} MiB (flat)")
+    print(f"  the driver keeps up with {workers:,.0f} workers ({workers / cores_per_node:.1f} nodes): "
+          f"{rows / driver / 3600:.1f} h at best (before, with every row through the driver: "
+          f"{rows / before / 3600:.1f} h)")
+    for n in (1, 4, 16):
+        hours = rows / min(driver, n * cores_per_node * per_worker) / 3600
+        print(f"  {n:>2} node(s): ~{hours:.1f} h of the two passes")
+    print(f"  shuffle (dataset-wide checks): ~{shuffle_per_row * rows / 3600:.2f} h of this machine's 2 CPUs, "
+          f"spread over the partitions' tasks on a cluster")
+    # The driver keeps the report's per-row arrays (file 4 B, line 8 B, pair row 8 B, prompt and
+    # pair keys 16 B: report/builder.py) and only the flagged rows of the dataset-wide checks.
+    print(f"  driver memory: the report's 36 B per row: ~{rows * 36 / 2**30:.1f} GiB, plus flagged rows")
 
 
 if __name__ == "__main__":
