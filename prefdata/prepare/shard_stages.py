@@ -34,7 +34,7 @@ from prefdata.io.chunks import Chunk
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
 from prefdata.records import CheckedRow
-from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, TokenLengths, excerpt, sample_halves, token_lengths
+from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 
 _QUARANTINED = OUTCOMES.index("quarantined")
 
@@ -134,7 +134,7 @@ class ChunkReport:
     details: dict[int, CheckedRow]  # flagged and quarantined records, by position
     halves: dict[int, Any]
     excerpts: list[str] | None
-    tokens: dict[int, TokenLengths]
+    tokens: list[tuple[int, ...]]  # report.compact.token_row of each tokenized pair, in order
 
 
 @dataclass
@@ -201,7 +201,7 @@ class WriteShard:
         report = ChunkReport(
             place.source_file, np.array([r.raw.source_line for r in records], dtype=np.int64), outcome, severity,
             pairs, checked.digests.prompt_keys, checked.digests.pair_keys, np.zeros((len(pairs), 3), np.int64), {},
-            {}, [] if unit.want_excerpts else None, {},
+            {}, [] if unit.want_excerpts else None, [],
         )
         rows: list[CheckedRow] = []
         at_pair = 0
@@ -225,7 +225,7 @@ class WriteShard:
             if row.flags:
                 report.details[position] = row
             if record.tokenized is not None:
-                report.tokens[position] = token_lengths(record.tokenized)
+                report.tokens.append(token_row(record.tokenized))
             if below is None or position in below:
                 report.halves[position] = sample_halves(pair)
             if report.excerpts is not None:

@@ -208,7 +208,8 @@ def _add_to_report(report: ReportBuilder, shard: ShardWritten) -> None:
             source_file=chunk.source_file, lines=chunk.lines, outcome=chunk.outcome, severity=chunk.severity,
             pair_index=chunk.pair_index, prompt_keys=chunk.prompt_keys, pair_keys=chunk.pair_keys,
             lengths=chunk.lengths, detailed=sorted(chunk.details), detail=chunk.details.__getitem__,
-            halves=chunk.halves, excerpts=chunk.excerpts, tokens=chunk.tokens,
+            halves=chunk.halves, excerpts=chunk.excerpts,
+            token_array=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6),
         ))
 
 

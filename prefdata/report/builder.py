@@ -162,6 +162,8 @@ class ReportBuilder:
             self._flush_lengths()
         for position in sorted(rows.tokens):
             self._add_token_lengths(rows.tokens[position])
+        if rows.token_array is not None:
+            self._add_token_array(rows.token_array)
 
     def _add_bounded(self, source_file: str, source_line: int) -> None:
         self.bounded_rows += 1
@@ -275,6 +277,25 @@ class ReportBuilder:
         self.truncated["chosen"] += tok.cut_chosen
         self.truncated["rejected"] += tok.cut_rejected
         self.truncated["any"] += tok.cut_prompt or tok.cut_chosen or tok.cut_rejected
+
+    def _add_token_array(self, values: "np.ndarray") -> None:
+        """`_add_token_lengths` for every row of a (k, 6) array of TokenLengths fields, in bulk."""
+        import numpy as np
+
+        if not len(values):
+            return
+        values = np.asarray(values, dtype=np.int64)
+        self.tokenized_rows += len(values)
+        for column, name in enumerate(("prompt", "chosen", "rejected")):
+            self.tokens[name].add_many(values[:, column])
+        chosen, rejected = values[:, 1], values[:, 2]
+        for key, count in (("chosen", chosen > rejected), ("rejected", rejected > chosen), ("equal", chosen == rejected)):
+            if count.any():
+                self.bias["tokens"][key] += int(count.sum())
+        cut = values[:, 3:6] != 0
+        for column, name in enumerate(("prompt", "chosen", "rejected")):
+            self.truncated[name] += int(cut[:, column].sum())
+        self.truncated["any"] += int(cut.any(axis=1).sum())
 
     def _flush_lengths(self) -> None:
         """Move the pending character lengths into the distributions and the length-bias counts."""

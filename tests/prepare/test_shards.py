@@ -108,11 +108,16 @@ def test_worker_writes_give_the_out_the_main_process_writes(tmp_path, tiny_token
 
 
 def test_worker_writes_keep_every_input_format_and_mixed_text_columns(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
-    """examples/pairs: JSON lines, a JSON array, conversational rows beside strings (mixed)."""
-    here, workers = _both(EXAMPLES, tmp_path, tiny_tokenizer_dir)
+    """examples/pairs: JSON lines, a JSON array, conversational rows beside strings (mixed); a
+    max length that truncates, so the report's truncation counts are compared too."""
+    here, workers = _both(EXAMPLES, tmp_path / "whole", tiny_tokenizer_dir)
     expected = _out(here)
     assert _out(workers) == expected
     assert expected["text_columns"] == "mixed"
+    here, workers = _both(EXAMPLES, tmp_path / "cut", tiny_tokenizer_dir, max_length=24)
+    expected = _out(here)
+    assert _out(workers) == expected
+    assert expected["flags"]["completion_truncated"] > 0 and expected["report"]["truncation"]["rejected_count"] > 0
 
 
 def test_worker_writes_fail_like_the_main_process_path(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
