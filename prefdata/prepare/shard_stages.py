@@ -177,7 +177,6 @@ class WriteShard:
                             writer.write_rows(pending)
                             pending = []
         writer.write_rows(pending)
-        os.unlink(unit.cache)  # after the shard's rows are on disk: a failed unit can be run again
         result.parts = writer.close()
         result.digests = bytes(digests)
         return result

@@ -168,7 +168,9 @@ def _second_pass(
     )
     try:
         with closing(engine.map_ordered(WriteShard(policy, str(tmp), batch_size), units)) as results:
-            for _unit, shard in results:
+            for unit, shard in results:
+                # The cache goes once the shard is in hand: until then a retried unit can read it again.
+                Path(unit.cache).unlink(missing_ok=True)
                 _add_to_report(report, shard)
                 for line in shard.dropped:
                     dropped.write_line(line)

@@ -180,3 +180,25 @@ def test_groups_keep_input_order_within_their_limits() -> None:
     assert shard_bytes_for(8 << 20, workers=2, chunk_bytes=256 << 10) == 1 << 20
     assert shard_bytes_for(1 << 40, workers=2, chunk_bytes=256 << 10) == 64 << 20
     assert shard_bytes_for(1000, workers=8, chunk_bytes=256 << 10) == 256 << 10
+
+
+def test_a_full_disk_in_a_worker_is_one_line_and_leaves_no_finished_out(tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
+    """A shard write that fails in a worker process (forked after the patch) reaches the user as
+    the same one line as in the main-process path, and OUT is not left looking finished."""
+    import errno
+
+    from prefdata.io import writer as W
+
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("\n".join(_rows(20)) + "\n", encoding="utf-8")
+
+    def full(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(W.DatasetWriter, "write_rows", full)
+    out = tmp_path / "out"
+    with pytest.raises(PrefdataError) as info:
+        prepare(raw, out, tokenizer=tiny_tokenizer_dir, workers=2, progress=False, worker_writes=True)
+    message = str(info.value)
+    assert "\n" not in message and str(out) in message and "No space left" in message
+    assert not out.exists()
