@@ -33,8 +33,8 @@ from prefdata.checks.stage import CheckChunk, CheckedChunk
 from prefdata.io.chunks import Chunk
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
-from prefdata.records import CheckedRow
-from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
+from prefdata.records import CheckedRow, Pair, RawRecord
+from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 
 _QUARANTINED = OUTCOMES.index("quarantined")
 
@@ -222,7 +222,7 @@ class WriteShard:
             result.flag_counts.update(row.flags)
             result.errors += row.severity == "error"
             if row.flags:
-                report.details[position] = row
+                report.details[position] = _for_report(row)
             if record.tokenized is not None:
                 report.tokens.append(token_row(record.tokenized))
             if below is None or position in below:
@@ -234,6 +234,18 @@ class WriteShard:
             rows.append(row)
         result.chunks.append(report)
         return rows
+
+
+def _for_report(row: CheckedRow) -> CheckedRow:
+    """What the report reads of a flagged row, and no more: where it is, its verdict, and the
+    start of each text (excerpts read at most 4 x EXCERPT_CHARS characters, so they come out the
+    same); no ids, messages or pass-through columns travel to the main process."""
+    pair = row.pair
+    assert pair is not None
+    cut = 4 * EXCERPT_CHARS
+    light = Pair(pair.source_file, pair.source_line, pair.prompt[:cut], pair.chosen[:cut], pair.rejected[:cut])
+    return CheckedRow(RawRecord(row.raw.source_file, row.raw.source_line), light, None, row.flags, row.severity,
+                      row.outcome)
 
 
 # --------------------------------------------------------------------------- schema unification

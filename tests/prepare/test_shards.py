@@ -37,6 +37,9 @@ def _rows(n: int = 60) -> list[str]:
     swapped["chosen"], swapped["rejected"] = swapped["rejected"], swapped["chosen"]
     lines.append(json.dumps(swapped))  # conflicting
     lines.append(json.dumps({"prompt": "p", "chosen": "same", "rejected": "same"}))  # identical: dropped
+    long_pair = json.dumps({"prompt": "Explain   this:\n " + "word  " * 400, "chosen": "step \t" * 300,
+                            "rejected": "no " * 500})
+    lines += [long_pair, long_pair]  # long texts in a flagged row: the report's excerpts must not change
     lines.append("{not json")  # quarantined
     lines.append(json.dumps({"prompt": "QUESTION 1: Why is the sky blue at noon??", "chosen": "a", "rejected": "b"}))
     return lines
