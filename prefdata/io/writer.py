@@ -140,6 +140,14 @@ class JsonlWriter:
         self._handle.write(line)
         self.count += 1
 
+    def append_file(self, path: str | Path, lines: int) -> None:
+        """Append a file of `lines` lines made by `jsonl_line` (a worker's part), then delete it."""
+        self._handle.flush()
+        with open(path, "rb") as part:
+            shutil.copyfileobj(part, self._handle.buffer)
+        self.count += lines
+        os.unlink(path)
+
     def close(self) -> None:
         self._handle.close()
 

@@ -7,7 +7,8 @@ dataset-wide checks and the line numbering need: digests, record counts, quarant
 `WriteShard` (second pass, once the dataset-wide answers are known): read the group back from its
 cache, place its lines, add its rows' duplicate/conflict flags, apply the policy, write the kept
 rows to the group's own Arrow shard, and return the small things the main process joins in input
-order: content digests, dropped and quarantine lines, the report's compact rows.
+order: content digests, the report's compact rows, and the group's dropped and quarantine lines
+as two small files beside the cache (the main process appends their bytes, parsing nothing).
 
 Both are engine stages (prefdata.engine.local): picklable, `run` keeps no state between units, so
 they run unchanged in local worker processes and in Ray actors. On a cluster OUT must be on
@@ -141,8 +142,8 @@ class ChunkReport:
 class ShardWritten:
     parts: WrittenParts  # the shard's Arrow file(s), not yet named as the dataset's
     digests: bytes  # io.rows.row_digest of each kept row, in order (16 bytes each)
-    dropped: list[str] = field(default_factory=list)  # dropped.jsonl lines
-    quarantined: list[str] = field(default_factory=list)  # quarantine.jsonl lines
+    dropped: tuple[str, int] = ("", 0)  # (file of dropped.jsonl lines, lines in it)
+    quarantined: tuple[str, int] = ("", 0)  # ... of quarantine.jsonl lines
     chunks: list[ChunkReport] = field(default_factory=list)
     flag_counts: Counter[str] = field(default_factory=Counter)
     errors: int = 0  # rows with a flag at error severity
@@ -165,10 +166,11 @@ class WriteShard:
         digests = bytearray()
         result = ShardWritten(WrittenParts([], set(), set(), 0), b"", writer_pid=os.getpid())
         pending: list[dict[str, Any]] = []
-        with open(unit.cache, "rb") as handle:
+        lines = _GroupLines(unit.cache)
+        with open(unit.cache, "rb") as handle, lines:
             for place in unit.places:
                 checked: CheckedChunk = pickle.load(handle)
-                for row in self._rows(checked, place, unit, result):
+                for row in self._rows(checked, place, unit, result, lines):
                     if row.outcome == "kept":
                         out_row = output_row(row)
                         digests += row_digest(out_row)
@@ -178,10 +180,12 @@ class WriteShard:
                             pending = []
         writer.write_rows(pending)
         result.parts = writer.close()
+        result.dropped, result.quarantined = lines.dropped, lines.quarantined
         result.digests = bytes(digests)
         return result
 
-    def _rows(self, checked: CheckedChunk, place: ChunkPlace, unit: ShardUnit, result: ShardWritten) -> list[CheckedRow]:
+    def _rows(self, checked: CheckedChunk, place: ChunkPlace, unit: ShardUnit, result: ShardWritten,
+              lines: "_GroupLines") -> list[CheckedRow]:
         """The chunk's rows with lines placed, dataset flags added and the policy applied; its
         dropped/quarantine lines and compact report go into `result`."""
         records = checked.records
@@ -208,7 +212,7 @@ class WriteShard:
             pair = record.pair
             if pair is None:
                 row = CheckedRow(record.raw, None, None, [], None, "quarantined", error=record.error)
-                result.quarantined.append(jsonl_line(quarantine_record(row)))
+                lines.quarantine(jsonl_line(quarantine_record(row)))
                 report.details[position] = row
                 if report.excerpts is not None:
                     report.excerpts.append("")
@@ -230,10 +234,35 @@ class WriteShard:
             if report.excerpts is not None:
                 report.excerpts.append(excerpt(pair.prompt))
             if row.outcome == "dropped":
-                result.dropped.append(jsonl_line(dropped_record(row)))
+                lines.drop(jsonl_line(dropped_record(row)))
             rows.append(row)
         result.chunks.append(report)
         return rows
+
+
+class _GroupLines:
+    """A group's dropped.jsonl and quarantine.jsonl lines, in files next to its cache."""
+
+    def __init__(self, cache: str) -> None:
+        self.dropped = (cache + ".dropped.jsonl", 0)
+        self.quarantined = (cache + ".quarantine.jsonl", 0)
+
+    def __enter__(self) -> "_GroupLines":
+        self._dropped = open(self.dropped[0], "w", encoding="utf-8")
+        self._quarantined = open(self.quarantined[0], "w", encoding="utf-8")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._dropped.close()
+        self._quarantined.close()
+
+    def drop(self, line: str) -> None:
+        self._dropped.write(line)
+        self.dropped = (self.dropped[0], self.dropped[1] + 1)
+
+    def quarantine(self, line: str) -> None:
+        self._quarantined.write(line)
+        self.quarantined = (self.quarantined[0], self.quarantined[1] + 1)
 
 
 def _for_report(row: CheckedRow) -> CheckedRow:

@@ -8,7 +8,8 @@ Two passes over the input, both on the engine (local worker processes or Ray act
    (prefdata.checks.partitioned: on Ray the shuffle runs on the cluster).
 2. `WriteShard` reads each group back, applies the dataset-wide flags and the policy, and writes
    the group's kept rows to its own shard. This process joins, in input order, only what is small:
-   16-byte content digests, dropped and quarantine lines, and the report's compact rows.
+   16-byte content digests and the report's compact rows, and appends the bytes of each group's
+   dropped and quarantine lines (written by the worker) to dropped.jsonl and quarantine.jsonl.
 
 The shards become the dataset's `data-XXXXX-of-YYYYY.arrow` files in input order (a shard whose
 pass-through columns another shard typed wider is rewritten by a worker), so OUT is the local
@@ -172,10 +173,8 @@ def _second_pass(
                 # The cache goes once the shard is in hand: until then a retried unit can read it again.
                 Path(unit.cache).unlink(missing_ok=True)
                 _add_to_report(report, shard)
-                for line in shard.dropped:
-                    dropped.write_line(line)
-                for line in shard.quarantined:
-                    quarantine.write_line(line)
+                dropped.append_file(*shard.dropped)
+                quarantine.append_file(*shard.quarantined)
                 content.update(shard.digests)
                 flag_counts.update(shard.flag_counts)
                 errors += shard.errors
