@@ -187,7 +187,7 @@ class WriteShard:
     def _rows(self, checked: CheckedChunk, place: ChunkPlace, unit: ShardUnit, result: ShardWritten,
               lines: "_GroupLines") -> list[CheckedRow]:
         """The chunk's rows with lines placed, dataset flags added and the policy applied; its
-        dropped/quarantine lines and compact report go into `result`."""
+        dropped/quarantine lines go to `lines`, its compact report and counts into `result`."""
         records = checked.records
         for record in records:
             record.raw.source_line += place.line_offset
