@@ -68,9 +68,10 @@ def shard_bytes_for(input_bytes: int, workers: int, chunk_bytes: int) -> int:
     return max(chunk_bytes, min(SHARD_BYTES, input_bytes // max(1, GROUPS_PER_WORKER * workers)))
 
 
-def group_chunks(chunks: Iterable[Chunk], max_bytes: int, max_chunks: int = SHARD_CHUNKS) -> Iterator[GroupUnit]:
+def group_chunks(chunks: Iterable[Chunk], max_bytes: int, max_chunks: int | None = None) -> Iterator[GroupUnit]:
     """Consecutive chunks in groups of up to `max_bytes` of input (byte-range chunks) or
-    `max_chunks` chunks."""
+    `max_chunks` chunks (default SHARD_CHUNKS)."""
+    max_chunks = max_chunks or SHARD_CHUNKS
     group: list[Chunk] = []
     size = index = 0
     for chunk in chunks:
