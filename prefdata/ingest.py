@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -64,17 +64,18 @@ class ShapeProbe:
         if self.records == self.probe:
             self._check()
 
-    def add_chunk(self, records: int, pairs_before: Callable[[int], int], quarantined: list[tuple[int, str, bool]]) -> None:
-        """`add` for a chunk's records at once (workers checked them): `pairs_before(k)` counts its
-        pairs among its first k records; `quarantined`: (position, "file:line: error", unknown
-        shape), ascending. The probe is checked at the same record as `add` would."""
+    def add_chunk(self, records: int, pair_index: np.ndarray, quarantined: list[tuple[int, str, bool]]) -> None:
+        """`add` for a chunk's records at once (workers checked them): `pair_index`, the positions
+        of its pairs; `quarantined`: (position, "file:line: error", unknown shape), ascending. The
+        probe is checked at the same record as `add` would."""
         at_probe = self.probe - self.records
         cut = at_probe if 0 < at_probe <= records else records
-        self._take(pairs_before(cut), [q for q in quarantined if q[0] < cut])
+        pairs_before_cut = int(np.count_nonzero(pair_index < cut))
+        self._take(pairs_before_cut, [q for q in quarantined if q[0] < cut])
         self.records += cut
         if self.records == self.probe:
             self._check()
-        self._take(pairs_before(records) - pairs_before(cut), [q for q in quarantined if q[0] >= cut])
+        self._take(len(pair_index) - pairs_before_cut, [q for q in quarantined if q[0] >= cut])
         self.records += records - cut
 
     def _take(self, pairs: int, quarantined: list[tuple[int, str, bool]]) -> None:
@@ -92,6 +93,15 @@ class ShapeProbe:
             what = "no records in any file" if Path(self.path).is_dir() else "empty file"
             raise PrefdataError(f"{self.path}: {what} (nothing to read)")
         self._check()
+
+
+def input_chunks(raw_path: str | Path) -> Iterator[Chunk]:
+    """The input as work units: byte ranges of JSON lines (the workers read them), record chunks of
+    other files, or of a Hub split (`org/name:split`, streamed here: prefdata.io.hub)."""
+    hub = parse_hub_id(raw_path)
+    if hub:
+        return iter_hub_chunks(hub, CHUNK_LINES)
+    return iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
 
 
 def iter_checked_rows(
@@ -131,8 +141,7 @@ def iter_checked_rows(
     probe = ShapeProbe(raw_path, batch_size)
     lines = LineNumbers()
     bar = _progress(progress)
-    hub = parse_hub_id(raw_path)  # `org/name:split`: rows stream from the Hub (prefdata.io.hub)
-    chunks = iter_hub_chunks(hub, CHUNK_LINES) if hub else iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
+    chunks = input_chunks(raw_path)
     rows = 0
     if isinstance(merge, PartitionedMerge):  # first pass: the dataset-wide answers, by partitioning
         merge.result = _partitioned_answers(engine, stage, raw_path, merge.threshold)
@@ -172,8 +181,7 @@ def _partitioned_answers(runner: Any, stage: CheckChunk, raw_path: str | Path, t
     without a shuffle (local) the same partitioning runs in this process."""
     put = getattr(runner, "put", lambda value: value)
     blocks, first = [], 0
-    chunks = iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
-    with closing(runner.map_ordered(_DigestsOf(stage), chunks)) as results:
+    with closing(runner.map_ordered(_DigestsOf(stage), input_chunks(raw_path))) as results:
         for _, (records, pair_index, digests) in results:
             blocks.append(put(block_from_digests(pair_index + first, digests)))
             first += records

@@ -1,10 +1,11 @@
 """`prefdata prepare`: raw records -> canonical pairs -> token pairs -> checks -> OUT/.
 
 The recipe, top to bottom in `prepare`: check the arguments, load the policy and the tokenizer,
-stream the checked rows (`prefdata.ingest.iter_checked_rows`, the core `validate` shares: workers
-parse, normalize, tokenize and check chunks; the dataset-wide merge runs here in input order),
-write each row to the dataset, dropped.jsonl or quarantine.jsonl, then the reports and, last, the
-manifest.
+then one of two write paths. Either this process writes every row (prefdata.prepare.written): it
+streams the checked rows (`prefdata.ingest.iter_checked_rows`, the core `validate` shares: workers
+parse, normalize, tokenize and check chunks; the dataset-wide merge runs here in input order) into
+the dataset, dropped.jsonl or quarantine.jsonl. Or the workers write the shards themselves
+(`worker_writes`, prefdata.prepare.shards). Then the reports and, last, the manifest.
 """
 
 from __future__ import annotations
@@ -174,14 +175,12 @@ def _write_with_workers(
     from prefdata.prepare import shards
 
     runner = select_engine(engine, workers, ray_address) or LocalEngine(workers)
-    if hub:
-        chunks, shard_bytes = ingest.iter_hub_chunks(hub, ingest.CHUNK_LINES), shards.SHARD_BYTES
-    else:
-        chunks = ingest.iter_chunks(raw_path, max_lines=ingest.CHUNK_LINES, max_bytes=ingest.CHUNK_BYTES)
+    shard_bytes = shards.SHARD_BYTES  # a Hub split: its record chunks are grouped by count
+    if not hub:
         input_bytes = sum(path.stat().st_size for path in input_files)
         shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), ingest.CHUNK_BYTES)
     return shards.write_with_workers(
-        chunks, tmp, check=CheckChunk(pair_tokenizer, settings, policy), policy=policy, engine=runner,
+        ingest.input_chunks(raw_path), tmp, check=CheckChunk(pair_tokenizer, settings, policy), policy=policy, engine=runner,
         shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),
         input_name=str(raw_path), progress=progress,
     )

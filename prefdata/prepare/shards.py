@@ -140,7 +140,7 @@ def _place(unit: GroupUnit, scan: GroupScan, lines: LineNumbers, probe: ShapePro
         places.append(ChunkPlace(chunk.source_file, offset, row))
         problems = [(i, f"{chunk.source_file}:{line + offset}: {error}", unknown)
                     for i, line, error, unknown in counts.quarantined]
-        probe.add_chunk(counts.records, lambda k, p=counts.pair_index: int(np.count_nonzero(p < k)), problems)
+        probe.add_chunk(counts.records, counts.pair_index, problems)
         row += counts.records
     return _Group(unit.index, scan.cache, places, first_row, row)
 
@@ -211,7 +211,7 @@ def _add_to_report(report: ReportBuilder, shard: ShardWritten) -> None:
             pair_index=chunk.pair_index, prompt_keys=chunk.prompt_keys, pair_keys=chunk.pair_keys,
             lengths=chunk.lengths, detailed=sorted(chunk.details), detail=chunk.details.__getitem__,
             halves=chunk.halves, excerpts=chunk.excerpts,
-            token_array=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6),
+            tokens=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6),
         ))
 
 

@@ -160,10 +160,8 @@ class ReportBuilder:
         self._pending_chars.frombytes(np.ascontiguousarray(rows.lengths, dtype=np.int64).tobytes())
         if len(self._pending_chars) >= 3 * LENGTH_FLUSH_ROWS:
             self._flush_lengths()
-        for position in sorted(rows.tokens):
-            self._add_token_lengths(rows.tokens[position])
-        if rows.token_array is not None:
-            self._add_token_array(rows.token_array)
+        if rows.tokens is not None:
+            self._add_token_array(rows.tokens)
 
     def _add_bounded(self, source_file: str, source_line: int) -> None:
         self.bounded_rows += 1
@@ -288,10 +286,7 @@ class ReportBuilder:
         self.tokenized_rows += len(values)
         for column, name in enumerate(("prompt", "chosen", "rejected")):
             self.tokens[name].add_many(values[:, column])
-        chosen, rejected = values[:, 1], values[:, 2]
-        for key, count in (("chosen", chosen > rejected), ("rejected", rejected > chosen), ("equal", chosen == rejected)):
-            if count.any():
-                self.bias["tokens"][key] += int(count.sum())
+        _count_bias(self.bias["tokens"], values[:, 1], values[:, 2])
         cut = values[:, 3:6] != 0
         for column, name in enumerate(("prompt", "chosen", "rejected")):
             self.truncated[name] += int(cut[:, column].sum())
@@ -306,16 +301,8 @@ class ReportBuilder:
         values = np.frombuffer(self._pending_chars, dtype=np.int64).reshape(-1, 3)
         for column, name in enumerate(("prompt", "chosen", "rejected")):
             self.chars[name].add_many(values[:, column])
-        chosen, rejected = values[:, 1], values[:, 2]
-        bias = self.bias["chars"]
-        for key, count in (
-            ("chosen", int((chosen > rejected).sum())),
-            ("rejected", int((rejected > chosen).sum())),
-            ("equal", int((chosen == rejected).sum())),
-        ):
-            if count:
-                bias[key] += count
-        del values, chosen, rejected  # release the buffer export before replacing the array
+        _count_bias(self.bias["chars"], values[:, 1], values[:, 2])
+        del values  # release the buffer export before replacing the array
         self._pending_chars = array("q")
 
     # ------------------------------------------------------------------ near-duplicate prompts
@@ -358,6 +345,17 @@ class ReportBuilder:
         """The report.json dict; `accounting` and `meta` (command, input, tokenizer, ...) come from the caller."""
         self._flush_lengths()
         return build_report(self, accounting, meta)
+
+
+def _count_bias(bias: Counter[str], chosen: "np.ndarray", rejected: "np.ndarray") -> None:
+    """`bias[_compare(c, r)] += 1` for every pair of lengths, in bulk (only the keys that occur)."""
+    for key, count in (
+        ("chosen", int((chosen > rejected).sum())),
+        ("rejected", int((rejected > chosen).sum())),
+        ("equal", int((chosen == rejected).sum())),
+    ):
+        if count:
+            bias[key] += count
 
 
 def _compare(chosen: int, rejected: int) -> str:

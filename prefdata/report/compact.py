@@ -66,22 +66,15 @@ class TokenLengths:
     cut_rejected: bool
 
 
-def token_row(tok: Any) -> tuple[int, int, int, int, int, int]:
-    """`token_lengths` as one row of CompactRows.token_array."""
+def token_row(tok: Any) -> tuple[int, int, int, bool, bool, bool]:
+    """The TokenLengths fields of a TokenizedPair, as one row of CompactRows.tokens."""
     return (tok.prompt_len_full, tok.chosen_len_full, tok.rejected_len_full, len(tok.prompt_ids) < tok.prompt_len_full,
             len(tok.chosen_ids) < tok.chosen_len_full, len(tok.rejected_ids) < tok.rejected_len_full)
 
 
 def token_lengths(tok: Any) -> TokenLengths:
     """The report's view of a TokenizedPair: lengths before truncation, and what was cut."""
-    return TokenLengths(
-        tok.prompt_len_full,
-        tok.chosen_len_full,
-        tok.rejected_len_full,
-        len(tok.prompt_ids) < tok.prompt_len_full,
-        len(tok.chosen_ids) < tok.chosen_len_full,
-        len(tok.rejected_ids) < tok.rejected_len_full,
-    )
+    return TokenLengths(*token_row(tok))
 
 
 @dataclass
@@ -106,9 +99,8 @@ class CompactRows:
     # pair whose key is below the sample's current cut-off (`SimilaritySample.cutoff()`).
     halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)
     excerpts: list[str] | None = None  # excerpt(prompt) per record ("" when quarantined), while needed
-    tokens: dict[int, TokenLengths] = field(default_factory=dict)  # position -> token lengths
-    # Or all of them at once: one row per tokenized pair, the TokenLengths fields in order (k, 6).
-    token_array: "np.ndarray | None" = None
+    # One row per tokenized pair, in order: its `token_row` (the TokenLengths fields), shape (k, 6).
+    tokens: "np.ndarray | None" = None
 
 
 def sample_halves(pair: Pair) -> tuple[Any, Any] | float:

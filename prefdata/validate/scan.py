@@ -26,7 +26,7 @@ from prefdata.io.formats import normalize_record
 from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.policy import Policy
 from prefdata.records import Pair
-from prefdata.report.compact import TokenLengths, excerpt, sample_halves, token_lengths
+from prefdata.report.compact import excerpt, sample_halves, token_row
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
 from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair
 
@@ -58,7 +58,7 @@ class ChunkScan:
     digests: PairDigests  # of the pairs, for the dataset-wide merge (prefdata.checks.merge)
     lengths: np.ndarray  # (p, 3) int64 characters of prompt, chosen, rejected
     halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)  # similarity candidates
-    tokens: dict[int, TokenLengths] = field(default_factory=dict)  # pre-tokenized pairs
+    tokens: np.ndarray | None = None  # report.compact.token_row of each pre-tokenized pair, (k, 6)
     excerpts: list[str] | None = None  # report.excerpt(prompt) per record, when asked for
     line_count: int = 0  # lines in a RangeChunk (blank ones included)
     spans: np.ndarray | None = None  # (n, 2) int64 of a RangeChunk: each record's (offset, length)
@@ -110,7 +110,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
     pair_index: list[int] = []
     keys: list[tuple[int, int, int, int]] = []
     lengths: list[int] = []
-    tokens: dict[int, TokenLengths] = {}
+    tokens: list[tuple[int, int, int, bool, bool, bool]] = []
     excerpts: list[str] | None = [] if want_excerpts else None
     bit = FLAG_BIT
     data = range_data(chunk) if isinstance(chunk, RangeChunk) else None
@@ -131,7 +131,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             tokenized = None
             if pair.chosen_ids is not None:  # pre-tokenized: token checks on the truncated ids
                 tokenized = truncate_pair(pair.prompt_ids, pair.chosen_ids, pair.rejected_ids, tokenize, None)
-                tokens[position] = token_lengths(tokenized)
+                tokens.append(token_row(tokenized))
             found = pair_flags(pair, tokenized, policy, leak_index)
             mask = 0
             for flag in found:
@@ -164,6 +164,6 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
         digests=digests,
         lengths=np.array(lengths, dtype=np.int64).reshape(-1, 3),
         halves={pair_index[i]: sample_halves(pairs[i]) for i in below.tolist()},
-        tokens=tokens,
+        tokens=np.array(tokens, dtype=np.int64).reshape(-1, 6),
         excerpts=excerpts,
     )
