@@ -35,13 +35,14 @@ CHUNK_LINES = 128  # records per chunk where the main process reads them (gzip, 
 IN_FLIGHT_PER_WORKER = 8
 
 
-def _progress(enabled: bool) -> Any:
+def progress_bar(enabled: bool, what: str = "checking") -> Any:
+    """A rows progress bar (None when disabled) for prepare's and validate's passes."""
     if not enabled:
         return None
     from tqdm.auto import tqdm
 
     # disable=None: no bar when stderr is not a terminal (CI logs stay readable).
-    return tqdm(desc="checking", unit=" rows", disable=None, mininterval=0.5)
+    return tqdm(desc=what, unit=" rows", disable=None, mininterval=0.5)
 
 
 class ShapeProbe:
@@ -140,7 +141,7 @@ def iter_checked_rows(
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
     probe = ShapeProbe(raw_path, batch_size)
     lines = LineNumbers()
-    bar = _progress(progress)
+    bar = progress_bar(progress)
     chunks = input_chunks(raw_path)
     rows = 0
     if isinstance(merge, PartitionedMerge):  # first pass: the dataset-wide answers, by partitioning
@@ -185,8 +186,14 @@ def _partitioned_answers(runner: Any, stage: CheckChunk, raw_path: str | Path, t
         for _, (records, pair_index, digests) in results:
             blocks.append(put(block_from_digests(pair_index + first, digests)))
             first += records
-    shuffler = runner if hasattr(runner, "shuffle") else None
-    partitions = max(1, 2 * getattr(runner, "workers", 1))
+    return partitioned_on(runner, blocks, threshold)
+
+
+def partitioned_on(engine: Any, blocks: list[Any], threshold: float) -> PartitionedResult:
+    """The partitioned dataset-wide checks over `blocks`, shuffled on `engine` when it can (Ray:
+    2 partitions per worker), else in this process."""
+    shuffler = engine if hasattr(engine, "shuffle") else None
+    partitions = max(1, 2 * getattr(engine, "workers", 1))
     return partitioned_dataset_checks(blocks, partitions, threshold=threshold, shuffler=shuffler)
 
 

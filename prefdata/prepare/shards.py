@@ -28,11 +28,11 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from prefdata.checks.partitioned import PartitionedResult, partitioned_dataset_checks, shift_rows
+from prefdata.checks.partitioned import PartitionedResult, shift_rows
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk
 from prefdata.engine.local import Engine
-from prefdata.ingest import ShapeProbe
+from prefdata.ingest import ShapeProbe, partitioned_on, progress_bar
 from prefdata.io import writer as W
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
 from prefdata.prepare.shard_stages import (
@@ -110,7 +110,7 @@ def _first_pass(
     groups: list[_Group] = []
     blocks: list[Any] = []
     rows = 0
-    bar = _bar(progress, "checking")
+    bar = progress_bar(progress, "checking")
     try:
         units = group_chunks(chunks, shard_bytes)
         with closing(engine.map_ordered(ScanGroup(check, str(cache_dir)), units)) as results:
@@ -124,11 +124,7 @@ def _first_pass(
         if bar is not None:
             bar.close()
     probe.finish()
-    shuffler = engine if hasattr(engine, "shuffle") else None
-    partitions = max(1, 2 * getattr(engine, "workers", 1))
-    answers = partitioned_dataset_checks(blocks, partitions, threshold=check.policy.near_duplicate_prompt_threshold,
-                                         shuffler=shuffler)
-    return groups, answers
+    return groups, partitioned_on(engine, blocks, check.policy.near_duplicate_prompt_threshold)
 
 
 def _place(unit: GroupUnit, scan: GroupScan, lines: LineNumbers, probe: ShapeProbe, first_row: int) -> _Group:
@@ -156,7 +152,7 @@ def _second_pass(
     flag_counts: Counter[str] = Counter()
     errors = kept = 0
     shards: list[W.WrittenParts] = []
-    bar = _bar(progress, "writing")
+    bar = progress_bar(progress, "writing")
     # Units are made as the engine takes them: the report's sample cut-off is the one after the
     # shards before it (it only falls, so an early unit brings a few halves too many).
     units = (
@@ -220,11 +216,3 @@ def _rewrite(engine: Engine, jobs: list[tuple[Path, Path, set[str]]], schema: An
     with closing(engine.map_ordered(RewritePart(schema), jobs)) as results:
         for _ in results:
             pass
-
-
-def _bar(enabled: bool, what: str) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(desc=what, unit=" rows", disable=None, mininterval=0.5)

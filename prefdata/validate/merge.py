@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from contextlib import closing
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from prefdata.io.formats import normalize_record
 from prefdata.checks.checker import build_leak_index
 from prefdata.checks.merge import DatasetMerge
 from prefdata.engine.local import Engine, LocalEngine
+from prefdata.ingest import progress_bar
 from prefdata.records import CheckedRow
 from prefdata.checks.policy import Policy
 from prefdata.report.builder import ReportBuilder
@@ -104,7 +105,7 @@ class _Merger:
         self.first_problem: str | None = None
         self._verdicts: dict[int, tuple[list[str], int]] = {}  # flag mask -> (kept flags, severity code)
         self._open: tuple[str, BinaryIO] | None = None
-        self.bar = _progress_bar(progress)
+        self.bar = progress_bar(progress)
 
     def merge(self, chunk: Chunk, scan: ChunkScan) -> None:
         n = len(scan.lines)
@@ -215,11 +216,3 @@ class _Merger:
 
 
 _DROP_CODE = SEVERITY_CODES.index("drop")  # "drop" and "error" (the codes above it) drop the row
-
-
-def _progress_bar(enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(desc="checking", unit=" rows", disable=None, mininterval=0.5)
