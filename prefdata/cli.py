@@ -15,6 +15,7 @@ from typing import Any, Callable
 from prefdata import __version__
 from prefdata.config import load_settings
 from prefdata.errors import PrefdataError
+from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE
 
 EPILOG = "Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error."
 
@@ -41,7 +42,27 @@ def _add_tokenize_options(parser: argparse.ArgumentParser) -> None:
         "--chat-template", action="store_true", default=None,
         help="render plain-string rows through the tokenizer's chat template (one user + one assistant turn)",
     )
+    _add_template_options(parser)
     parser.add_argument("--trust-remote-code", action="store_true", default=None, help="allow tokenizer/model code from the model directory (off by default)")
+
+
+def _add_template_options(parser: argparse.ArgumentParser) -> None:
+    """How conversations render: the same flags on prepare, validate, generate and online."""
+    parser.add_argument(
+        "--template-kwargs", action="append", metavar="NAME=VALUE[,...]",
+        help="variables for the chat template, e.g. enable_thinking=false (values are JSON where they parse; "
+        "repeatable); recorded in the manifest",
+    )
+    parser.add_argument(
+        "--chat-template-file", metavar="FILE",
+        help="a Jinja chat template that replaces the tokenizer's (e.g. a training template that keeps reasoning; "
+        "see docs/reasoning.md); recorded in the manifest",
+    )
+    parser.add_argument(
+        "--template-date", metavar="YYYY-MM-DD",
+        help=f"the date templates print (strftime_now, date_string), pinned so OUT does not change with the day "
+        f"(default {DEFAULT_TEMPLATE_DATE})",
+    )
 
 
 def _add_engine_options(parser: argparse.ArgumentParser, partitioned: bool = True) -> None:
@@ -77,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", metavar="PATH", help="Hugging Face tokenizer directory (required)")
     _add_tokenize_options(p)
     p.add_argument("--policy", metavar="FILE", help="check policy TOML (default: checks/default.toml)")
+    p.add_argument(
+        "--loss-on", choices=["all", "answer"],
+        help="all completion tokens in the loss (default), or only the answer: a leading reasoning block "
+        "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)",
+    )
     p.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT written by prefdata")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")

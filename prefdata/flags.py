@@ -17,6 +17,10 @@ PROMPT_LEAK = "prompt_leak"
 NON_FINITE_REF_LOGPS = "non_finite_ref_logps"
 TIED_REWARD = "tied_reward"
 REWARD_DISAGREES = "reward_disagrees"
+REASONING_LOST = "reasoning_lost"
+REASONING_MISMATCH = "reasoning_mismatch"
+SAME_FINAL_ANSWER = "same_final_answer"
+TOOL_CALL_INVALID = "tool_call_invalid"
 
 ALL_FLAGS: tuple[str, ...] = (
     IDENTICAL,
@@ -36,9 +40,13 @@ ALL_FLAGS: tuple[str, ...] = (
     NON_FINITE_REF_LOGPS,
     TIED_REWARD,
     REWARD_DISAGREES,
+    REASONING_LOST,
+    REASONING_MISMATCH,
+    SAME_FINAL_ANSWER,
+    TOOL_CALL_INVALID,
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).
 TOKEN_FLAGS = frozenset(
-    {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH}
+    {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH, REASONING_LOST}
 )

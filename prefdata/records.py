@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-Message = dict[str, str]  # {"role": ..., "content": ...}
+# {"role", "content"} plus, when the data has them, the other fields a chat template reads:
+# "reasoning_content", "tool_calls" (OpenAI shape, arguments as a JSON string), "tool_call_id", "name".
+Message = dict[str, Any]
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Pair:
     prompt_ids: list[int] | None = None
     chosen_ids: list[int] | None = None
     rejected_ids: list[int] | None = None
+    tools: list[Any] | None = None  # the row's tool schemas (JSON objects), passed to the chat template
     extra: dict[str, Any] = field(default_factory=dict)  # pass-through columns, untouched
     flags: list[str] = field(default_factory=list)  # flags found while normalizing
     shape: str = ""  # which input shape was detected (explicit, conversational, hh, ...)
@@ -76,6 +79,9 @@ class TokenizedPair:
     chosen_len_full: int
     rejected_len_full: int
     flags: list[str] = field(default_factory=list)
+    # With --loss-on answer: leading completion tokens (the reasoning block) kept out of the loss.
+    chosen_loss_start: int | None = None
+    rejected_loss_start: int | None = None
 
 
 @dataclass

@@ -26,8 +26,10 @@ from collections.abc import Sequence
 
 from prefdata import flags as F
 from prefdata.checks.policy import SEVERITY_RANK, Policy, Severity
+from prefdata.checks.reasoning import has_reasoning_or_tools, reasoning_flags
 from prefdata.checks.reward import column_flags
 from prefdata.checks.similarity import at_least, similarity  # noqa: F401 (re-exported for callers)
+from prefdata.io.formats import message_text
 from prefdata.records import Message, Pair, TokenizedPair
 
 _ORDER = {flag: i for i, flag in enumerate(F.ALL_FLAGS)}
@@ -89,7 +91,7 @@ def _multi_message(messages: list[Message] | None) -> bool:
 def _transcript(messages: list[Message]) -> str:
     # \x02/\x03 (start/end of text) do not occur in chat text by accident and are not whitespace;
     # they keep role markers apart from content that happens to look like "assistant:".
-    return "".join(f"\n\x02{m.get('role', '')}\x03\n{m.get('content') or ''}" for m in messages)
+    return "".join(f"\n\x02{m.get('role', '')}\x03\n{message_text(m)}" for m in messages)
 
 
 def completion_content(pair: Pair, which: str) -> tuple[str, bool]:
@@ -97,7 +99,7 @@ def completion_content(pair: Pair, which: str) -> tuple[str, bool]:
     messages = pair.chosen_messages if which == "chosen" else pair.rejected_messages
     if _multi_message(messages):
         assert messages is not None
-        blank = all(_is_blank(m.get("content") or "") for m in messages)
+        blank = all(_is_blank(message_text(m)) for m in messages)
         return _transcript(messages), blank
     text = pair.chosen if which == "chosen" else pair.rejected
     return text, _is_blank(text)
@@ -112,6 +114,10 @@ def text_flags(pair: Pair, policy: Policy) -> list[str]:
     """`content_flags`, plus the flags of the pair's scoring columns (`checks.reward`), in
     flags.ALL_FLAGS order."""
     found = content_flags(pair, policy)
+    if has_reasoning_or_tools(pair):
+        extra = reasoning_flags(pair)
+        if extra:
+            found = sorted(set(found).union(extra), key=_ORDER.__getitem__)
     if pair.extra and ("reward_chosen" in pair.extra or "chosen_finished" in pair.extra):
         scored = column_flags(pair.extra, policy)
         if scored:

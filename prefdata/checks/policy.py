@@ -4,7 +4,7 @@ A policy is a TOML file (see checks/README.md):
 
     description = "optional free text"
     [flags]
-    identical = "drop"          # drop | error | warn | ignore
+    identical = "drop"          # drop | error | warn | info | ignore
     [thresholds]
     near_duplicate = 0.95       # chosen/rejected similarity >= this -> near_duplicate
     near_duplicate_prompt = 0.8 # MinHash Jaccard of prompt word 3-grams for near-duplicate prompts
@@ -29,11 +29,12 @@ from typing import Any, Literal, get_args
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 
-Severity = Literal["drop", "error", "warn", "ignore"]
+Severity = Literal["drop", "error", "warn", "info", "ignore"]
 SEVERITIES: tuple[str, ...] = get_args(Severity)
 
 # Worst first. `error` outranks `drop`: both remove the row, error also fails the command.
-SEVERITY_RANK: dict[str, int] = {"error": 3, "drop": 2, "warn": 1, "ignore": 0}
+# `info` keeps the flag on the row and in the reports without making the row a finding.
+SEVERITY_RANK: dict[str, int] = {"error": 3, "drop": 2, "warn": 1, "info": 0, "ignore": 0}
 
 DEFAULT_POLICY_TOML = """\
 # prefdata default check policy. Mirrors the policy built into prefdata/policy.py
@@ -58,6 +59,10 @@ prompt_leak = "warn"
 non_finite_ref_logps = "drop"
 tied_reward = "drop"
 reward_disagrees = "warn"
+reasoning_lost = "error"
+reasoning_mismatch = "warn"
+same_final_answer = "info"
+tool_call_invalid = "error"
 
 [thresholds]
 near_duplicate = 0.95

@@ -11,10 +11,12 @@ This runs per row, so it uses plain type checks and dict lookups.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from prefdata import flags
 from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.reasoning import REASONING_FIELDS, THINK_CLOSE, THINK_OPEN
 from prefdata.records import Message, Pair, RawRecord
 
 HH_ASSISTANT = "\n\nAssistant:"
@@ -38,12 +40,14 @@ ROLE_ALIASES: dict[str, str] = {
     "ipython": "tool",  # Llama 3
 }
 
-_PREFERENCE_KEYS = ("chosen", "rejected", "preferred_output", "non_preferred_output")
+_PREFERENCE_KEYS = ("chosen", "rejected", "preferred_output", "non_preferred_output", "rejected_messages")
+# Fields each shape turns into the pair; the rest pass through. `tools` is read on every shape.
 _CONSUMED = {
-    "explicit": frozenset({"prompt", "chosen", "rejected"}),
-    "alpaca": frozenset({"instruction", "input", "chosen", "rejected"}),
-    "sharegpt": frozenset({"conversations", "chosen", "rejected", "system"}),
-    "openai": frozenset({"input", "preferred_output", "non_preferred_output"}),
+    "explicit": frozenset({"prompt", "chosen", "rejected", "tools"}),
+    "alpaca": frozenset({"instruction", "input", "chosen", "rejected", "tools"}),
+    "sharegpt": frozenset({"conversations", "chosen", "rejected", "system", "tools"}),
+    "openai": frozenset({"input", "preferred_output", "non_preferred_output", "tools"}),
+    "llamafactory_v1": frozenset({"chosen_messages", "rejected_messages", "tools"}),
     "pretokenized": frozenset(
         {"prompt_ids", "chosen_ids", "rejected_ids", "prompt", "chosen", "rejected"}
     ),
@@ -63,6 +67,8 @@ def normalize_record(raw: RawRecord) -> Pair:
         return _openai(raw, row)
     if "conversations" in row and ("chosen" in row or "rejected" in row):
         return _sharegpt(raw, row)
+    if "chosen_messages" in row and "chosen" not in row:
+        return _llamafactory_v1(raw, row)
     if "chosen" not in row or "rejected" not in row:
         if any(key in row for key in _PREFERENCE_KEYS):
             missing = "rejected" if "chosen" in row else "chosen"
@@ -137,26 +143,103 @@ def _extra(row: dict[str, Any], consumed: frozenset[str]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key not in consumed}
 
 
-def _content(value: Any, field: str) -> str:
+def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None) -> str:
+    """A message's text. Content parts (OpenAI `text`, LLaMA-Factory v1 `value`) are joined; v1's
+    `reasoning`, `tool_calls` and `tools` parts go to `extras` (under the message field names) when
+    the caller takes them, else they are refused like any other part prefdata cannot render."""
     if type(value) is str:
         return value
-    if type(value) is list:  # OpenAI content parts
+    if type(value) is list:
         texts = []
         for i, part in enumerate(value):
-            if type(part) is not dict or part.get("type", "text") != "text":
-                kind = part.get("type") if type(part) is dict else _type_name(part)
-                raise RecordError(f"field '{field}[{i}]': unsupported content part {kind!r}")
-            text = part.get("text")
-            if type(text) is not str:
-                raise RecordError(_type_error(f"{field}[{i}].text", text, "a string"))
-            texts.append(text)
+            where = f"{field}[{i}]"
+            kind = part.get("type", "text") if type(part) is dict else None
+            if kind is None:
+                raise RecordError(f"field {where!r}: unsupported content part {_type_name(part)!r}")
+            if kind in _PART_FIELDS and extras is not None:
+                extras.setdefault(_PART_FIELDS[kind], []).append(_part_text(part, where))
+                continue
+            if kind != "text":
+                raise RecordError(f"field {where!r}: unsupported content part {kind!r}")
+            texts.append(_part_text(part, where))
         return "".join(texts)
     if value is None:
         raise RecordError(f"field {field!r} is null")
     raise RecordError(_type_error(field, value, "a string"))
 
 
-def _message(item: Any, field: str) -> Message:
+# LLaMA-Factory v1 content parts that are not text, and the message field each one fills.
+_PART_FIELDS = {"reasoning": "reasoning_content", "tool_calls": "tool_calls", "tools": "tools"}
+
+
+def _part_text(part: dict[str, Any], where: str) -> str:
+    text = part.get("text", part.get("value"))
+    if type(text) is not str:
+        raise RecordError(_type_error(f"{where}.text", text, "a string"))
+    return text
+
+
+def _json_value(value: Any, field: str) -> Any:
+    """A field that may hold JSON text (LLaMA-Factory and many exports store tools that way)."""
+    if type(value) is not str:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        raise RecordError(f"field {field!r} is not valid JSON") from None
+
+
+def _tool_calls(value: Any, field: str) -> list[dict[str, Any]]:
+    """Tool calls in OpenAI's shape: [{"type": "function", "function": {"name", "arguments"}, "id"?}].
+
+    Accepts a JSON string, one call or a list, and flat {"name", "arguments"} calls. `arguments` is
+    stored as JSON text (one Arrow type for every row): an object is serialized, a string kept as
+    written, so invalid JSON reaches the `tool_call_invalid` check instead of vanishing here."""
+    value = _json_value(value, field)
+    calls = [value] if type(value) is dict else value
+    if type(calls) is not list:
+        raise RecordError(_type_error(field, value, "a list of tool calls"))
+    out: list[dict[str, Any]] = []
+    for i, call in enumerate(calls):
+        where = f"{field}[{i}]"
+        if type(call) is not dict:
+            raise RecordError(_type_error(where, call, "a tool call object"))
+        function = call.get("function", call)
+        if type(function) is not dict:
+            raise RecordError(_type_error(f"{where}.function", function, "an object"))
+        name = function.get("name")
+        if type(name) is not str:
+            raise RecordError(_type_error(f"{where}.function.name", name, "a string"))
+        arguments = function.get("arguments", function.get("parameters"))
+        if type(arguments) is not str:
+            arguments = "{}" if arguments is None else json.dumps(arguments, ensure_ascii=False)
+        normalized: dict[str, Any] = {
+            "type": call.get("type") or "function", "function": {"name": name, "arguments": arguments},
+        }
+        if type(call.get("id")) is str:
+            normalized["id"] = call["id"]
+        out.append(normalized)
+    return out
+
+
+def _tools(value: Any, field: str = "tools") -> list[Any] | None:
+    """A row's tool schemas (a list, or JSON text of one), as the template's `tools` argument."""
+    if value is None:
+        return None
+    value = _json_value(value, field)
+    if type(value) is dict:
+        value = [value]
+    if type(value) is not list or any(type(tool) is not dict for tool in value):
+        raise RecordError(_type_error(field, value, "a list of tool schemas"))
+    return value or None
+
+
+def _message(item: Any, field: str, tools_out: list[Any] | None = None) -> Message:
+    """One message with every field a chat template reads (records.Message); roles normalized.
+
+    Reasoning is read from `reasoning_content`, `thinking` or `reasoning` and recorded as
+    `reasoning_content`; inline `<think>` stays in the content as written (prefdata.reasoning
+    finds it). An assistant turn that only calls tools may have no content."""
     if type(item) is not dict:
         raise RecordError(_type_error(field, item, "a message object"))
     role = item.get("role", item.get("from"))
@@ -167,26 +250,50 @@ def _message(item: Any, field: str) -> Message:
     mapped = ROLE_ALIASES.get(role) or ROLE_ALIASES.get(role.strip().lower())
     if mapped is None:
         raise RecordError(f"field {field!r}: unknown role {role[:40]!r}")
-    if "content" in item:
-        content = _content(item["content"], f"{field}.content")
-    elif "value" in item:
-        content = _content(item["value"], f"{field}.value")
+    parts: dict[str, list[str]] = {}
+    key = "content" if "content" in item else "value" if "value" in item else None
+    raw_calls = item.get("tool_calls")
+    if key is None or (item[key] is None and raw_calls):
+        if not raw_calls:
+            raise RecordError(f"field {field!r}: message has no content")
+        content = ""
     else:
-        raise RecordError(f"field {field!r}: message has no content")
-    return {"role": mapped, "content": content}
+        content = _content(item[key], f"{field}.{key}", parts if tools_out is not None else None)
+    message: Message = {"role": mapped, "content": content}
+    if len(item) == 2 and key is not None and not parts:  # role and content only: the common case
+        return message
+    reasoning = next((item[name] for name in REASONING_FIELDS if item.get(name) is not None), None)
+    if "reasoning_content" in parts:
+        reasoning = "".join(parts["reasoning_content"])
+    if reasoning is not None:
+        if type(reasoning) is not str:
+            raise RecordError(_type_error(f"{field}.reasoning_content", reasoning, "a string"))
+        message["reasoning_content"] = reasoning
+    calls = [call for text in parts.get("tool_calls", []) for call in _tool_calls(text, f"{field}.tool_calls")]
+    if raw_calls:
+        calls += _tool_calls(raw_calls, f"{field}.tool_calls")
+    if calls:
+        message["tool_calls"] = calls
+    for name in ("tool_call_id", "name"):
+        if type(item.get(name)) is str:
+            message[name] = item[name]
+    if tools_out is not None:
+        for text in parts.get("tools", []):
+            tools_out.extend(_tools(text, f"{field}.tools") or [])
+    return message
 
 
-def _messages(value: Any, field: str, single_ok: bool = False) -> list[Message]:
-    """Validated messages with only role/content keys and normalized roles."""
+def _messages(value: Any, field: str, single_ok: bool = False, tools_out: list[Any] | None = None) -> list[Message]:
+    """Validated messages (records.Message) with normalized roles."""
     if single_ok and type(value) is dict:
-        return [_message(value, field)]
+        return [_message(value, field, tools_out)]
     if type(value) is not list:
         if value is None:
             raise RecordError(f"field {field!r} is null")
         raise RecordError(_type_error(field, value, "a list of messages"))
     if not value:
         raise RecordError(f"field {field!r} is an empty list of messages")
-    return [_message(item, f"{field}[{i}]") for i, item in enumerate(value)]
+    return [_message(item, f"{field}[{i}]", tools_out) for i, item in enumerate(value)]
 
 
 def _completion_messages(value: Any, field: str) -> list[Message]:
@@ -203,13 +310,28 @@ def _require_assistant(messages: list[Message], field: str) -> None:
     raise RecordError(f"field {field!r} has no assistant message")
 
 
+def message_text(message: Message) -> str:
+    """A message's text as the text checks and reports see it: its reasoning (as an inline think
+    block) and its tool calls are part of it, so two halves that differ only there are not equal."""
+    content = message.get("content") or ""
+    if len(message) == 2:
+        return content
+    reasoning = message.get("reasoning_content")
+    if reasoning is not None:
+        content = f"{THINK_OPEN}\n{reasoning}\n{THINK_CLOSE}\n\n{content}"
+    for call in message.get("tool_calls") or ():
+        function = call["function"]
+        content += f'\n<tool_call>{{"name": {json.dumps(function["name"], ensure_ascii=False)}, "arguments": {function["arguments"]}}}</tool_call>'
+    return content
+
+
 def _render(messages: list[Message]) -> str:
-    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    return "\n\n".join(f"{m['role']}: {message_text(m)}" for m in messages)
 
 
 def _completion_text(messages: list[Message]) -> str:
     if len(messages) == 1 and messages[0]["role"] == "assistant":
-        return messages[0]["content"]
+        return message_text(messages[0])
     return _render(messages)
 
 
@@ -235,10 +357,12 @@ def _message_pair(
     chosen: list[Message],
     rejected: list[Message],
     fields: tuple[str, str] = ("chosen", "rejected"),
+    tools: list[Any] | None = None,
 ) -> Pair:
     _require_assistant(chosen, fields[0])
     _require_assistant(rejected, fields[1])
     pair = Pair(
+        tools=tools if tools is not None else _tools(row.get("tools")),
         source_file=raw.source_file,
         source_line=raw.source_line,
         prompt=_render(prompt),
@@ -271,6 +395,7 @@ def _explicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
         rejected=row["rejected"],
         extra=_extra(row, _CONSUMED["explicit"]),
         shape="explicit",
+        tools=_tools(row.get("tools")),
     )
 
 
@@ -290,6 +415,7 @@ def _alpaca(raw: RawRecord, row: dict[str, Any]) -> Pair:
         rejected=row["rejected"],
         extra=_extra(row, _CONSUMED["alpaca"]),
         shape="alpaca",
+        tools=_tools(row.get("tools")),
     )
 
 
@@ -342,6 +468,7 @@ def _hh(raw: RawRecord, row: dict[str, Any], chosen: str, rejected: str) -> Pair
         rejected=rejected_part,
         extra=_extra(row, _CONSUMED["explicit"]),
         shape="hh",
+        tools=_tools(row.get("tools")),
     )
     if multi_turn:
         pair.flags.append(flags.MULTI_TURN_COMPLETION)
@@ -361,6 +488,23 @@ def _conversational(raw: RawRecord, row: dict[str, Any]) -> Pair:
     )
 
 
+def _shared_prefix(chosen: list[Message], rejected: list[Message]) -> int:
+    """How many leading messages both conversations share, moved back so that each completion
+    starts at an assistant turn in both lists (0 when none does)."""
+    limit = min(len(chosen), len(rejected))
+    shared = 0
+    while shared < limit and chosen[shared] == rejected[shared]:
+        shared += 1
+    while shared > 0 and not (
+        shared < len(chosen)
+        and shared < len(rejected)
+        and chosen[shared]["role"] == "assistant"
+        and rejected[shared]["role"] == "assistant"
+    ):
+        shared -= 1
+    return shared
+
+
 def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     """Full conversations in chosen/rejected: the prompt is their shared leading messages.
 
@@ -370,18 +514,7 @@ def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     """
     chosen = _messages(row["chosen"], "chosen")
     rejected = _messages(row["rejected"], "rejected")
-    limit = min(len(chosen), len(rejected))
-    shared = 0
-    while shared < limit and chosen[shared] == rejected[shared]:
-        shared += 1
-    # The completions must start at an assistant turn in both lists.
-    while shared > 0 and not (
-        shared < len(chosen)
-        and shared < len(rejected)
-        and chosen[shared]["role"] == "assistant"
-        and rejected[shared]["role"] == "assistant"
-    ):
-        shared -= 1
+    shared = _shared_prefix(chosen, rejected)
     prompt_text = row.get("prompt")
     if shared == 0:
         if type(prompt_text) is str and prompt_text:
@@ -399,6 +532,36 @@ def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     return _message_pair(
         raw, row, "conversational_implicit", _CONSUMED["explicit"], prompt, chosen, rejected
     )
+
+
+def _llamafactory_v1(raw: RawRecord, row: dict[str, Any]) -> Pair:
+    """LLaMA-Factory v1: `chosen_messages`/`rejected_messages` as whole conversations whose content
+    is a list of typed parts ({"type": "text" | "reasoning" | "tool_calls" | "tools", "value"}) and
+    whose messages carry a `loss_weight`. The prompt is the shared leading messages; tools found
+    in a `tools` part join the row's tools; the weights pass through as `loss_weight`
+    ({"chosen": [...], "rejected": [...]}, one per message, prompt included)."""
+    if "rejected_messages" not in row:
+        raise RecordError("missing field 'rejected_messages'")
+    tools: list[Any] = []
+    chosen = _messages(row["chosen_messages"], "chosen_messages", tools_out=tools)
+    rejected = _messages(row["rejected_messages"], "rejected_messages", tools_out=[])
+    shared = _shared_prefix(chosen, rejected)
+    if shared == 0:
+        raise RecordError(
+            "fields 'chosen_messages' and 'rejected_messages' share no leading prompt messages before an assistant turn"
+        )
+    pair = _message_pair(
+        raw, row, "llamafactory_v1", _CONSUMED["llamafactory_v1"], chosen[:shared], chosen[shared:],
+        rejected[shared:], fields=("chosen_messages", "rejected_messages"),
+        tools=(_tools(row.get("tools")) or []) + tools or None,
+    )
+    weights = {
+        half: [item.get("loss_weight") if type(item) is dict else None for item in row[f"{half}_messages"]]
+        for half in ("chosen", "rejected")
+    }
+    if any(w is not None for values in weights.values() for w in values):
+        pair.extra["loss_weight"] = weights
+    return pair
 
 
 def _sharegpt(raw: RawRecord, row: dict[str, Any]) -> Pair:

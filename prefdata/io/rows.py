@@ -19,7 +19,8 @@ from prefdata.records import CheckedRow
 _RESERVED = frozenset(
     {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "flags", "source_file", "source_line"}
     | {"ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count"}
-    | {"prompt_messages", "chosen_messages", "rejected_messages"}
+    | {"prompt_messages", "chosen_messages", "rejected_messages", "tools"}
+    | {"chosen_loss_start", "rejected_loss_start"}
 )
 
 
@@ -40,6 +41,11 @@ def output_row(row: CheckedRow) -> dict[str, Any]:
         "source_file": row.raw.source_file,
         "source_line": row.raw.source_line,
     }
+    if pair.tools:  # JSON text, as TRL's DPOTrainer reads a `tools` column (one Arrow type for every row)
+        out["tools"] = json.dumps(pair.tools, ensure_ascii=False)
+    if tokenized.chosen_loss_start is not None:  # --loss-on answer
+        out["chosen_loss_start"] = tokenized.chosen_loss_start
+        out["rejected_loss_start"] = tokenized.rejected_loss_start
     for key, value in pair.extra.items():
         out[f"raw_{key}" if key in _RESERVED else key] = value
     return out

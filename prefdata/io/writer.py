@@ -42,12 +42,53 @@ CORE_SCHEMA = pa.schema(
     ]
 )
 CORE_COLUMNS = frozenset(CORE_SCHEMA.names)
-# Conversational rows keep TRL's message format in the text columns (see `DatasetWriter`).
-MESSAGES_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+# Conversational rows keep TRL's message format in the text columns (see `DatasetWriter`): role and
+# content, plus the other fields a chat template reads where the data has them (records.Message).
+_TOOL_CALL_TYPE = pa.struct(
+    [("id", pa.string()), ("type", pa.string()),
+     ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))]
+)
+MESSAGE_FIELD_TYPES: dict[str, pa.DataType] = {
+    "role": pa.string(),
+    "content": pa.string(),
+    "reasoning_content": pa.string(),
+    "tool_calls": pa.list_(_TOOL_CALL_TYPE),
+    "tool_call_id": pa.string(),
+    "name": pa.string(),
+}
+
+
+def messages_type(fields: Any = ()) -> pa.DataType:
+    """The message-list type with role, content and the optional `fields`, in a fixed order (so that
+    parts written with different fields unify by adding null fields)."""
+    wanted = {"role", "content", *fields}
+    return pa.list_(pa.struct([(name, kind) for name, kind in MESSAGE_FIELD_TYPES.items() if name in wanted]))
+
+
+MESSAGES_TYPE = messages_type()
+
+
+def _message_fields(values: list[Any]) -> set[str]:
+    """The optional message fields used in a column's message lists (most rows have none)."""
+    found: set[str] = set()
+    for messages in values:
+        for message in messages or ():
+            if len(message) > 2:
+                found.update(message)
+    return found & MESSAGE_FIELD_TYPES.keys()
+
+
+def _is_messages_type(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) and pa.types.is_struct(kind.value_type)
+
+
+def _wider_messages_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    return messages_type({f.name for f in a.value_type} | {f.name for f in b.value_type})
 TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 MESSAGE_COLUMNS = {name: f"{name}_messages" for name in TEXT_COLUMNS}  # used by mixed datasets only
 _MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
 _ID_COLUMNS = frozenset({"prompt_ids", "chosen_ids", "rejected_ids"})
+_LOSS_START_COLUMNS = frozenset({"chosen_loss_start", "rejected_loss_start"})  # --loss-on answer
 # Rows in a single Arrow file before starting the next shard (keeps files a manageable size).
 ROWS_PER_SHARD = 500_000
 
@@ -172,9 +213,11 @@ def _column_array(name: str, values: list[Any]) -> pa.Array:
         if fast is not None:
             return fast
     if (name in TEXT_COLUMNS and values and all(type(v) is list for v in values)) or name in _MESSAGE_NAMES:
-        return pa.array(values, type=MESSAGES_TYPE)
+        return pa.array(values, type=messages_type(_message_fields(values)))
     if name in CORE_COLUMNS:
         return pa.array(values, type=CORE_SCHEMA.field(name).type)
+    if name in _LOSS_START_COLUMNS:
+        return pa.array(values, type=pa.int32())
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
@@ -370,11 +413,21 @@ def _final_schema(parts: list[Part], written: WrittenParts) -> pa.Schema:
     mixed = len(written.text_kinds) > 1
     for _path, schema, _rows, _encoded in parts:
         for field in schema:
-            if field.name in TEXT_COLUMNS:
-                fields[field.name] = pa.field(field.name, pa.string() if mixed else field.type)
-                if mixed:
+            if field.name in TEXT_COLUMNS or field.name in _MESSAGE_NAMES:
+                kind = field.type
+                if field.name in TEXT_COLUMNS and mixed:
+                    kind = pa.string()
                     message_name = MESSAGE_COLUMNS[field.name]
-                    fields[message_name] = pa.field(message_name, MESSAGES_TYPE)
+                    if _is_messages_type(field.type):  # a messages part: its type decides *_messages
+                        known = fields.get(message_name)
+                        wide = field.type if known is None else _wider_messages_type(known.type, field.type)
+                        fields[message_name] = pa.field(message_name, wide)
+                    else:
+                        fields.setdefault(message_name, pa.field(message_name, MESSAGES_TYPE))
+                known = fields.get(field.name)
+                if known is not None and _is_messages_type(known.type) and _is_messages_type(kind):
+                    kind = _wider_messages_type(known.type, kind)
+                fields[field.name] = pa.field(field.name, kind)
                 continue
             if field.name in written.json_columns:
                 fields[field.name] = pa.field(field.name, pa.string())
@@ -434,13 +487,14 @@ def rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -
             for field in schema:
                 if field.name not in batch.schema.names:
                     base = field.name.removesuffix("_messages")
-                    if MESSAGE_COLUMNS.get(base) == field.name and batch.schema.field(base).type == MESSAGES_TYPE:
-                        columns.append(batch.column(base))  # a messages part of a mixed dataset
+                    if MESSAGE_COLUMNS.get(base) == field.name and _is_messages_type(batch.schema.field(base).type):
+                        columns.append(batch.column(base).cast(field.type))  # a messages part of a mixed dataset
                     else:
                         columns.append(pa.nulls(batch.num_rows, field.type))
                     continue
                 column = batch.column(field.name)
-                if field.name in TEXT_COLUMNS and column.type != field.type:  # messages in a mixed dataset
+                if field.name in TEXT_COLUMNS and field.type == pa.string() and column.type != field.type:
+                    # messages in a mixed dataset
                     column = pa.array([text_of(v, field.name != "prompt") for v in column.to_pylist()], pa.string())
                 elif field.name in to_encode:
                     column = _json_array(column.to_pylist())

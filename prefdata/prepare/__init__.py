@@ -33,6 +33,7 @@ from prefdata.io.write_errors import write_problem
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
 from prefdata.prepare.written import Written, write_rows
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
 
 @dataclass
@@ -68,6 +69,10 @@ def prepare(
     ray_address: str | None = None,
     partitioned_checks: bool = False,
     worker_writes: bool | None = None,
+    template_kwargs: dict[str, Any] | list[str] | None = None,
+    chat_template_file: str | Path | None = None,
+    template_date: str = DEFAULT_TEMPLATE_DATE,
+    loss_on: str = "all",
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
@@ -76,7 +81,9 @@ def prepare(
     engine's (same content hash). `partitioned_checks`: the dataset-wide checks by hash partitioning
     across the workers in a first pass over the input (see prefdata.checks.partitioned); same OUT.
     `worker_writes` (default: on with Ray): the workers write the Arrow shards themselves and no row
-    passes through this process (prefdata.prepare.shards); it implies `partitioned_checks`."""
+    passes through this process (prefdata.prepare.shards); it implies `partitioned_checks`.
+    `template_kwargs`, `chat_template_file` and `template_date` decide how conversations render
+    (prefdata.tokenize.template); `loss_on="answer"` keeps a leading reasoning block out of the loss."""
     from prefdata.io import writer as W
 
     started = time.time()
@@ -88,7 +95,13 @@ def prepare(
     hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
     input_files = [] if hub else _input_files(raw_path, out_path)
     loaded_policy = load_policy(policy)
-    settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
+    template = TemplateSettings(
+        kwargs=parse_template_kwargs(template_kwargs),
+        chat_template_file=str(chat_template_file) if chat_template_file else None,
+        date=template_date,
+    )
+    settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
+                                template=template, loss_on=loss_on)
     pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
     pair_tokenizer.setup()
     config = {
@@ -97,6 +110,8 @@ def prepare(
         "max_length": max_length,
         "max_prompt_length": max_prompt_length,
         "chat_template": chat_template,
+        **template.record(),
+        "loss_on": loss_on,
         "batch_size": batch_size,
         "workers": workers,
         "engine": engine,
@@ -213,6 +228,10 @@ def _handoff(config: dict[str, Any], pair_tokenizer: PairTokenizer) -> dict[str,
         "max_prompt_length": config["max_prompt_length"], "chat_template": config["chat_template"],
         "tokenizer_path": config["tokenizer"], "tokenizer_fingerprint": pair_tokenizer.fingerprint(),
         "pad_token_id": pad_id if pad_id is not None else 0, "eos_token_id": tok.eos_token_id,
+        "template_fingerprint": pair_tokenizer.template_fingerprint(), "loss_on": config["loss_on"],
+        "template_kwargs": config["template_kwargs"], "template_date": config["template_date"],
+        "chat_template_file": config["chat_template_file"],
+        "chat_template_sha256": config["chat_template_sha256"],
     }
 
 
@@ -263,6 +282,8 @@ def _manifest(
         "tokenizer": {
             "path": config["tokenizer"],
             "fingerprint": pair_tokenizer.fingerprint(),
+            "template_fingerprint": pair_tokenizer.template_fingerprint(),
+            "chat_template": tok.chat_template if config["chat_template_file"] else None,
             "class": type(tok).__name__,
             "pad_token_id": pad_id if pad_id is not None else 0,
             "eos_token_id": tok.eos_token_id,

@@ -206,7 +206,8 @@ class ReportBuilder:
         """`digest`: the row's content_hash, when known already."""
         pair = row.pair
         assert pair is not None
-        self.flagged_rows_any += 1
+        if row.severity:  # info-only rows carry a flag but are no finding (max_flagged_share)
+            self.flagged_rows_any += 1
         for flag in row.flags:
             self.flag_counts[flag] += 1
             examples = self.flag_examples.setdefault(flag, [])

@@ -25,19 +25,29 @@ with tokenizing the joint text is checked separately (``prompt_boundary_mismatch
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.manifest import tokenizer_fingerprint
+from prefdata.reasoning import reasoning_end
 from prefdata.records import Message, Pair, TokenizedPair
+from prefdata.tokenize.template import (
+    TemplateSettings,
+    has_template_fields,
+    lost_fields,
+    pinned_clock,
+    template_fingerprint,
+    template_messages,
+)
 
 # Characters of prompt and of completion on each side of the boundary that the boundary check
 # re-tokenizes (see `_boundary_mismatches`).
 BOUNDARY_WINDOW_CHARS = 48
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+LOSS_ON = ("all", "answer")
 
 
 @dataclass
@@ -46,13 +56,20 @@ class TokenizeSettings:
 
     max_length: prompt + completion, per half. max_prompt_length: the prompt alone.
     chat_template: render plain-string rows through the chat template (one user + one assistant turn).
+    template: template variables, a replacement template and the pinned date (tokenize.template).
+    loss_on: "all" completion tokens, or only the "answer" (a leading reasoning block stays in the
+    sequence, out of the loss: TokenizedPair.*_loss_start).
     """
 
     max_length: int | None = None
     max_prompt_length: int | None = None
     chat_template: bool = False
+    template: TemplateSettings = field(default_factory=TemplateSettings)
+    loss_on: str = "all"
 
     def __post_init__(self) -> None:
+        if self.loss_on not in LOSS_ON:
+            raise PrefdataError(f"--loss-on must be one of {', '.join(LOSS_ON)}, got {self.loss_on!r}")
         for name in ("max_length", "max_prompt_length"):
             value = getattr(self, name)
             if value is None:
@@ -176,6 +193,11 @@ class _Texts:
     chosen: str
     rejected: str
     prompt_prefix_ids: bool  # plain text: put the tokenizer's own leading special tokens (BOS) first
+    # Whether the template ended each completion with a special token (its end of turn): then no EOS
+    # is appended. Plain text ends with nothing, so it gets the EOS.
+    chosen_ends_turn: bool = False
+    rejected_ends_turn: bool = False
+    flags: tuple[str, ...] = ()  # found while rendering (reasoning_lost)
 
 
 class PairTokenizer:
@@ -192,6 +214,9 @@ class PairTokenizer:
         self._prefix_ids: list[int] = []
         self._special_strings: tuple[str, ...] = ()
         self._anchor = ""
+        self._fingerprint = ""
+        self._render_kwargs: dict[str, Any] = {}
+        self._day: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {
@@ -210,6 +235,12 @@ class PairTokenizer:
         tokenizer = load_tokenizer(self.tokenizer_path, self.trust_remote_code)
         if tokenizer.eos_token_id is None:
             raise PrefdataError(f"tokenizer at {self.tokenizer_path} has no EOS token; completions need one")
+        # The tokenizer's own fingerprint (its template included) is what refs and train compare with
+        # a model's tokenizer; a replacement template is part of `template_fingerprint` instead.
+        self._fingerprint = tokenizer_fingerprint(tokenizer)
+        template = self.settings.template
+        if template.chat_template_text is not None:
+            tokenizer.chat_template = template.chat_template_text
         if self.settings.chat_template and not tokenizer.chat_template:
             raise PrefdataError(
                 f"--chat-template was given but the tokenizer at {self.tokenizer_path} has no chat template"
@@ -220,10 +251,17 @@ class PairTokenizer:
         self._prefix_ids = _leading_special_ids(tokenizer)
         self._special_strings = tuple(sorted(tokenizer.get_added_vocab(), key=len, reverse=True))
         self._anchor = _pick_anchor(tokenizer)
+        self._render_kwargs = template.render_kwargs()
+        self._day = template.day()
 
     def fingerprint(self) -> str:
         self.setup()
-        return tokenizer_fingerprint(self.tokenizer)
+        return self._fingerprint
+
+    def template_fingerprint(self) -> str:
+        """The tokenizer, the template in effect, its variables and the pinned date, in one hash."""
+        self.setup()
+        return template_fingerprint(self._fingerprint, self.tokenizer.chat_template, self.settings.template)
 
     @property
     def eos_token_id(self) -> int:
@@ -258,7 +296,9 @@ class PairTokenizer:
                 templated.append(index)
             else:
                 text_rows.append(index)
-                texts.append(_Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True))
+                # Tools cannot reach a model through plain text: that is a loss to report.
+                lost = (F.REASONING_LOST,) if pair.tools else ()
+                texts.append(_Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True, flags=lost))
 
         if templated:
             rendered = self._render_rows([pairs[i] for i in templated])
@@ -276,19 +316,30 @@ class PairTokenizer:
     # -- rendering ---------------------------------------------------------------------------
 
     def _render_rows(self, pairs: list[Pair]) -> list[_Texts | RecordError]:
-        """Render prompt (with generation prompt) once per row, and prompt + completion per half."""
+        """Render prompt (with generation prompt) once per row, and prompt + completion per half.
+
+        Rows without tools are rendered in one batched call per kind of render; a row with tools
+        needs its own call (a template takes one `tools` list per call)."""
         if not self.tokenizer.chat_template:
             raise PrefdataError(
                 f"conversational rows need a chat template, and the tokenizer at {self.tokenizer_path} has none"
             )
-        conversations = [self._conversation(pair) for pair in pairs]
-        try:  # one batched call per kind of render; a failing row sends us to per-row rendering
+        out: list[_Texts | RecordError | None] = [None] * len(pairs)
+        plain = [i for i, pair in enumerate(pairs) if not pair.tools]
+        conversations = [self._conversation(pairs[i]) for i in plain]
+        try:  # a failing row sends the batch to per-row rendering
             prompts = self._render([c[0] for c in conversations], generation_prompt=True)
             fulls_c = self._render([c[0] + c[1] for c in conversations], generation_prompt=False)
             fulls_r = self._render([c[0] + c[2] for c in conversations], generation_prompt=False)
+            for i, conversation, p, c, r in zip(plain, conversations, prompts, fulls_c, fulls_r):
+                out[i] = self._split_render(p, c, r, conversation, None)
         except Exception:
-            return [self._render_one(conversation) for conversation in conversations]
-        return [self._split_render(p, c, r) for p, c, r in zip(prompts, fulls_c, fulls_r)]
+            for i, conversation in zip(plain, conversations):
+                out[i] = self._render_one(conversation, None)
+        for i, pair in enumerate(pairs):
+            if pair.tools:
+                out[i] = self._render_one(self._conversation(pair), pair.tools)
+        return out  # type: ignore[return-value]
 
     def _conversation(self, pair: Pair) -> tuple[list[Message], list[Message], list[Message]]:
         if pair.is_conversational:
@@ -299,46 +350,59 @@ class PairTokenizer:
             [{"role": "assistant", "content": pair.rejected}],
         )
 
-    def _render(self, conversations: list[list[Message]], generation_prompt: bool) -> list[str]:
+    def _render(self, conversations: list[list[Message]], generation_prompt: bool,
+                tools: list[Any] | None = None) -> list[str]:
         if not conversations:
             return []
-        rendered = self.tokenizer.apply_chat_template(
-            conversations, tokenize=False, add_generation_prompt=generation_prompt
-        )
+        with pinned_clock(self._day):
+            rendered = self.tokenizer.apply_chat_template(
+                [template_messages(c) for c in conversations], tokenize=False, add_generation_prompt=generation_prompt,
+                tools=tools, **self._render_kwargs,
+            )
         return list(rendered)
 
-    def _render_one(self, conversation: tuple[list[Message], list[Message], list[Message]]) -> _Texts | RecordError:
+    def _render_one(self, conversation: tuple[list[Message], list[Message], list[Message]],
+                    tools: list[Any] | None) -> _Texts | RecordError:
         prompt, chosen, rejected = conversation
         try:
-            p = self._render([prompt], True)[0]
-            c = self._render([prompt + chosen], False)[0]
-            r = self._render([prompt + rejected], False)[0]
+            p = self._render([prompt], True, tools)[0]
+            c = self._render([prompt + chosen], False, tools)[0]
+            r = self._render([prompt + rejected], False, tools)[0]
         except Exception as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             return RecordError(f"chat template failed: {first}")
-        return self._split_render(p, c, r)
+        return self._split_render(p, c, r, conversation, tools)
 
-    def _split_render(self, prompt: str, full_chosen: str, full_rejected: str) -> _Texts:
+    def _split_render(self, prompt: str, full_chosen: str, full_rejected: str,
+                      conversation: tuple[list[Message], list[Message], list[Message]],
+                      tools: list[Any] | None) -> _Texts:
         """Completion text = full render minus the prompt render. When a template renders the prompt
-        differently on its own (e.g. a system message moved next to the last user turn), fall back
-        to the longest common prefix of the three renders, shared by both halves."""
+        differently on its own (e.g. a system message moved next to the last user turn, or a think
+        block the full render drops), fall back to the longest common prefix of the three renders,
+        shared by both halves."""
         if not (full_chosen.startswith(prompt) and full_rejected.startswith(prompt)):
             prompt = os.path.commonprefix([prompt, full_chosen, full_rejected])
         cut = len(prompt)
-        return _Texts(
-            prompt,
-            self._end_of_turn(full_chosen[cut:]),
-            self._end_of_turn(full_rejected[cut:]),
-            prompt_prefix_ids=False,
-        )
+        chosen, chosen_ends = self._end_of_turn(full_chosen[cut:])
+        rejected, rejected_ends = self._end_of_turn(full_rejected[cut:])
+        found: tuple[str, ...] = ()
+        prompt_messages, chosen_messages, rejected_messages = conversation
+        if tools or any(has_template_fields(m) for m in conversation):
+            if lost_fields(prompt_messages, chosen_messages, tools, prompt, chosen) or lost_fields(
+                prompt_messages, rejected_messages, tools, prompt, rejected
+            ):
+                found = (F.REASONING_LOST,)
+        return _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
 
-    def _end_of_turn(self, completion: str) -> str:
-        """Drop whitespace a template puts after the final special token (ChatML's '\\n' after
-        <|im_end|>): the turn ends at that token; the separator belongs to a next turn."""
+    def _end_of_turn(self, completion: str) -> tuple[str, bool]:
+        """(completion, whether the template ended it with a special token).
+
+        Whitespace a template puts after its final special token (ChatML's '\\n' after <|im_end|>)
+        is dropped: the turn ends at that token; the separator belongs to a next turn."""
         stripped = completion.rstrip()
-        if stripped != completion and stripped.endswith(self._special_strings):
-            return stripped
-        return completion
+        if stripped.endswith(self._special_strings):
+            return stripped, True
+        return completion, False
 
     # -- tokenizing --------------------------------------------------------------------------
 
@@ -352,6 +416,7 @@ class PairTokenizer:
         rejected_texts, rejected_drop = self._completion_texts(rows, "rejected")
         all_texts = [r.prompt for r in rows] + chosen_texts + rejected_texts
         ids = [e.ids for e in self._backend.encode_batch_fast(all_texts, add_special_tokens=False)]
+        starts = self._answer_starts(rows) if self.settings.loss_on == "answer" else None
 
         mismatch = self._boundary_mismatches(rows)
         eos = self._eos_id
@@ -361,12 +426,42 @@ class PairTokenizer:
             prompt = prefix + ids[i] if row.prompt_prefix_ids and prefix else ids[i]
             chosen = ids[n + i][chosen_drop[i] :]
             rejected = ids[2 * n + i][rejected_drop[i] :]
-            chosen, rejected = _end_with_one_eos(chosen, eos), _end_with_one_eos(rejected, eos)
+            chosen = _end_with_one_eos(chosen, eos, append=not row.chosen_ends_turn)
+            rejected = _end_with_one_eos(rejected, eos, append=not row.rejected_ends_turn)
             tokenized = truncate_pair(prompt, chosen, rejected, self.settings, eos)
+            if starts is not None:
+                _set_loss_starts(tokenized, *starts[i])
             if mismatch[i]:
                 tokenized.flags.insert(0, F.PROMPT_BOUNDARY_MISMATCH)
+            tokenized.flags[:0] = row.flags
             out.append(tokenized)
         return out
+
+    def _answer_starts(self, rows: list[_Texts]) -> list[tuple[int, int]]:
+        """For --loss-on answer: per row, how many completion tokens of each half belong to its
+        leading reasoning block. Only completions holding one are tokenized again, with offsets,
+        because a reasoning prefix tokenized alone can split differently at its end."""
+        anchor = self._anchor
+        jobs: list[tuple[int, int, str, int, int]] = []  # (row, half, text, skip chars, answer char)
+        for i, row in enumerate(rows):
+            for half, text in enumerate((row.chosen, row.rejected)):
+                end = reasoning_end(text)
+                if end:
+                    lead = anchor if (anchor and row.prompt) else ""
+                    jobs.append((i, half, lead + text, len(lead), len(lead) + end))
+        starts = [[0, 0] for _ in rows]
+        if jobs:
+            encodings = self._backend.encode_batch([job[2] for job in jobs], add_special_tokens=False)
+            for (i, half, _text, skip, answer), encoding in zip(jobs, encodings):
+                offsets = encoding.offsets
+                first = 1 if skip else 0  # the anchor's own token
+                count = 0
+                for start, _end in offsets[first:]:
+                    if start >= answer:
+                        break
+                    count += 1
+                starts[i][half] = count
+        return [(c, r) for c, r in starts]
 
     def _completion_texts(self, rows: list[_Texts], half: str) -> tuple[list[str], list[int]]:
         """Completion texts to tokenize, each behind the anchor token when the row has a prompt.
@@ -453,12 +548,29 @@ def _leading_special_ids(tokenizer: Any) -> list[int]:
     return []
 
 
-def _end_with_one_eos(ids: list[int], eos: int | None) -> list[int]:
-    """The completion ends with EOS exactly once: appended when missing, and a text that itself ends
-    in the literal end token (twice or more) keeps one, so the trainer never learns a double end."""
+def _end_with_one_eos(ids: list[int], eos: int | None, append: bool = True) -> list[int]:
+    """The completion ends once: a text that itself ends in the literal end token (twice or more)
+    keeps one, so the trainer never learns a double end; EOS is appended when missing unless the
+    template already ended the turn with its own end-of-turn token (`append=False`)."""
     if eos is None:
         return ids
     end = len(ids)
     while end >= 2 and ids[end - 1] == eos and ids[end - 2] == eos:
         end -= 1
-    return ids[:end] if end < len(ids) else (ids if ids and ids[-1] == eos else ids + [eos])
+    if end < len(ids):
+        return ids[:end]
+    if not append or (ids and ids[-1] == eos):
+        return ids
+    return ids + [eos]
+
+
+def _set_loss_starts(tokenized: TokenizedPair, chosen_start: int, rejected_start: int) -> None:
+    """Record the reasoning tokens kept out of the loss (clamped to what truncation left); a half
+    left with no answer token has nothing to learn from: `no_completion_tokens`."""
+    tokenized.chosen_loss_start = min(chosen_start, len(tokenized.chosen_ids))
+    tokenized.rejected_loss_start = min(rejected_start, len(tokenized.rejected_ids))
+    if (
+        tokenized.chosen_loss_start == len(tokenized.chosen_ids)
+        or tokenized.rejected_loss_start == len(tokenized.rejected_ids)
+    ) and F.NO_COMPLETION_TOKENS not in tokenized.flags:
+        tokenized.flags.append(F.NO_COMPLETION_TOKENS)

@@ -67,6 +67,9 @@ def validate(
     engine: str = "local",
     ray_address: str | None = None,
     partitioned_checks: bool = False,
+    template_kwargs: dict[str, Any] | list[str] | None = None,
+    chat_template_file: str | Path | None = None,
+    template_date: str | None = None,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -80,6 +83,7 @@ def validate(
     Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray) with `workers` actors (default:
     one per cluster CPU); the report is the same. `partitioned_checks`: raw input's dataset-wide
     checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
+    `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -107,8 +111,15 @@ def validate(
         _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
+        from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
-        settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template)
+        template = TemplateSettings(
+            kwargs=parse_template_kwargs(template_kwargs),
+            chat_template_file=str(chat_template_file) if chat_template_file else None,
+            date=template_date or DEFAULT_TEMPLATE_DATE,
+        )
+        settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
+                                    chat_template=chat_template, template=template)
         _check_raw(
             input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
             batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,

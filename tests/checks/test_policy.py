@@ -31,6 +31,10 @@ DESIGN_DEFAULTS = {
     F.NON_FINITE_REF_LOGPS: "drop",
     F.TIED_REWARD: "drop",
     F.REWARD_DISAGREES: "warn",
+    F.REASONING_LOST: "error",
+    F.REASONING_MISMATCH: "warn",
+    F.SAME_FINAL_ANSWER: "info",
+    F.TOOL_CALL_INVALID: "error",
 }
 
 

@@ -173,7 +173,7 @@ def test_sharegpt_llamafactory_with_system_and_aliases():
     ]  # fmt: skip
     assert pair.prompt_messages[0] == {"role": "system", "content": "Be nice."}
     assert (pair.chosen, pair.rejected) == ("good", "bad")
-    assert pair.extra == {"tools": "[]"}
+    assert pair.extra == {} and pair.tools is None  # "tools" is read (an empty list renders nothing)
 
 
 def test_openai_azure_dpo():

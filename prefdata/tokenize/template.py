@@ -1,0 +1,196 @@
+"""What prefdata hands a chat template, and what the template gave back.
+
+- Template settings a user chooses (`--template-kwargs`, `--chat-template-file`) and a pinned date:
+  templates that print today's date (SmolLM3's system header via `strftime_now`, Llama 3.1's
+  `date_string`) would otherwise give the same input a different OUT on another day.
+- Messages as templates expect them: tool-call `arguments` as objects (OUT stores them as JSON text,
+  one Arrow type for every row; transformers documents objects, and Qwen2.5's template serializes
+  them with `tojson`).
+- `lost_fields`: which of a row's reasoning, tool calls and tools the rendered text does not contain
+  (the template ignores that field), for the `reasoning_lost` flag.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from prefdata.errors import PrefdataError
+from prefdata.reasoning import message_reasoning
+from prefdata.records import Message
+
+DEFAULT_TEMPLATE_DATE = "2026-01-01"  # what `strftime_now` and `date_string` read unless --template-date says
+
+
+@dataclass
+class TemplateSettings:
+    """How conversations are rendered: extra template variables, a replacement template, the date."""
+
+    kwargs: dict[str, Any] = field(default_factory=dict)  # --template-kwargs (enable_thinking=false, ...)
+    chat_template_file: str | None = None  # --chat-template-file: a Jinja file replacing the tokenizer's
+    chat_template_text: str | None = None  # its text (read once, so workers need not find the file)
+    date: str = DEFAULT_TEMPLATE_DATE  # YYYY-MM-DD
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kwargs, dict):
+            raise PrefdataError(f"template kwargs must be a table of names and values, got {self.kwargs!r}")
+        try:
+            _dt.date.fromisoformat(str(self.date))
+        except ValueError:
+            raise PrefdataError(f"--template-date must be YYYY-MM-DD, got {self.date!r}") from None
+        if self.chat_template_file and self.chat_template_text is None:
+            path = Path(self.chat_template_file)
+            if not path.is_file():
+                raise PrefdataError(f"--chat-template-file: no such file: {path}")
+            self.chat_template_text = path.read_text(encoding="utf-8")
+
+    def render_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for `apply_chat_template`: the pinned `date_string` (Llama 3.1 reads it)
+        and the user's variables. `strftime_now` is a function, which transformers does not pass to
+        templates: see `pinned_clock`."""
+        return {"date_string": self.day().strftime("%d %b %Y"), **self.kwargs}
+
+    def day(self) -> _dt.datetime:
+        return _dt.datetime.combine(_dt.date.fromisoformat(self.date), _dt.time())
+
+    def record(self) -> dict[str, Any]:
+        """What the manifest records (the template text by its hash)."""
+        return {
+            "template_kwargs": self.kwargs,
+            "chat_template_file": self.chat_template_file,
+            "chat_template_sha256": _sha256(self.chat_template_text) if self.chat_template_text else None,
+            "template_date": self.date,
+        }
+
+
+@contextmanager
+def pinned_clock(day: _dt.datetime) -> Iterator[None]:
+    """Within the block, transformers' `strftime_now` template global reads `day` instead of the
+    clock. It calls `datetime.now()` through its module's `datetime` name, so that name is swapped
+    for a subclass whose `now()` is `day`, and put back afterwards."""
+    try:
+        from transformers.utils import chat_template_utils as module
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        yield
+        return
+    original = getattr(module, "datetime", None)
+    if original is None or not isinstance(original, type):
+        yield
+        return
+
+    class _PinnedDatetime(original):  # type: ignore[misc, valid-type]
+        @classmethod
+        def now(cls, tz: Any = None) -> Any:
+            return day if tz is None else day.replace(tzinfo=tz)
+
+    module.datetime = _PinnedDatetime
+    try:
+        yield
+    finally:
+        module.datetime = original
+
+
+def _sha256(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def template_fingerprint(tokenizer_fingerprint: str, chat_template: Any, settings: TemplateSettings) -> str:
+    """The tokenizer's fingerprint combined with everything that decides how text is rendered: the
+    template in effect, the template variables and the pinned date."""
+    record = {
+        "tokenizer": tokenizer_fingerprint,
+        "chat_template": chat_template,
+        "kwargs": settings.kwargs,
+        "date": settings.date,
+    }
+    return _sha256(json.dumps(record, sort_keys=True, default=str))
+
+
+def parse_template_kwargs(items: dict[str, Any] | list[str] | str | None) -> dict[str, Any]:
+    """`KEY=VALUE` pairs (comma-separated or repeated) to a dict; values are JSON where they parse
+    (`false`, `3`, `"x"`) and strings otherwise. A dict (a config file's table) is taken as it is."""
+    if isinstance(items, dict):
+        return dict(items)
+    if not items:
+        return {}
+    if isinstance(items, str):
+        items = [items]
+    out: dict[str, Any] = {}
+    for item in items:
+        for piece in item.split(","):
+            piece = piece.strip()
+            if not piece:
+                continue
+            key, sep, value = piece.partition("=")
+            if not sep or not key.strip().isidentifier():
+                raise PrefdataError(f"--template-kwargs wants NAME=VALUE pairs, got {piece!r}")
+            try:
+                out[key.strip()] = json.loads(value)
+            except ValueError:
+                out[key.strip()] = value
+    return out
+
+
+def template_messages(messages: list[Message]) -> list[Message]:
+    """Messages as templates read them: tool-call arguments that are JSON objects become objects."""
+    if not any("tool_calls" in m for m in messages):
+        return messages
+    out = []
+    for message in messages:
+        calls = message.get("tool_calls")
+        if calls:
+            message = {**message, "tool_calls": [_call_for_template(call) for call in calls]}
+        out.append(message)
+    return out
+
+
+def _call_for_template(call: dict[str, Any]) -> dict[str, Any]:
+    function = call["function"]
+    arguments = function.get("arguments")
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        parsed = arguments  # invalid JSON renders as written; `tool_call_invalid` reports it
+    if not isinstance(parsed, dict):
+        parsed = arguments
+    return {**call, "function": {**function, "arguments": parsed}}
+
+
+def has_template_fields(messages: list[Message] | None) -> bool:
+    """Whether any message carries reasoning or tool calls (inline `</think>` included)."""
+    for message in messages or ():
+        if len(message) > 2 or "</think>" in (message.get("content") or ""):
+            return True
+    return False
+
+
+def lost_fields(
+    prompt: list[Message], completion: list[Message], tools: list[Any] | None, prompt_text: str, completion_text: str
+) -> list[str]:
+    """What of the row the rendered text does not contain: "reasoning" (a completion turn's trace),
+    "tool_calls" (a called function's name, in prompt or completion), "tools" (a tool's name in the
+    prompt). Reasoning of earlier turns in the prompt is not asked for: templates drop it on purpose
+    (Qwen3, DeepSeek-R1), as they do at inference."""
+    lost: list[str] = []
+    for message in completion:
+        reasoning = message_reasoning(message)
+        if reasoning and reasoning not in completion_text:
+            lost.append("reasoning")
+            break
+    full = prompt_text + completion_text
+    for message in (*prompt, *completion):
+        if any(call["function"]["name"] not in full for call in message.get("tool_calls") or ()):
+            lost.append("tool_calls")
+            break
+    for tool in tools or ():
+        function = tool.get("function", tool) if isinstance(tool, dict) else {}
+        name = function.get("name") if isinstance(function, dict) else None
+        if isinstance(name, str) and name not in prompt_text:
+            lost.append("tools")
+            break
+    return lost
