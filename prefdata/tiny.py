@@ -16,6 +16,32 @@ CHATML_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 
+# A reasoning/tool template in the style of Qwen3's: tools listed in a system turn, tool calls as
+# <tool_call> JSON, `tool` turns, the reasoning of the last assistant turn kept in a think block
+# (earlier turns lose theirs), `enable_thinking=false` adds an empty block to the generation
+# prompt, and a date line from `strftime_now` (the thing a pinned template date is for).
+REASONING_TEMPLATE = (
+    "{%- if tools %}{{ '<|im_start|>system\nDate: ' + strftime_now('%Y-%m-%d') + '\nTools:' }}"
+    "{%- for tool in tools %}{{ '\n' + (tool.function.name if tool.function is defined else tool.name) }}{%- endfor %}"
+    "{{ '<|im_end|>\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' %}"
+    "{{ '<|im_start|>assistant\n' }}"
+    "{%- if loop.last and message.reasoning_content is string %}"
+    "{{ '<think>\n' + message.reasoning_content.strip() + '\n</think>\n\n' }}"
+    "{%- elif loop.last and enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{{ message.content or '' }}"
+    "{%- for call in message.tool_calls or [] %}"
+    "{{ '\n<tool_call>\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' + (call.function.arguments | tojson) + '}\n</tool_call>' }}"
+    "{%- endfor %}{{ '<|im_end|>\n' }}"
+    "{%- else %}{{ '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{ '<think>\n\n</think>\n\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 
 _CORPUS = [
@@ -32,8 +58,9 @@ _CORPUS = [
 ]
 
 
-def build_tiny_tokenizer(out_dir: str | Path, vocab_size: int = 512):
-    """Train a byte-level BPE tokenizer on a small built-in corpus and save it with a ChatML template.
+def build_tiny_tokenizer(out_dir: str | Path, vocab_size: int = 512, chat_template: str = CHATML_TEMPLATE):
+    """Train a byte-level BPE tokenizer on a small built-in corpus and save it with a chat template
+    (ChatML unless `chat_template` says otherwise).
 
     Byte-level means every string tokenizes (no unknown token), like the real GPT-2/Qwen tokenizers.
     Returns the loaded `PreTrainedTokenizerFast`.
@@ -58,7 +85,7 @@ def build_tiny_tokenizer(out_dir: str | Path, vocab_size: int = 512):
         unk_token=None,
         bos_token=None,
     )
-    fast.chat_template = CHATML_TEMPLATE
+    fast.chat_template = chat_template
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(str(out))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from prefdata.report.render_common import (
+    FLAG_MEANINGS,
     bounded_line,
     STATUS_WORD,
     Report,
@@ -38,6 +39,8 @@ def render_text(report: Report, top: int = 8) -> str:
     for f in threshold_findings(report):
         if f.get("exceeded"):
             lines.append("  limit: " + threshold_line(f).replace("`", ""))
+    if "reasoning_lost" in flags:  # content the trainer would never see: say how to keep it
+        lines.append("  reasoning_lost: " + FLAG_MEANINGS["reasoning_lost"].replace("`", ""))
     if bounded_line(report):
         lines.append("  " + bounded_line(report).replace("`", ""))
     baseline = report.get("baseline")

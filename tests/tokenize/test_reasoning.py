@@ -1,0 +1,234 @@
+"""Reasoning traces and tool calls: kept, rendered, checked, and stored in OUT as TRL reads them.
+
+Built-in tiny templates (no ../shared needed): `REASONING_TEMPLATE` renders reasoning, tool calls,
+tools and a date like Qwen3's; ChatML ignores every field but role/content (a template that loses them).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import datasets
+import pytest
+
+from prefdata import flags as F
+from prefdata.prepare import prepare
+from prefdata.tiny import REASONING_TEMPLATE, build_tiny_tokenizer
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+PROMPT = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+def _call(arguments, name="get_weather"):
+    return [{"role": "assistant", "content": None, "tool_calls": [{"type": "function", "function": {"name": name, "arguments": arguments}}]}]
+
+
+def _row(chosen, rejected, prompt=PROMPT, **extra):
+    return {"prompt": prompt, "chosen": chosen, "rejected": rejected, **extra}
+
+
+def _answer(content, **fields):
+    return [{"role": "assistant", "content": content, **fields}]
+
+
+@pytest.fixture(scope="module")
+def reasoning_tokenizer(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("reasoning-tokenizer")
+    build_tiny_tokenizer(path, chat_template=REASONING_TEMPLATE)
+    return str(path)
+
+
+def _prepare(tmp_path: Path, rows: list[dict], tokenizer: str, name: str = "out", **kwargs):
+    raw = tmp_path / f"{name}.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = prepare(raw, tmp_path / name, tokenizer=tokenizer, progress=False, workers=1, **kwargs)
+    out = tmp_path / name
+    dataset = datasets.load_from_disk(str(out)) if result.rows_out else None
+    return result, dataset, out
+
+
+def _dropped(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "dropped.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def _decode(tokenizer_dir: str, ids) -> str:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tokenizer_dir).decode(ids)
+
+
+def test_reasoning_reaches_the_tokens_and_out_keeps_it(tmp_path, reasoning_tokenizer):
+    rows = [
+        _row(_answer("5", reasoning_content="2 plus 3 is 5"), _answer("6", reasoning_content="2 plus 3 is 6")),
+        _row(_answer("4", thinking="two and two make four"), _answer("5", reasoning="two and two make five")),
+    ]
+    result, dataset, _ = _prepare(tmp_path, rows, reasoning_tokenizer)
+    assert result.rows_out == 2 and result.exit_code == 0
+    first = _decode(reasoning_tokenizer, dataset[0]["chosen_ids"])
+    assert first.startswith("<think>\n2 plus 3 is 5\n</think>\n\n5")
+    assert "two and two make five" in _decode(reasoning_tokenizer, dataset[1]["rejected_ids"])
+    # One field name in OUT, TRL's: `thinking` and `reasoning` are recorded as reasoning_content.
+    assert dataset[1]["chosen"][0]["reasoning_content"] == "two and two make four"
+    assert dataset[1]["rejected"][0]["reasoning_content"] == "two and two make five"
+    assert all(not flags for flags in dataset["flags"])
+
+
+def test_a_template_that_ignores_reasoning_is_reasoning_lost(tmp_path, tiny_tokenizer_dir):
+    rows = [_row(_answer("5", reasoning_content="2 plus 3 is 5"), _answer("6", reasoning_content="2 plus 3 is 6"))]
+    result, _, out = _prepare(tmp_path, rows, tiny_tokenizer_dir)  # ChatML: role and content only
+    assert result.exit_code == 1 and result.rows_out == 0
+    (dropped,) = _dropped(out)
+    assert dropped["flags"] == [F.REASONING_LOST] and dropped["severity"] == "error"
+    from prefdata.report.render_text import render_text
+
+    assert "--chat-template-file" in render_text(result.report)  # the terminal line names the fix
+    # Inline <think> in the content is text any template renders: nothing is lost.
+    inline = [_row(_answer("<think>\nthink a\n</think>\n\nA"), _answer("<think>\nthink b\n</think>\n\nB"))]
+    result, dataset, _ = _prepare(tmp_path, inline, tiny_tokenizer_dir, name="inline")
+    assert result.rows_out == 1 and "think a" in _decode(tiny_tokenizer_dir, dataset[0]["chosen_ids"])
+
+
+def test_tool_calls_and_tools_render_and_are_stored_as_trl_reads_them(tmp_path, reasoning_tokenizer):
+    rows = [_row(_call({"city": "Paris"}), _answer("I do not know."), tools=TOOLS)]
+    result, dataset, _ = _prepare(tmp_path, rows, reasoning_tokenizer)
+    assert result.rows_out == 1, result.report["flags"]
+    assert dataset[0]["flags"] == []
+    chosen = _decode(reasoning_tokenizer, dataset[0]["chosen_ids"])
+    assert '{"name": "get_weather", "arguments": {"city": "Paris"}}' in chosen  # arguments rendered as an object
+    assert "get_weather" in _decode(reasoning_tokenizer, dataset[0]["prompt_ids"])  # the tools list
+    call = dataset[0]["chosen"][0]["tool_calls"][0]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Paris"}'}
+    assert json.loads(dataset[0]["tools"]) == TOOLS  # JSON text: TRL's DPOTrainer json.loads a string column
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _call('{"city": "Paris"'),  # not JSON
+        _call({"city": "Paris"}, name="get_time"),  # not in tools
+        _call({"town": "Paris"}),  # breaks the schema: "city" is required
+        _call({"city": 3}),  # breaks the schema: wrong type
+    ],
+)
+def test_invalid_tool_calls_are_errors(tmp_path, reasoning_tokenizer, call):
+    result, _, out = _prepare(tmp_path, [_row(_call({"city": "Rome"}), call, tools=TOOLS)], reasoning_tokenizer)
+    assert result.exit_code == 1
+    assert F.TOOL_CALL_INVALID in _dropped(out)[0]["flags"]
+
+
+def test_reasoning_mismatch_and_same_final_answer(tmp_path, reasoning_tokenizer):
+    rows = [
+        _row(_answer("5", reasoning_content="2 plus 3 is 5"), _answer("5")),  # one half reasons
+        _row(_answer("5", reasoning_content="count up"), _answer("5", reasoning_content="add")),  # same answer
+        _row(_answer("5", reasoning_content="add"), _answer("5", reasoning_content="   ")),  # empty think block
+    ]
+    result, dataset, _ = _prepare(tmp_path, rows, reasoning_tokenizer)
+    assert result.rows_out == 3 and result.exit_code == 0
+    assert dataset["flags"] == [[F.REASONING_MISMATCH], [F.SAME_FINAL_ANSWER], [F.REASONING_MISMATCH]]
+    assert result.report["flags"][F.SAME_FINAL_ANSWER]["severity"] == "info"
+    assert result.report["warnings"] == 2  # info is kept and reported, but no warning
+
+
+def test_template_kwargs_and_date_are_applied_and_recorded(tmp_path, reasoning_tokenizer):
+    rows = [_row(_answer("Sunny."), _answer("Rainy."), tools=TOOLS)]
+    _, plain, out = _prepare(tmp_path, rows, reasoning_tokenizer, name="plain")
+    _, off, out_off = _prepare(
+        tmp_path, rows, reasoning_tokenizer, name="off", template_kwargs=["enable_thinking=false"],
+        template_date="2031-05-06",
+    )
+    assert "Date: 2026-01-01" in _decode(reasoning_tokenizer, plain[0]["prompt_ids"])  # pinned, not today
+    prompt_off = _decode(reasoning_tokenizer, off[0]["prompt_ids"])
+    assert "Date: 2031-05-06" in prompt_off and prompt_off.endswith("<think>\n\n</think>\n\n")
+    manifest = json.loads((out_off / "manifest.json").read_text())
+    assert manifest["config"]["template_kwargs"] == {"enable_thinking": False}
+    assert manifest["config"]["template_date"] == "2031-05-06"
+    first = json.loads((out / "manifest.json").read_text())
+    # Same tokenizer, different rendering: the tokenizer fingerprint stays, the template one moves.
+    assert manifest["tokenizer"]["fingerprint"] == first["tokenizer"]["fingerprint"]
+    assert manifest["tokenizer"]["template_fingerprint"] != first["tokenizer"]["template_fingerprint"]
+    settings = json.loads(off.info.description)["prefdata"]
+    assert settings["template_fingerprint"] == manifest["tokenizer"]["template_fingerprint"]
+
+
+def test_chat_template_file_replaces_the_tokenizers(tmp_path, tiny_tokenizer_dir):
+    template = tmp_path / "train.jinja"
+    template.write_text(REASONING_TEMPLATE, encoding="utf-8")
+    rows = [_row(_answer("5", reasoning_content="2 plus 3 is 5"), _answer("6", reasoning_content="2 plus 3 is 6"))]
+    result, dataset, out = _prepare(tmp_path, rows, tiny_tokenizer_dir, chat_template_file=template)
+    assert result.rows_out == 1 and dataset[0]["flags"] == []  # ChatML alone loses it (test above)
+    assert "2 plus 3 is 6" in _decode(tiny_tokenizer_dir, dataset[0]["rejected_ids"])
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["chat_template_file"] == str(template)
+    assert manifest["tokenizer"]["chat_template"] == REASONING_TEMPLATE
+
+
+def test_loss_on_answer_starts_after_the_think_block(tmp_path, reasoning_tokenizer):
+    rows = [_row(_answer("Five.", reasoning_content="2 plus 3 is 5"), _answer("Six."))]
+    result, dataset, _ = _prepare(tmp_path, rows, reasoning_tokenizer, loss_on="answer")
+    row = dataset[0]
+    assert _decode(reasoning_tokenizer, row["chosen_ids"][row["chosen_loss_start"]:]) == "Five.<|im_end|>"
+    assert _decode(reasoning_tokenizer, row["chosen_ids"][: row["chosen_loss_start"]]).endswith("</think>\n\n")
+    assert row["rejected_loss_start"] == 0
+    assert json.loads(dataset.info.description)["prefdata"]["loss_on"] == "answer"
+
+
+def test_loss_on_answer_with_only_reasoning_left_has_no_completion_tokens(tmp_path, reasoning_tokenizer):
+    long_reasoning = " ".join(["step"] * 60)
+    rows = [_row(_answer("Five.", reasoning_content=long_reasoning), _answer("Six.", reasoning_content="add"))]
+    result, _, out = _prepare(tmp_path, rows, reasoning_tokenizer, loss_on="answer", max_length=40)
+    assert F.NO_COMPLETION_TOKENS in _dropped(out)[0]["flags"]
+
+
+def test_eos_only_where_the_template_ends_the_turn_with_nothing(tmp_path, tiny_tokenizer_dir):
+    """A template that ends turns with its own token (not the EOS) gets no EOS appended; one that
+    ends them with nothing gets the EOS."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_tokenizer_dir)
+    eos = tokenizer.eos_token_id
+    own_end = tmp_path / "own_end.jinja"  # Phi-3-medium style: turns end in a special token that is not EOS
+    own_end.write_text(
+        "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|endoftext|>\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+    )
+    bare = tmp_path / "bare.jinja"
+    bare.write_text(
+        "{% for m in messages %}{{ m.role + ': ' + m.content + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
+    )
+    rows = [_row(_answer("Yes"), _answer("No"))]
+    _, own, _ = _prepare(tmp_path, rows, tiny_tokenizer_dir, name="own", chat_template_file=own_end)
+    _, plain, _ = _prepare(tmp_path, rows, tiny_tokenizer_dir, name="bare", chat_template_file=bare)
+    endoftext = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    assert own[0]["chosen_ids"][-1] == endoftext and eos not in own[0]["chosen_ids"]
+    assert plain[0]["chosen_ids"][-1] == eos
+
+
+def test_llamafactory_v1_rows(tmp_path, reasoning_tokenizer):
+    def message(role, *parts, weight):
+        return {"role": role, "content": [{"type": t, "value": v} for t, v in parts], "loss_weight": weight}
+
+    system = message("system", ("tools", json.dumps(TOOLS)), weight=0.0)
+    user = message("user", ("text", "Weather in Paris?"), weight=0.0)
+    row = {
+        "chosen_messages": [system, user, message("assistant", ("reasoning", "look it up"), ("text", "Sunny."), weight=1.0)],
+        "rejected_messages": [system, user, message("assistant", ("reasoning", "guess"), ("text", "Rainy."), weight=1.0)],
+        "extra_info": "kept",
+    }
+    result, dataset, _ = _prepare(tmp_path, [row], reasoning_tokenizer)
+    assert result.rows_out == 1, result.report
+    assert dataset[0]["chosen"][0]["reasoning_content"] == "look it up"
+    assert json.loads(dataset[0]["tools"]) == TOOLS
+    assert dataset[0]["extra_info"] == "kept"
+    assert dataset[0]["loss_weight"] == {"chosen": [0.0, 0.0, 1.0], "rejected": [0.0, 0.0, 1.0]}
+    assert "look it up" in _decode(reasoning_tokenizer, dataset[0]["chosen_ids"])
