@@ -232,3 +232,32 @@ def test_llamafactory_v1_rows(tmp_path, reasoning_tokenizer):
     assert dataset[0]["extra_info"] == "kept"
     assert dataset[0]["loss_weight"] == {"chosen": [0.0, 0.0, 1.0], "rejected": [0.0, 0.0, 1.0]}
     assert "look it up" in _decode(reasoning_tokenizer, dataset[0]["chosen_ids"])
+
+
+# -- real reasoning tokenizers (../shared) ------------------------------------------------------
+
+R1_TEMPLATE = Path(__file__).resolve().parents[2] / "docs" / "templates" / "deepseek-r1-keep-reasoning.jinja"
+
+
+def test_deepseek_r1_drops_the_trace_and_the_docs_template_keeps_it(tmp_path, shared_tokenizer):
+    tokenizer = shared_tokenizer("deepseek-r1-distill-qwen")
+    rows = [_row(_answer("5", reasoning_content="2 plus 3 is 5."), _answer("6", reasoning_content="2 plus 3 is 6.")),
+            _row(_answer("<think>\nIt is Paris.\n</think>\n\nParis"), _answer("<think>\nMaybe Lyon.\n</think>\n\nLyon"))]
+    result, _, out = _prepare(tmp_path, rows, tokenizer, name="stock")
+    assert result.rows_out == 0 and all(F.REASONING_LOST in d["flags"] for d in _dropped(out))
+    result, dataset, _ = _prepare(tmp_path, rows, tokenizer, name="kept", chat_template_file=R1_TEMPLATE)
+    assert result.rows_out == 2 and dataset["flags"] == [[], []]
+    for row in dataset:
+        # The generation prompt opens the think block; the completion is exactly what the model writes.
+        assert _decode(tokenizer, row["prompt_ids"]).endswith("<｜Assistant｜><think>\n")
+    assert _decode(tokenizer, dataset[0]["chosen_ids"]) == "2 plus 3 is 5.\n</think>\n\n5<｜end▁of▁sentence｜>"
+
+
+def test_smollm3_date_is_pinned_and_its_ignored_reasoning_is_reported(tmp_path, shared_tokenizer):
+    tokenizer = shared_tokenizer("smollm3-3b")
+    rows = [_row(_answer("Paris"), _answer("Lyon"))]
+    _, dataset, _ = _prepare(tmp_path, rows, tokenizer, name="a", template_date="2026-03-04")
+    assert "Today Date: 04 March 2026" in _decode(tokenizer, dataset[0]["prompt_ids"])
+    reasoning = [_row(_answer("Paris", reasoning_content="capital"), _answer("Lyon", reasoning_content="guess"))]
+    result, _, out = _prepare(tmp_path, reasoning, tokenizer, name="b")
+    assert result.exit_code == 1 and _dropped(out)[0]["flags"] == [F.REASONING_LOST]
