@@ -33,18 +33,6 @@ import torch
 
 Layout = Literal["right", "left", "packed"]
 LAYOUTS: tuple[str, ...] = ("right", "left", "packed")
-# Written by `prepare --loss-on answer`: per half, the leading completion tokens kept out of the loss.
-LOSS_START_COLUMNS: tuple[str, str] = ("chosen_loss_start", "rejected_loss_start")
-
-
-def has_loss_starts(column_names: list[str] | tuple[str, ...]) -> bool:
-    """Whether a dataset carries loss starts; ValueError when it has only one of the two columns."""
-    present = [name for name in LOSS_START_COLUMNS if name in column_names]
-    if len(present) == 1:
-        missing = next(name for name in LOSS_START_COLUMNS if name not in present)
-        raise ValueError(f"the data has {present[0]} but no {missing}: prepare it again with --loss-on answer")
-    return bool(present)
-
 
 def _checked_starts(loss_starts: list[int] | None, n: int) -> list[int]:
     if loss_starts is None:
