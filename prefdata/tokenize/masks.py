@@ -270,7 +270,8 @@ def build_block_pair_batch(
         ids.extend(tokens)
         pos.extend(range(start_pos, start_pos + len(tokens)))
         seq.extend([seq_id] * len(tokens))
-        loss.extend(j >= loss_from for j in range(len(tokens)))
+        skipped = min(loss_from, len(tokens))
+        loss.extend([False] * skipped + [True] * (len(tokens) - skipped))
         src.extend([first_source] + list(range(base, base + len(tokens) - 1)) if tokens else [])
 
     for i in range(n):
