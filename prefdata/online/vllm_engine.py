@@ -25,7 +25,8 @@ def vllm_available() -> str | None:
 
 
 def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: GenerateSettings,
-                  trust_remote_code: bool, decode: Callable[[list[int]], str] | None = None) -> list[list[tuple[str, bool]]]:
+                  trust_remote_code: bool,
+                  decode: Callable[[list[int]], str] | None = None) -> list[list[tuple[str, bool]]]:
     """`samples` completions per prompt: (text without the stop token, finished with EOS/stop).
     `decode` (given when the tokenizer marks think tags special, which vLLM's text would drop) turns
     the token ids into text instead."""

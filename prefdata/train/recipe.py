@@ -138,7 +138,8 @@ def train(
         **settings, "out_dir": str(out_dir), "model": str(model), "layout": layout,
         "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
         "total_steps": total_steps, "warmup_steps": warmup_steps, "train_pairs": len(data.rows),
-        "loss_on": "answer" if data.loss_on_answer else "all", "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
+        "loss_on": "answer" if data.loss_on_answer else "all",
+        "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
     }
 
     # 5. resume or start clean, then the loop

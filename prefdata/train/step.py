@@ -34,7 +34,9 @@ def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[Lo
     rows' token count (prompt twice + both completions: TRL's count, whatever the layout)."""
     batch_rows = data.dataset[rows]
     # `--loss-on answer`: the policy sums the same answer tokens as the stored refs.
-    starts = (batch_rows["chosen_loss_start"], batch_rows["rejected_loss_start"]) if data.loss_on_answer else (None, None)
+    starts = (None, None)
+    if data.loss_on_answer:
+        starts = (batch_rows["chosen_loss_start"], batch_rows["rejected_loss_start"])
     with fwd.autocast:
         logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
                            fwd.layout, fwd.pad_token_id, *starts)
