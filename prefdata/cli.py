@@ -215,6 +215,9 @@ def _add_reward_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--reward-model", metavar="RM", help="sequence-classification reward model directory (1 output)")
     group.add_argument("--reward-fn", metavar="FILE.py:NAME", help="reward function f(prompts, completions, **kwargs) -> list[float]")
+    parser.add_argument("--score-reasoning", action="store_true", default=None,
+                        help="score the whole completion, reasoning included (default: the final answer, a leading "
+                        "<think>...</think> block removed)")
 
 
 def _add_online_commands(sub: Any) -> None:

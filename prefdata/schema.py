@@ -31,6 +31,9 @@ MESSAGES_DTYPE = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
 TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
+# `prepare --loss-on answer`: per half, how many leading completion tokens (the reasoning block) stay in
+# the sequence but out of the loss. Absent: the whole completion is in the loss.
+LOSS_START_COLUMNS = ("chosen_loss_start", "rejected_loss_start")
 BATCH_ROWS = 65_536  # rows validated at a time by `check_out`: memory stays flat on large OUTs
 # A sum of log-probs is <= 0; float32 accumulation may leave a hair above.
 _LOGP_TOLERANCE = 1e-3
@@ -44,6 +47,22 @@ def _flagged(data: pa.PolarsData, flag: str) -> pl.Expr:
 
 def _is_integer_list(dtype: pl.DataType) -> bool:
     return isinstance(dtype, pl.List) and dtype.inner.is_integer()
+
+
+def has_loss_starts(columns: Any) -> bool:
+    """Whether rows carry `--loss-on answer` loss starts; PrefdataError when only one half does."""
+    present = [name for name in LOSS_START_COLUMNS if name in columns]
+    if len(present) == 1:
+        missing = next(name for name in LOSS_START_COLUMNS if name not in present)
+        raise PrefdataError(f"the data has {present[0]} but no {missing}: prepare it again with --loss-on answer")
+    return bool(present)
+
+
+def _skipped_tokens(half: str, schema: Any) -> pl.Expr:
+    """Completion tokens of `half` kept out of the loss (0 without loss starts)."""
+    if f"{half}_loss_start" not in schema:
+        return pl.lit(0)
+    return pl.min_horizontal(pl.col(f"{half}_loss_start"), pl.col(f"{half}_ids").list.len())
 
 
 class TokenPairs(pa.DataFrameModel):
@@ -69,6 +88,17 @@ class TokenPairs(pa.DataFrameModel):
         """Each half needs a loss token; a kept row without one must say so (`no_completion_tokens`)."""
         has_tokens = (pl.col("chosen_ids").list.len() > 0) & (pl.col("rejected_ids").list.len() > 0)
         return data.lazyframe.select(has_tokens | _flagged(data, F.NO_COMPLETION_TOKENS))
+
+    @pa.dataframe_check
+    def loss_starts_are_non_negative_integers(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """`--loss-on answer`: both halves' loss starts or neither, whole numbers >= 0."""
+        schema = data.lazyframe.collect_schema()
+        present = [name for name in LOSS_START_COLUMNS if name in schema]
+        if not present:
+            return data.lazyframe.select(pl.lit(True).alias("loss_starts"))
+        if len(present) == 1 or not all(schema[name].is_integer() for name in present):
+            return data.lazyframe.select(pl.lit(False).alias("loss_starts"))
+        return data.lazyframe.select(pl.all_horizontal((pl.col(name) >= 0).fill_null(False) for name in present))
 
 
 class ScoredTokenPairs(TokenPairs):
@@ -122,10 +152,11 @@ class ScoredPairs(PreparedPairs):
 
     @pa.dataframe_check
     def token_counts_match_the_completion_ids(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        """The counts are what the loss masks sum to: one per completion id."""
+        """The counts are what the loss masks sum to: one per completion id (from the loss start on)."""
+        schema = data.lazyframe.collect_schema()
         return data.lazyframe.select(
-            (pl.col("chosen_token_count") == pl.col("chosen_ids").list.len())
-            & (pl.col("rejected_token_count") == pl.col("rejected_ids").list.len())
+            (pl.col("chosen_token_count") == pl.col("chosen_ids").list.len() - _skipped_tokens("chosen", schema))
+            & (pl.col("rejected_token_count") == pl.col("rejected_ids").list.len() - _skipped_tokens("rejected", schema))
         )
 
 

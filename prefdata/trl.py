@@ -10,7 +10,8 @@ and training loop and changes only what the data needs:
   `_precompute_ref_logps` returns them as stored: no reference model is loaded or run.
 - Before anything is loaded, it refuses (one line naming both values) a tokenizer whose fingerprint
   differs from OUT's, a `max_length` that disagrees with OUT's, and refs missing where the loss needs
-  them. The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
+  them; and data prepared with `--loss-on answer` (TRL's collator would put the reasoning tokens back
+  in the loss). The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
 
 TRL internals relied on (tests/test_trl.py::test_trl_internals_the_hand_off_relies_on fails on a TRL
 that changes them): `DPOTrainer._prepare_dataset(dataset, processing_class, args, dataset_name)`,
@@ -40,7 +41,7 @@ from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
-from prefdata.schema import check_table
+from prefdata.schema import LOSS_START_COLUMNS, check_table
 
 __all__ = ["DPOConfig", "DPOTrainer", "load_out", "out_settings", "TESTED_TRL"]
 
@@ -112,6 +113,17 @@ def check_max_length(max_length: int | None, settings: dict[str, Any], dataset: 
         raise PrefdataError(
             f"DPOConfig(max_length={max_length}) disagrees with {name}'s max_length={prepared} (prepared and "
             f"scored at that length): pass max_length={prepared} or None, or prepare again with --max-length {max_length}"
+        )
+
+
+def check_loss_on(settings: dict[str, Any], dataset: datasets.Dataset, name: str) -> None:
+    """TRL 1.16's collator builds the completion masks itself, over every completion token: it would
+    train on the reasoning tokens that `--loss-on answer` keeps out of the loss (and against refs
+    summed over the answer only)."""
+    if settings.get("loss_on", "all") == "answer" or any(c in dataset.column_names for c in LOSS_START_COLUMNS):
+        raise PrefdataError(
+            f"{name} was prepared with --loss-on answer, which TRL's DPOTrainer cannot honour (its collator puts "
+            "the whole completion in the loss): train it with `prefdata train`, or prepare it with --loss-on all"
         )
 
 
@@ -250,6 +262,7 @@ class DPOTrainer(_trl.DPOTrainer):
         if dataset._fingerprint not in checked:  # each dataset once (TRL's hooks see them again)
             check_table(dataset.data.table, name, tokens_only=True)  # the part of OUT's contract training reads
             checked.add(dataset._fingerprint)
+        check_loss_on(settings, dataset, name)
         check_tokenizer(self._prefdata_fingerprint, settings, name)
         check_max_length(args.max_length, settings, dataset, name)
         return settings

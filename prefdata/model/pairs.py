@@ -82,16 +82,21 @@ def pair_tokens(prompt_len: int, chosen_len: int, rejected_len: int, shared: boo
 
 
 def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]],
-               layout: str, pad_token_id: int) -> PairLogps:
-    """Summed completion log-probs of both halves of every pair (``layout`` from `choose_layout`)."""
+               layout: str, pad_token_id: int, chosen_loss_starts: list[int] | None = None,
+               rejected_loss_starts: list[int] | None = None) -> PairLogps:
+    """Summed completion log-probs of both halves of every pair (``layout`` from `choose_layout`).
+
+    With loss starts (`--loss-on answer`), each half sums (and counts) only its completion tokens
+    from its loss start on; the tokens before stay in the sequence as context."""
     n = len(prompts)
     shared = 0
     if layout in BLOCK_LAYOUTS:
         share = sharing_plan(prompts, chosens, rejecteds) if layout == "shared" else [False] * n
         shared = sum(share)
-        batch = build_block_pair_batch(prompts, chosens, rejecteds, share)
+        batch = build_block_pair_batch(prompts, chosens, rejecteds, share, chosen_loss_starts, rejected_loss_starts)
     else:
-        batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id)
+        batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id, chosen_loss_starts,
+                                 rejected_loss_starts)
     out = completion_logps(model, batch)  # sequences [chosen..., rejected...]
     return PairLogps(
         chosen=out.logps[:n], rejected=out.logps[n:], chosen_counts=out.counts[:n], rejected_counts=out.counts[n:],

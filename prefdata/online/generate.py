@@ -21,6 +21,7 @@ from typing import Any
 from prefdata.errors import PrefdataError
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
+from prefdata.reasoning import THINK_CLOSE, THINK_OPEN
 
 GENERATIONS_FILE = "generations.jsonl"
 ENGINES = ("transformers", "vllm")
@@ -117,12 +118,14 @@ def generate_rows(
         raise PrefdataError(f"--model {model} is not a local model directory")
     tokenizer = _load_tokenizer(model_dir, trust_remote_code)
     prompt_ids = render_prompts(tokenizer, prompts, settings.chat_template)
+    keep = think_tag_tokens(tokenizer)
     if settings.engine == "vllm":
         from prefdata.online.vllm_engine import vllm_generate
 
-        outputs = vllm_generate(model_dir, prompt_ids, settings, trust_remote_code)
+        decode = (lambda ids: decode_completion(tokenizer, ids, keep)) if keep else None
+        outputs = vllm_generate(model_dir, prompt_ids, settings, trust_remote_code, decode)
     else:
-        outputs = _transformers_generate(model_dir, tokenizer, prompt_ids, settings, progress, trust_remote_code)
+        outputs = _transformers_generate(model_dir, tokenizer, prompt_ids, settings, progress, trust_remote_code, keep)
     rows: list[dict[str, Any]] = []
     for row, samples in zip(prompts, outputs):
         for k, (text, finished) in enumerate(samples):
@@ -187,7 +190,8 @@ def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
 
 
 def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[list[int]], settings: GenerateSettings,
-                           progress: bool, trust_remote_code: bool) -> list[list[tuple[str, bool]]]:
+                           progress: bool, trust_remote_code: bool,
+                           keep: dict[int, str] | None = None) -> list[list[tuple[str, bool]]]:
     """Batched sampling with a KV cache: left-padded prompts, `samples` sequences per prompt."""
     import torch
     from tqdm.auto import tqdm
@@ -221,15 +225,43 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
             )
         completions = generated[:, width:].tolist()
         for p in range(len(batch)):
-            outputs.append([_decode(tokenizer, completions[p * settings.samples + k], eos)
+            outputs.append([_decode(tokenizer, completions[p * settings.samples + k], eos, keep)
                             for k in range(settings.samples)])
     return outputs
 
 
-def _decode(tokenizer: Any, ids: list[int], eos: list[int]) -> tuple[str, bool]:
-    """(text up to the first EOS, whether there was one)."""
+def _decode(tokenizer: Any, ids: list[int], eos: list[int], keep: dict[int, str] | None = None) -> tuple[str, bool]:
+    """(text up to the first EOS, whether there was one); think tags in `keep` stay in the text."""
     end = next((i for i, token in enumerate(ids) if token in eos), None)
-    text = tokenizer.decode(ids if end is None else ids[:end], skip_special_tokens=True)
-    return text, end is not None
+    return decode_completion(tokenizer, ids if end is None else ids[:end], keep or {}), end is not None
+
+
+def think_tag_tokens(tokenizer: Any) -> dict[int, str]:
+    """Token ids of `<think>`/`</think>` that `skip_special_tokens` would drop from decoded text (a
+    tokenizer that marks them special); most reasoning tokenizers (Qwen3, DeepSeek-R1, SmolLM3) do not."""
+    tags: dict[int, str] = {}
+    for tag in (THINK_OPEN, THINK_CLOSE):
+        token_id = tokenizer.convert_tokens_to_ids(tag)
+        if (isinstance(token_id, int) and tokenizer.convert_ids_to_tokens(token_id) == tag
+                and tag not in tokenizer.decode([token_id], skip_special_tokens=True)):
+            tags[token_id] = tag
+    return tags
+
+
+def decode_completion(tokenizer: Any, ids: list[int], keep: dict[int, str]) -> str:
+    """Completion text without special tokens, but with the think tags in `keep`: the reasoning block
+    is part of what the policy produced and is trained on, so it must survive decoding."""
+    if not any(token in keep for token in ids):
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    parts: list[str] = []
+    run: list[int] = []
+    for token in ids:
+        if token in keep:
+            parts += [tokenizer.decode(run, skip_special_tokens=True), keep[token]]
+            run = []
+        else:
+            run.append(token)
+    parts.append(tokenizer.decode(run, skip_special_tokens=True))
+    return "".join(parts)
 
 

@@ -34,7 +34,9 @@ ROUNDS_FILE = "rounds.jsonl"
 CONFIG_FILE = "online_config.json"
 # Settings a rerun must share with the run it continues (the prompt schedule and what was trained).
 _RESUME_KEYS = ("prompts", "model", "ref_model", "reward_model", "reward_fn", "prompts_per_round", "samples", "seed",
-                "max_new_tokens", "temperature", "top_p", "chat_template", "loss", "beta", "lr")
+                "max_new_tokens", "temperature", "top_p", "chat_template", "loss", "beta", "lr", "score_reasoning")
+# Resume keys a run directory written before they existed holds implicitly, at these values.
+_RESUME_DEFAULTS = {"score_reasoning": False}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
@@ -97,8 +99,11 @@ def run_online(
     device: str = "auto",
     progress: bool = True,
     trust_remote_code: bool = False,
+    score_reasoning: bool = False,
 ) -> OnlineResult:
-    """Run `rounds` rounds of online DPO into `output` (see the module doc); continue a killed run."""
+    """Run `rounds` rounds of online DPO into `output` (see the module doc); continue a killed run.
+    Generated reasoning stays in the completions that are trained on; rewards read the final answer
+    unless `score_reasoning`."""
     if rounds < 1 or prompts_per_round < 1 or samples < 2:
         raise PrefdataError("--rounds and --prompts-per-round must be at least 1, --samples at least 2")
     if not Path(model).is_dir():
@@ -114,6 +119,7 @@ def run_online(
         "temperature": temperature, "top_p": top_p, "chat_template": chat_template, "loss": loss, "beta": beta,
         "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs, "max_length": max_length, "engine": engine,
         "max_prompt_length": max_prompt_length, "policy": None if policy is None else str(policy),
+        "score_reasoning": score_reasoning,
     }
     done = _start_or_resume(out, config)
     scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
@@ -123,6 +129,7 @@ def run_online(
                                   engine=engine, device=device)
     context = _Round(
         out=out, start_model=Path(model), ref_model=Path(ref_model or model), scorer=scorer, generation=generation,
+        score_reasoning=score_reasoning,
         prepare_kwargs={"max_length": max_length, "max_prompt_length": max_prompt_length,
                         "chat_template": chat_template, "policy": policy, "trust_remote_code": trust_remote_code},
         train_kwargs={"loss": loss, "beta": beta, "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs,
@@ -164,6 +171,7 @@ def _start_or_resume(out: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
     config_path = out / CONFIG_FILE
     if config_path.is_file():
         saved = json.loads(config_path.read_text(encoding="utf-8"))
+        saved = {**_RESUME_DEFAULTS, **saved}
         changed = [k for k in _RESUME_KEYS if saved.get(k) != config.get(k)]
         if changed:
             detail = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed)
@@ -222,6 +230,7 @@ class _Round:
     device: str
     progress: bool
     trust_remote_code: bool
+    score_reasoning: bool = False
 
     def run(self, r: int, prompts: list[PromptRow], policy_dir: Path) -> dict[str, Any]:
         from dataclasses import replace
@@ -239,7 +248,8 @@ class _Round:
         rows = generate_rows(prompts, policy_dir, settings, progress=self.progress,
                              trust_remote_code=self.trust_remote_code)
         clock.lap("generate")
-        scored = score_generations(rows, self.scorer, rdir / "generations.jsonl", rdir / "pairs.jsonl", self.progress)
+        scored = score_generations(rows, self.scorer, rdir / "generations.jsonl", rdir / "pairs.jsonl", self.progress,
+                                   self.score_reasoning)
         clock.lap("score")
         rewards = [row["reward"] for row in rows if row["reward"] is not None]
         line: dict[str, Any] = {

@@ -6,6 +6,10 @@
 - Offline preference rows (any shape `prepare` reads): each row keeps every field and gains
   `reward_chosen`/`reward_rejected`; `prepare`/`validate` then flag `reward_disagrees` where the
   reward model prefers the rejected half by more than the policy's margin.
+
+Reasoning: the scorer sees the final answer only, a leading `<think>…</think>` block removed (and, in
+message lists, assistant contents' think blocks and reasoning fields), as most reward models expect;
+`score_reasoning=True` (`--score-reasoning`) scores the whole text. The rows keep the whole text.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from prefdata.io.readers import iter_raw_records
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.pairs import PairStats, make_pairs
 from prefdata.online.rewards import RewardFunctionScorer, RewardModelScorer
+from prefdata.reasoning import REASONING_FIELDS, message_answer, split_reasoning
 
 Scorer = Callable[..., list[float]]
 CHUNK = 1024  # rows per reward-function call / progress step
@@ -77,10 +82,11 @@ def score(
     device: str = "auto",
     progress: bool = True,
     trust_remote_code: bool = False,
+    score_reasoning: bool = False,
 ) -> ScoreResult:
     """Score INPUT (see the module doc). Generations are rewritten in place unless `output` is given;
     pairs go to `pairs` (default: pairs.jsonl next to the generations). Offline files go to `output`
-    (default: INPUT's name with .scored.jsonl)."""
+    (default: INPUT's name with .scored.jsonl). Rewards read the final answer unless `score_reasoning`."""
     started = time.time()
     generations = _generation_rows(input)  # None: an offline preference file
     scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
@@ -88,10 +94,10 @@ def score(
     source = Path(input)
     if generations is not None:
         result = score_generations(generations, scorer, Path(output) if output else source,
-                                   Path(pairs) if pairs else source.parent / "pairs.jsonl", progress)
+                                   Path(pairs) if pairs else source.parent / "pairs.jsonl", progress, score_reasoning)
     else:
         default = source.with_name(source.name.split(".")[0] + ".scored.jsonl")
-        result = score_pairs(input, scorer, Path(output) if output else default, progress)
+        result = score_pairs(input, scorer, Path(output) if output else default, progress, score_reasoning)
     result.seconds = time.time() - started
     return result
 
@@ -118,10 +124,28 @@ def _columns(rows: Sequence[dict[str, Any]], skip: set[str]) -> dict[str, list[A
     return {k: [row.get(k) for row in rows] for k in keys}
 
 
+def answer_only(completion: Any) -> Any:
+    """What a reward reads by default: a string completion without its leading think block; a message
+    list with each assistant turn's content cut to its answer and its reasoning fields left out."""
+    if isinstance(completion, str):
+        return split_reasoning(completion)[1]
+    if not isinstance(completion, list):
+        return completion
+    out = []
+    for message in completion:
+        if isinstance(message, dict) and message.get("role") == "assistant":
+            answer = message_answer(message) if isinstance(message.get("content"), str) else message.get("content")
+            message = {**{k: v for k, v in message.items() if k not in REASONING_FIELDS}, "content": answer}
+        out.append(message)
+    return out
+
+
 def _score_all(scorer: Scorer, prompts: list[Any], completions: list[Any], columns: list[dict[str, Any]],
-               progress: bool, skip: set[str]) -> list[float]:
+               progress: bool, skip: set[str], score_reasoning: bool = False) -> list[float]:
     from tqdm.auto import tqdm
 
+    if not score_reasoning:
+        completions = [answer_only(c) for c in completions]
     rewards: list[float] = []
     for start in tqdm(range(0, len(prompts), CHUNK), desc="score", unit=" chunks", disable=not progress or None):
         end = start + CHUNK
@@ -141,13 +165,13 @@ def _json_reward(value: float) -> float | None:
 
 
 def score_generations(rows: list[dict[str, Any]], scorer: Scorer, output: Path, pairs_path: Path,
-                      progress: bool = True) -> ScoreResult:
+                      progress: bool = True, score_reasoning: bool = False) -> ScoreResult:
     """Add `reward` to every generation row, write them, and write the best-vs-worst pairs."""
     for row in rows:
         if not isinstance(row.get("completion"), str) or not isinstance(row.get("prompt"), (str, list)):
             raise PrefdataError("generation rows need a string 'completion' and a 'prompt' (as `prefdata generate` writes)")
     rewards = _score_all(scorer, [r["prompt"] for r in rows], [r["completion"] for r in rows], rows, progress,
-                         {"prompt", "completion", "reward"})
+                         {"prompt", "completion", "reward"}, score_reasoning)
     for row, value in zip(rows, rewards):
         row["reward"] = _json_reward(value)
     write_jsonl(output, rows)
@@ -158,7 +182,8 @@ def score_generations(rows: list[dict[str, Any]], scorer: Scorer, output: Path, 
                        pairs_path, stats)
 
 
-def score_pairs(input: str | Path, scorer: Scorer, output: Path, progress: bool = True) -> ScoreResult:
+def score_pairs(input: str | Path, scorer: Scorer, output: Path, progress: bool = True,
+                score_reasoning: bool = False) -> ScoreResult:
     """Add `reward_chosen`/`reward_rejected` to every offline pair that has text to score."""
     records: list[dict[str, Any]] = []
     scorable: list[int] = []
@@ -183,8 +208,8 @@ def score_pairs(input: str | Path, scorer: Scorer, output: Path, progress: bool 
         raise PrefdataError(f"{input}: no preference pairs with text to score")
     extras = [records[i] for i in scorable]
     skip = {"prompt", "chosen", "rejected", "reward_chosen", "reward_rejected"}
-    chosen_rewards = _score_all(scorer, prompts, chosen, extras, progress, skip)
-    rejected_rewards = _score_all(scorer, prompts, rejected, extras, progress, skip)
+    chosen_rewards = _score_all(scorer, prompts, chosen, extras, progress, skip, score_reasoning)
+    rejected_rewards = _score_all(scorer, prompts, rejected, extras, progress, skip, score_reasoning)
     for i, rc, rr in zip(scorable, chosen_rewards, rejected_rewards):
         records[i]["reward_chosen"], records[i]["reward_rejected"] = _json_reward(rc), _json_reward(rr)
     write_jsonl(output, records)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from prefdata.errors import PrefdataError
 
@@ -24,8 +25,11 @@ def vllm_available() -> str | None:
 
 
 def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: GenerateSettings,
-                  trust_remote_code: bool) -> list[list[tuple[str, bool]]]:
-    """`samples` completions per prompt: (text without the stop token, finished with EOS/stop)."""
+                  trust_remote_code: bool,
+                  decode: Callable[[list[int]], str] | None = None) -> list[list[tuple[str, bool]]]:
+    """`samples` completions per prompt: (text without the stop token, finished with EOS/stop).
+    `decode` (given when the tokenizer marks think tags special, which vLLM's text would drop) turns
+    the token ids into text instead."""
     reason = vllm_available()
     if reason is not None:
         raise PrefdataError(reason)
@@ -38,4 +42,13 @@ def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: Genera
     )
     # The same prompt ids the transformers engine uses: vLLM does not re-render or add a BOS.
     results = llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
-    return [[(c.text, c.finish_reason == "stop") for c in sorted(r.outputs, key=lambda c: c.index)] for r in results]
+
+    def text_of(c: Any) -> str:
+        if decode is None:
+            return c.text
+        ids = list(c.token_ids)
+        if c.finish_reason == "stop" and not isinstance(c.stop_reason, str) and ids:
+            ids = ids[:-1]  # ended on EOS or a stop token id: that token is not text
+        return decode(ids)
+
+    return [[(text_of(c), c.finish_reason == "stop") for c in sorted(r.outputs, key=lambda c: c.index)] for r in results]

@@ -145,7 +145,7 @@ def compute_refs(
     manifest = read_manifest(out)
     if rank == 0:
         _finish_swap(out)  # a previous run killed mid-swap
-    from prefdata.schema import check_out
+    from prefdata.schema import LOSS_START_COLUMNS, check_out
 
     check_out(out, tokens_only=True)  # the part of OUT's contract refs reads, before loading a model
     tok_fp = load_tokenizer_checked(model_dir, manifest, trust_remote_code)
@@ -205,6 +205,7 @@ def compute_refs(
     manifest["refs"] = {
         "model": {"path": str(model_dir.resolve()), **fingerprint},
         "settings": {"device": device_name, "dtype": dtype_name, "batch_tokens": batch_tokens, "layout": layout,
+                     "loss_on": "answer" if LOSS_START_COLUMNS[0] in ids else "all",
                      "world_size": world_size, "settings_hash": settings_hash,
                      "prefix_sharing": {"shared_pairs": shared_pairs, "pairs": num_rows}},
         "tokenizer_fingerprint_checked": tok_fp,

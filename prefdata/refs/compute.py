@@ -17,10 +17,12 @@ KILL_AFTER_SHARDS_ENV = "PREFDATA_REFS_KILL_AFTER_SHARDS"
 
 def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layout: str, pad_token_id: int,
                   bar: Any) -> dict[str, Any]:
-    """Reference log-probs for every pair in the shard's batches."""
+    """Reference log-probs for every pair in the shard's batches (over the answer tokens only when
+    `ids` holds loss starts)."""
     import pyarrow as pa
 
     from prefdata.model.pairs import pair_logps
+    from prefdata.schema import LOSS_START_COLUMNS
 
     rows, chosen, rejected, chosen_count, rejected_count = [], [], [], [], []
     tokens = shared = 0
@@ -29,7 +31,9 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
         prompts = ids["prompt_ids"].take(take).to_pylist()
         chosens = ids["chosen_ids"].take(take).to_pylist()
         rejecteds = ids["rejected_ids"].take(take).to_pylist()
-        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id)
+        # `--loss-on answer`: sum (and count) only the tokens after each half's reasoning block.
+        starts = [ids[name].take(take).to_pylist() if name in ids else None for name in LOSS_START_COLUMNS]
+        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts)
         rows.append(np.asarray(batch_rows, dtype=np.int64))
         chosen.append(out.chosen.float().cpu().numpy())
         rejected.append(out.rejected.float().cpu().numpy())

@@ -31,13 +31,20 @@ def model_fingerprint(model_dir: Path, config: Any, dtype: str) -> dict[str, Any
 
 
 def ids_digest(table: Any) -> str:
-    """Hash of the token-id columns (what refs reads), so resumed shards belong to the same data."""
+    """Hash of the token-id columns and loss starts (what refs reads), so resumed shards belong to the
+    same data."""
+    from prefdata.schema import LOSS_START_COLUMNS
+
     digest = hashlib.sha256()
     for name in ("prompt_ids", "chosen_ids", "rejected_ids"):
         column = table.column(name).combine_chunks()
         digest.update(name.encode())
         digest.update(np.ascontiguousarray(column.offsets.to_numpy()).tobytes())
         digest.update(np.ascontiguousarray(column.values.to_numpy()).astype(np.int64).tobytes())
+    for name in LOSS_START_COLUMNS:
+        if name in table.column_names:
+            digest.update(name.encode())
+            digest.update(table.column(name).to_numpy().astype(np.int64).tobytes())
     return digest.hexdigest()
 
 
@@ -118,6 +125,8 @@ def open_ids(out: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     import datasets
     import pyarrow.compute as pc
 
+    from prefdata.schema import LOSS_START_COLUMNS, has_loss_starts
+
     try:
         dataset = datasets.load_from_disk(str(out))
     except (OSError, ValueError) as exc:
@@ -128,4 +137,6 @@ def open_ids(out: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     table = dataset.data.table
     ids = {name: table.column(name).combine_chunks() for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
     lens = {name: pc.list_value_length(col).to_numpy(zero_copy_only=False) for name, col in ids.items()}
+    if has_loss_starts(dataset.column_names):  # `--loss-on answer`: refs sum only the answer tokens
+        ids.update({name: table.column(name).combine_chunks() for name in LOSS_START_COLUMNS})
     return dataset, ids, lens

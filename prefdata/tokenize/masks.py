@@ -19,6 +19,9 @@ Two padding-free pair layouts carry their attention structure as explicit blocks
 In every layout the position ids of a token depend only on its place in its own sequence, never on
 padding, and the loss mask is True exactly on the completion tokens of every sequence (chosen and
 rejected halves alike: the historic bug masked only the chosen half's prompt).
+
+`--loss-on answer`: an optional per-sequence loss start ``k`` keeps the first ``k`` completion tokens
+(a reasoning block) in the sequence, where later tokens attend to them, but out of the loss mask.
 """
 
 from __future__ import annotations
@@ -30,6 +33,16 @@ import torch
 
 Layout = Literal["right", "left", "packed"]
 LAYOUTS: tuple[str, ...] = ("right", "left", "packed")
+
+def _checked_starts(loss_starts: list[int] | None, n: int) -> list[int]:
+    if loss_starts is None:
+        return [0] * n
+    starts = [int(k) for k in loss_starts]
+    if len(starts) != n:
+        raise ValueError(f"{len(starts)} loss starts for {n} sequences")
+    if any(k < 0 for k in starts):
+        raise ValueError("a loss start is negative")
+    return starts
 
 
 @dataclass
@@ -111,17 +124,19 @@ def build_sequence_batch(
     completion_ids: list[list[int]],
     layout: Layout,
     pad_token_id: int,
+    loss_starts: list[int] | None = None,
 ) -> SequenceBatch:
     """Lay out sequences ``prompt_ids[i] + completion_ids[i]`` as one batch.
 
     Sequence ``i`` of the result is ``prompt_ids[i] + completion_ids[i]``; its completion tokens
-    (and only those) carry the loss mask.
+    (and only those) carry the loss mask, from completion token ``loss_starts[i]`` on (default 0).
     """
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r} (one of {', '.join(LAYOUTS)})")
     n = len(prompt_ids)
+    starts_in_completion = _checked_starts(loss_starts, n)
     prompt_lens = [len(p) for p in prompt_ids]
     seq_lens = [len(p) + len(c) for p, c in zip(prompt_ids, completion_ids)]
     flat = [tok for p, c in zip(prompt_ids, completion_ids) for part in (p, c) for tok in part]
@@ -130,10 +145,11 @@ def build_sequence_batch(
 
     lens = torch.tensor(seq_lens, dtype=torch.long)
     plens = torch.tensor(prompt_lens, dtype=torch.long)
+    loss_from = plens + torch.tensor(starts_in_completion, dtype=torch.long)  # first loss position
     seq_of_token = torch.repeat_interleave(torch.arange(n, dtype=torch.long), lens)  # [total]
     starts = torch.cumsum(lens, 0) - lens  # start of each sequence in `flat`
     pos_in_seq = torch.arange(total, dtype=torch.long) - starts[seq_of_token]  # restart at 0
-    is_completion = pos_in_seq >= plens[seq_of_token]
+    is_completion = pos_in_seq >= loss_from[seq_of_token]
 
     if layout == "packed":
         return SequenceBatch(
@@ -169,13 +185,20 @@ def build_pair_batch(
     rejected_ids: list[list[int]],
     layout: Layout,
     pad_token_id: int,
+    chosen_loss_starts: list[int] | None = None,
+    rejected_loss_starts: list[int] | None = None,
 ) -> SequenceBatch:
     """Both halves of ``n`` pairs in one batch: sequences ``[chosen_0..chosen_{n-1},
-    rejected_0..rejected_{n-1}]``, each half with the same prompt ids and its own completion mask."""
-    if not len(prompt_ids) == len(chosen_ids) == len(rejected_ids):
+    rejected_0..rejected_{n-1}]``, each half with the same prompt ids and its own completion mask
+    (starting at its loss start, when given)."""
+    n = len(prompt_ids)
+    if not n == len(chosen_ids) == len(rejected_ids):
         raise ValueError("prompt_ids, chosen_ids and rejected_ids must have the same number of rows")
+    starts = None
+    if chosen_loss_starts is not None or rejected_loss_starts is not None:
+        starts = _checked_starts(chosen_loss_starts, n) + _checked_starts(rejected_loss_starts, n)
     return build_sequence_batch(
-        list(prompt_ids) + list(prompt_ids), list(chosen_ids) + list(rejected_ids), layout, pad_token_id
+        list(prompt_ids) + list(prompt_ids), list(chosen_ids) + list(rejected_ids), layout, pad_token_id, starts
     )
 
 
@@ -191,15 +214,18 @@ def sequence_masks(batch: SequenceBatch) -> list[list[int]]:
     return out
 
 
-def check_loss_masks(batch: SequenceBatch, prompt_lens: list[int], completion_lens: list[int]) -> None:
-    """Raise ValueError unless every sequence's loss mask is 1 exactly on its completion tokens and
-    0 on its prompt and on padding (invariant 1)."""
+def check_loss_masks(batch: SequenceBatch, prompt_lens: list[int], completion_lens: list[int],
+                     loss_starts: list[int] | None = None) -> None:
+    """Raise ValueError unless every sequence's loss mask is 1 exactly on its completion tokens (from
+    its loss start on) and 0 on its prompt and on padding (invariant 1)."""
     if batch.num_sequences != len(prompt_lens) or len(prompt_lens) != len(completion_lens):
         raise ValueError("sequence counts do not match")
     if bool((batch.loss_mask & (batch.sequence_index < 0)).any()):
         raise ValueError("loss mask is set on padding")
+    starts = _checked_starts(loss_starts, len(prompt_lens))
     for i, mask in enumerate(sequence_masks(batch)):
-        expected = [0] * prompt_lens[i] + [1] * completion_lens[i]
+        skipped = min(starts[i], completion_lens[i])
+        expected = [0] * (prompt_lens[i] + skipped) + [1] * (completion_lens[i] - skipped)
         if mask != expected:
             where = "prompt" if any(mask[: prompt_lens[i]]) else "completion"
             raise ValueError(f"sequence {i}: loss mask is wrong on its {where} tokens")
@@ -210,12 +236,15 @@ def build_block_pair_batch(
     chosen_ids: list[list[int]],
     rejected_ids: list[list[int]],
     share: list[bool] | None = None,
+    chosen_loss_starts: list[int] | None = None,
+    rejected_loss_starts: list[int] | None = None,
 ) -> SequenceBatch:
     """``n`` pairs in one padding-free row of attention blocks; sequence ``i`` is chosen ``i`` and
     sequence ``n + i`` is rejected ``i``, as in `build_pair_batch`.
 
     ``share[i]`` puts pair ``i`` in one shared-prompt block (its prompt tokens appear once); other
-    pairs get one causal block per half. Position ids are those each half would have alone.
+    pairs get one causal block per half. Position ids are those each half would have alone. Loss
+    starts as in `build_pair_batch`.
     """
     n = len(prompt_ids)
     if not n == len(chosen_ids) == len(rejected_ids):
@@ -223,6 +252,8 @@ def build_block_pair_batch(
     share = [False] * n if share is None else list(share)
     if len(share) != n:
         raise ValueError(f"share has {len(share)} entries for {n} pairs")
+    chosen_starts = _checked_starts(chosen_loss_starts, n)
+    rejected_starts = _checked_starts(rejected_loss_starts, n)
     ids: list[int] = []
     pos: list[int] = []
     seq: list[int] = []
@@ -231,31 +262,33 @@ def build_block_pair_batch(
     bounds: list[tuple[int, int]] = []
     shared_parts: list[tuple[int, int, int] | None] = []
 
-    def add_half(tokens: list[int], start_pos: int, seq_id: int, first_source: int, is_loss: bool) -> None:
+    def add_half(tokens: list[int], start_pos: int, seq_id: int, first_source: int, loss_from: int) -> None:
         # The first token's predictor is `first_source` (-1: none); later ones are predicted by the
-        # token just before them in the row, which is in the same half.
+        # token just before them in the row, which is in the same half. Tokens from `loss_from` on
+        # carry the loss (a prompt passes len(tokens): none).
         base = len(ids)
         ids.extend(tokens)
         pos.extend(range(start_pos, start_pos + len(tokens)))
         seq.extend([seq_id] * len(tokens))
-        loss.extend([is_loss] * len(tokens))
+        skipped = min(loss_from, len(tokens))
+        loss.extend([False] * skipped + [True] * (len(tokens) - skipped))
         src.extend([first_source] + list(range(base, base + len(tokens) - 1)) if tokens else [])
 
     for i in range(n):
         p, c, r = list(prompt_ids[i]), list(chosen_ids[i]), list(rejected_ids[i])
         if share[i]:
             start = len(ids)
-            add_half(p, 0, i, -1, False)
+            add_half(p, 0, i, -1, len(p))
             last_prompt = len(ids) - 1 if p else -1
-            add_half(c, len(p), i, last_prompt, True)
-            add_half(r, len(p), n + i, last_prompt, True)
+            add_half(c, len(p), i, last_prompt, chosen_starts[i])
+            add_half(r, len(p), n + i, last_prompt, rejected_starts[i])
             bounds.append((start, len(ids)))
             shared_parts.append((len(p), len(c), len(r)))
             continue
-        for completion, seq_id in ((c, i), (r, n + i)):
+        for completion, seq_id, loss_start in ((c, i, chosen_starts[i]), (r, n + i, rejected_starts[i])):
             start = len(ids)
-            add_half(p, 0, seq_id, -1, False)
-            add_half(completion, len(p), seq_id, len(ids) - 1 if p else -1, True)
+            add_half(p, 0, seq_id, -1, len(p))
+            add_half(completion, len(p), seq_id, len(ids) - 1 if p else -1, loss_start)
             bounds.append((start, len(ids)))
             shared_parts.append(None)
     bounds_kept = [(a, b) for a, b in bounds if b > a]

@@ -36,6 +36,7 @@ class PairData:
     forward_tokens: list[int] = field(default_factory=list)
     padding_free: bool = False
     shared_pairs: int = 0  # kept rows whose prompt goes through the model once
+    loss_on_answer: bool = False  # `--loss-on answer`: rows carry per-half loss starts
 
     def pair_tokens_of(self, rows: list[int]) -> list[int]:
         """TRL's token count (prompt twice + both completions) of dataset rows."""
@@ -65,7 +66,7 @@ def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
 
     if not (out_dir / "manifest.json").is_file():
         raise PrefdataError(f"{out_dir} is not a prepared OUT directory (no manifest.json): run `prefdata prepare` first")
-    from prefdata.schema import check_out
+    from prefdata.schema import LOSS_START_COLUMNS, check_out, has_loss_starts
 
     check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.schema)
     try:
@@ -81,6 +82,9 @@ def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
     has_refs = all(c in dataset.column_names for c in REF_COLUMNS)
     if need_refs and not has_refs:
         raise PrefdataError(f"{out_dir} has no reference log-probs: run `prefdata refs {out_dir} --model ...` first")
+    loss_on_answer = has_loss_starts(dataset.column_names)
+    if has_refs:
+        check_refs_loss_on(manifest, loss_on_answer, out_dir)
 
     table = dataset.data  # Arrow, memory-mapped: column work here never copies the dataset
     keep = np.ones(len(dataset), dtype=bool)
@@ -104,10 +108,27 @@ def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
     identical = int(same.to_numpy()[keep].sum())
 
     columns = ["prompt_ids", "chosen_ids", "rejected_ids"] + (list(REF_COLUMNS) if has_refs else [])
+    columns += list(LOSS_START_COLUMNS) if loss_on_answer else []
     return PairData(
         dataset=dataset.select_columns(columns), rows=rows, pair_tokens=pair_tokens, manifest=manifest,
         has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
+        loss_on_answer=loss_on_answer,
     )
+
+
+def check_refs_loss_on(manifest: dict[str, Any], loss_on_answer: bool, out_dir: Path) -> None:
+    """The stored refs must sum the same tokens as the policy will: refs written before the loss starts
+    were added (or after they were removed) would compare answer-only sums with whole-completion ones."""
+    settings = (manifest.get("refs") or {}).get("settings") or {}
+    if not settings:
+        return  # refs from elsewhere: nothing recorded to compare
+    refs_on = settings.get("loss_on", "all")  # refs that predate --loss-on summed the whole completion
+    data_on = "answer" if loss_on_answer else "all"
+    if refs_on != data_on:
+        raise PrefdataError(
+            f"{out_dir}'s reference log-probs were computed with loss on {refs_on!r} tokens but its rows say "
+            f"{data_on!r}: run `prefdata refs {out_dir} --model ...` again"
+        )
 
 
 def plan_token_batches(lengths: list[int], batch_tokens: int, padding_free: bool) -> list[list[int]]:

@@ -107,6 +107,8 @@ def train(
     tokenizer = load_checked_tokenizer(model, data.manifest, out_dir, trust_remote_code)
     if eval_data is not None:
         check_same_tokenizer(data.manifest, eval_data.manifest, out_dir, Path(eval_dir))
+        if eval_data.loss_on_answer != data.loss_on_answer:
+            raise PrefdataError(f"{out_dir} and {eval_dir} were prepared with different --loss-on: prepare both alike")
     seed_everything(seed)
     policy = _load_policy(transformers, model, lora, torch_device, trust_remote_code)
     # The forward calls the decoder body and output head directly, so it gets the plain transformers
@@ -136,6 +138,7 @@ def train(
         **settings, "out_dir": str(out_dir), "model": str(model), "layout": layout,
         "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
         "total_steps": total_steps, "warmup_steps": warmup_steps, "train_pairs": len(data.rows),
+        "loss_on": "answer" if data.loss_on_answer else "all",
         "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
     }
 

@@ -33,9 +33,13 @@ def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[Lo
     """Policy log-probs for both halves of `rows`, the loss against the stored reference, and the
     rows' token count (prompt twice + both completions: TRL's count, whatever the layout)."""
     batch_rows = data.dataset[rows]
+    # `--loss-on answer`: the policy sums the same answer tokens as the stored refs.
+    starts = (None, None)
+    if data.loss_on_answer:
+        starts = (batch_rows["chosen_loss_start"], batch_rows["rejected_loss_start"])
     with fwd.autocast:
         logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
-                           fwd.layout, fwd.pad_token_id)
+                           fwd.layout, fwd.pad_token_id, *starts)
         ref_c = ref_r = None
         if data.has_refs:
             ref_c = torch.tensor(batch_rows["ref_chosen_logps"], dtype=torch.float32, device=logps.chosen.device)

@@ -42,17 +42,19 @@ def _random_pairs(n: int, seed: int):
     return [ids(1, 9) for _ in range(n)], [ids(1, 12) for _ in range(n)], [ids(1, 12) for _ in range(n)]
 
 
-def plain_logps(model, prompts, completions) -> tuple[list[float], list[int]]:
+def plain_logps(model, prompts, completions, starts=None) -> tuple[list[float], list[int]]:
     """Independent reference: one unpadded sequence at a time through the full model forward,
-    log-softmax over the full logits, gather, sum over the completion."""
+    log-softmax over the full logits, gather, sum over the completion (from completion position
+    ``starts[i]`` on, when given)."""
     sums, counts = [], []
+    starts = [0] * len(prompts) if starts is None else starts
     with torch.no_grad():
-        for p, c in zip(prompts, completions):
+        for p, c, k in zip(prompts, completions, starts):
             ids = torch.tensor([p + c])
             logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], dim=-1)
             total = 0.0
             n = 0
-            for t in range(max(len(p), 1), len(p) + len(c)):
+            for t in range(max(len(p) + k, 1), len(p) + len(c)):
                 total += float(logp[t - 1, ids[0, t]])
                 n += 1
             sums.append(total)
@@ -83,6 +85,26 @@ def test_layouts_agree_and_equal_plain_forward(arch, attn):
     # Invariant 3: right, left and packed agree.
     torch.testing.assert_close(results["left"], results["right"], atol=ATOL, rtol=0)
     torch.testing.assert_close(results["packed"], results["right"], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("arch,attn", MODELS)
+def test_loss_starts_equal_plain_forward_in_padded_and_packed_layouts(arch, attn):
+    """`--loss-on answer`: with per-half loss starts, every layout sums exactly the completion
+    positions >= the start, and counts them (invariants 3 and 4 on the restricted positions)."""
+    model = _tiny(arch, attn)
+    prompts, chosen, rejected = _random_pairs(6, seed=7)
+    rng = random.Random(8)
+    chosen_starts = [rng.randint(0, len(c)) for c in chosen]
+    rejected_starts = [rng.randint(0, len(r) + 1) for r in rejected]
+    chosen_starts[0] = len(chosen[0]) - 1  # one answer token left
+    expected, expected_counts = plain_logps(model, prompts + prompts, chosen + rejected, chosen_starts + rejected_starts)
+    with torch.no_grad():
+        for layout in LAYOUTS:
+            batch = build_pair_batch(prompts, chosen, rejected, layout, PAD, chosen_starts, rejected_starts)
+            logps, counts = sequence_logps(model, batch)
+            assert counts.tolist() == expected_counts, layout
+            torch.testing.assert_close(logps, torch.tensor(expected), atol=ATOL, rtol=0, msg=layout)
+    assert expected_counts[0] == 1 and sum(expected_counts) < sum(map(len, chosen + rejected))
 
 
 def test_tiny_model_from_prefdata_tiny(tiny_model_dir):

@@ -16,8 +16,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 from prefdata.model.attention import supports_blocks
 from prefdata.model.logprobs import completion_logps, plan_packed_batches
 from prefdata.model.losses import dpo_loss
-from prefdata.model.pairs import choose_layout, pair_logps, share_pays, sharing_plan
-from prefdata.tokenize.masks import build_block_pair_batch
+from prefdata.model.pairs import PAIR_LAYOUTS, choose_layout, pair_logps, share_pays, sharing_plan
+from prefdata.tokenize.masks import build_block_pair_batch, build_pair_batch, check_loss_masks
 
 VOCAB = 97
 PAD = 0
@@ -65,6 +65,16 @@ def _plain(model, prompt: list[int], completion: list[int]) -> float:
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], dim=-1)
     return float(sum(logp[t - 1, ids[0, t]] for t in range(max(len(prompt), 1), len(prompt) + len(completion))))
+
+
+def _plain_from(model, prompt: list[int], completion: list[int], start: int) -> tuple[float, int]:
+    """Independent reference for `--loss-on answer`: the full forward over prompt + the whole completion,
+    log-softmax, gather, sum over completion positions >= start only (and their count)."""
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], dim=-1)
+    positions = [t for t in range(max(len(prompt), 1), len(prompt) + len(completion)) if t - len(prompt) >= start]
+    return float(sum(logp[t - 1, ids[0, t]] for t in positions)), len(positions)
 
 
 def _close(a: torch.Tensor, b: torch.Tensor) -> None:
@@ -198,3 +208,48 @@ def test_plan_packed_batches_budget_and_determinism():
     assert plan == plan_packed_batches(lengths, 40)
     with pytest.raises(ValueError):
         plan_packed_batches(lengths, 0)
+
+
+@pytest.mark.parametrize("layout", PAIR_LAYOUTS)
+def test_loss_starts_equal_plain_forward_in_every_layout(model, layout):
+    """`--loss-on answer`: every layout sums exactly the completion positions >= each half's loss
+    start (the skipped tokens stay in the sequence: later tokens are conditioned on them)."""
+    prompts, chosen, rejected = _edge_rows()
+    # 0 (all), inside, exactly the whole completion (no loss token left), past it, and on an empty prompt.
+    chosen_starts = [2, 0, 1, 0, 9, 1, 4]
+    rejected_starts = [0, 1, 0, 5, 1, 3, 9]
+    with torch.no_grad():
+        out = pair_logps(model, prompts, chosen, rejected, layout, PAD, chosen_starts, rejected_starts)
+        whole = pair_logps(model, prompts, chosen, rejected, layout, PAD)
+    expected_c = [_plain_from(model, p, c, k) for p, c, k in zip(prompts, chosen, chosen_starts)]
+    expected_r = [_plain_from(model, p, r, k) for p, r, k in zip(prompts, rejected, rejected_starts)]
+    _close(out.chosen, torch.tensor([v for v, _ in expected_c]))
+    _close(out.rejected, torch.tensor([v for v, _ in expected_r]))
+    assert out.chosen_counts.tolist() == [k for _, k in expected_c]
+    assert out.rejected_counts.tolist() == [k for _, k in expected_r]
+    assert out.chosen_counts.tolist() == [3, 0, 0, 1, 8, 2, 8]  # the starts really cut tokens
+    # Rows whose starts skip nothing are unchanged; the others moved.
+    _close(out.rejected[0], whole.rejected[0])
+    assert not torch.allclose(out.chosen[0], whole.chosen[0])
+
+
+@pytest.mark.parametrize("layout", PAIR_LAYOUTS)
+def test_loss_start_masks_in_every_layout(layout):
+    prompts, chosen, rejected = _edge_rows()
+    n = len(prompts)
+    chosen_starts = [2, 0, 1, 0, 9, 1, 4]
+    rejected_starts = [0, 1, 0, 5, 1, 3, 9]
+    if layout in ("blocks", "shared"):
+        batch = build_block_pair_batch(prompts, chosen, rejected, [layout == "shared"] * n, chosen_starts,
+                                       rejected_starts)
+    else:
+        batch = build_pair_batch(prompts, chosen, rejected, layout, PAD, chosen_starts, rejected_starts)
+    prompt_lens = [len(p) for p in prompts] * 2
+    if layout == "shared":  # a shared block holds its prompt once, under the chosen half's sequence
+        prompt_lens = prompt_lens[:n] + [0] * n
+    completion_lens = [len(c) for c in chosen] + [len(r) for r in rejected]
+    check_loss_masks(batch, prompt_lens, completion_lens, chosen_starts + rejected_starts)
+    with pytest.raises(ValueError, match="completion"):  # the check sees a start that was not applied
+        check_loss_masks(batch, prompt_lens, completion_lens)
+    with pytest.raises(ValueError, match="negative"):
+        build_pair_batch(prompts, chosen, rejected, "right", PAD, [-1] * n, None)
