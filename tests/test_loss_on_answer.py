@@ -207,3 +207,26 @@ def test_trl_hand_off_refuses_loss_on_answer_in_one_line(answer_refs, tiny_model
     with pytest.raises(PrefdataError, match="--loss-on answer"):
         DPOTrainer("/nonexistent/model", args=args, train_dataset=dropped,
                    processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+
+
+def test_prepare_loss_on_answer_then_refs_and_train_end_to_end(tmp_path, tiny_model_dir):
+    """The columns as `prepare --loss-on answer` writes them (no stand-in): refs and train take them,
+    and the loss starts sit right after each reasoning block."""
+    from transformers import AutoTokenizer
+
+    from prefdata.train.recipe import train
+
+    out = tmp_path / "out"
+    result = prepare(_raw(tmp_path / "raw.jsonl"), out, tokenizer=tiny_model_dir, progress=False, workers=1, loss_on="answer")
+    assert result.exit_code == 0 and result.rows_out == len(ROWS)
+    dataset = datasets.load_from_disk(str(out))
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    for row in dataset:
+        cut = row["chosen_loss_start"]
+        assert (cut > 0) == row["chosen"].startswith("<think>")
+        assert not tokenizer.decode(row["chosen_ids"][cut:]).startswith(("<think>", "\n"))
+    assert read_settings(dataset.info.description)["loss_on"] == "answer"
+    compute_refs(out, tiny_model_dir, device="cpu", dtype="float32", progress=False)
+    check_out(out)
+    run = train(out, model=tiny_model_dir, output=tmp_path / "run", max_steps=1, shuffle=False, **FAST)
+    assert run.steps == 1
