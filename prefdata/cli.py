@@ -232,6 +232,7 @@ def _add_online_commands(sub: Any) -> None:
     g.add_argument("--model", metavar="POLICY", help="policy model directory (required)")
     g.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT/generations.jsonl")
     _add_generation_options(g)
+    _add_template_options(g)
     _add_common(g)
 
     sc = sub.add_parser(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,13 @@ from prefdata.errors import PrefdataError
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
 from prefdata.reasoning import THINK_CLOSE, THINK_OPEN
+from prefdata.tokenize.template import (
+    DEFAULT_TEMPLATE_DATE,
+    TemplateSettings,
+    parse_template_kwargs,
+    pinned_clock,
+    template_messages,
+)
 
 GENERATIONS_FILE = "generations.jsonl"
 ENGINES = ("transformers", "vllm")
@@ -38,6 +45,7 @@ class GenerateSettings:
     chat_template: bool = False
     engine: str = "transformers"
     device: str = "auto"
+    template: TemplateSettings = field(default_factory=TemplateSettings)  # as prepare renders
 
     def __post_init__(self) -> None:
         if self.samples < 1 or self.max_new_tokens < 1 or self.batch_size < 1:
@@ -85,14 +93,20 @@ def generate(
     overwrite: bool = False,
     progress: bool = True,
     trust_remote_code: bool = False,
+    template_kwargs: dict[str, Any] | list[str] | None = None,
+    chat_template_file: str | Path | None = None,
+    template_date: str = DEFAULT_TEMPLATE_DATE,
 ) -> GenerateResult:
-    """Sample `samples` completions per prompt of PROMPTS with MODEL and write OUT/generations.jsonl."""
+    """Sample `samples` completions per prompt of PROMPTS with MODEL and write OUT/generations.jsonl.
+    The template settings render prompts exactly as `prepare` will (prefdata.tokenize.template)."""
     started = time.time()
     path = Path(out) / GENERATIONS_FILE
     if path.exists() and not overwrite:
         raise PrefdataError(f"{path} exists (it may hold rewards already): pass --overwrite to replace it")
+    template = TemplateSettings(parse_template_kwargs(template_kwargs),
+                                str(chat_template_file) if chat_template_file else None, date=template_date)
     settings = GenerateSettings(samples, max_new_tokens, temperature, top_p, seed, batch_size, chat_template,
-                                engine, device)
+                                engine, device, template)
     prompt_set = read_prompts(prompts)
     if prompt_set.first_problem:
         print(f"warning: skipped {prompt_set.skipped} rows with no usable prompt (first: {prompt_set.first_problem})",
@@ -117,7 +131,7 @@ def generate_rows(
     if not model_dir.is_dir():
         raise PrefdataError(f"--model {model} is not a local model directory")
     tokenizer = _load_tokenizer(model_dir, trust_remote_code)
-    prompt_ids = render_prompts(tokenizer, prompts, settings.chat_template)
+    prompt_ids = render_prompts(tokenizer, prompts, settings.chat_template, settings.template)
     keep = think_tag_tokens(tokenizer)
     if settings.engine == "vllm":
         from prefdata.online.vllm_engine import vllm_generate
@@ -134,8 +148,13 @@ def generate_rows(
     return rows
 
 
-def render_prompts(tokenizer: Any, prompts: list[PromptRow], chat_template: bool) -> list[list[int]]:
-    """Prompt token ids, rendered as `prepare` renders prompts (see the module doc)."""
+def render_prompts(tokenizer: Any, prompts: list[PromptRow], chat_template: bool,
+                   template: TemplateSettings | None = None) -> list[list[int]]:
+    """Prompt token ids, rendered as `prepare` renders prompts (see the module doc), with the same
+    template settings (variables, replacement template, pinned date)."""
+    template = template or TemplateSettings()
+    if template.chat_template_text is not None:
+        tokenizer.chat_template = template.chat_template_text
     templated = [i for i, row in enumerate(prompts) if row.is_conversational or chat_template]
     if templated and not tokenizer.chat_template:
         raise PrefdataError("message-list prompts (or --chat-template) need a tokenizer with a chat template")
@@ -145,7 +164,11 @@ def render_prompts(tokenizer: Any, prompts: list[PromptRow], chat_template: bool
             prompts[i].prompt if prompts[i].is_conversational else [{"role": "user", "content": prompts[i].prompt}]
             for i in templated
         ]
-        texts = tokenizer.apply_chat_template(conversations, tokenize=False, add_generation_prompt=True)
+        with pinned_clock(template.day()):
+            texts = tokenizer.apply_chat_template(
+                [template_messages(c) for c in conversations], tokenize=False, add_generation_prompt=True,
+                **template.render_kwargs(),
+            )
         encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
         for i, row_ids in zip(templated, encoded):
             ids[i] = list(row_ids)

@@ -261,3 +261,20 @@ def test_smollm3_date_is_pinned_and_its_ignored_reasoning_is_reported(tmp_path, 
     reasoning = [_row(_answer("Paris", reasoning_content="capital"), _answer("Lyon", reasoning_content="guess"))]
     result, _, out = _prepare(tmp_path, reasoning, tokenizer, name="b")
     assert result.exit_code == 1 and _dropped(out)[0]["flags"] == [F.REASONING_LOST]
+
+
+def test_generate_renders_prompts_with_the_same_template_settings(reasoning_tokenizer, tmp_path):
+    """`generate` and `prepare` agree on the prompt ids for the same settings."""
+    from transformers import AutoTokenizer
+
+    from prefdata.online.generate import render_prompts
+    from prefdata.online.prompts import PromptRow
+    from prefdata.tokenize.template import TemplateSettings
+
+    settings = TemplateSettings(kwargs={"enable_thinking": False}, date="2031-05-06")
+    tokenizer = AutoTokenizer.from_pretrained(reasoning_tokenizer)
+    (ids,) = render_prompts(tokenizer, [PromptRow(PROMPT, "p.jsonl", 1)], False, settings)
+    _, dataset, _ = _prepare(tmp_path, [_row(_answer("Sunny."), _answer("Rainy."))], reasoning_tokenizer,
+                             template_kwargs={"enable_thinking": False}, template_date="2031-05-06")
+    assert ids == dataset[0]["prompt_ids"]
+    assert tokenizer.decode(ids).endswith("<think>\n\n</think>\n\n")
