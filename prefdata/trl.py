@@ -245,6 +245,9 @@ class DPOTrainer(_trl.DPOTrainer):
             elif eval_dataset is not None:
                 eval_dataset = finite_rows(eval_dataset)
 
+        template = getattr(self, "_prefdata_template", None)
+        if template:  # OUT was rendered with --chat-template-file: the saved tokenizer carries that template
+            _tokenizer_of(processing_class).chat_template = template
         content_hash = str(out_settings(train_dataset).get("content_hash"))
         with _no_model_hash(content_hash):
             super().__init__(
@@ -265,6 +268,7 @@ class DPOTrainer(_trl.DPOTrainer):
         check_loss_on(settings, dataset, name)
         check_tokenizer(self._prefdata_fingerprint, settings, name)
         check_max_length(args.max_length, settings, dataset, name)
+        self._prefdata_template = settings.get("chat_template_text") or getattr(self, "_prefdata_template", None)
         return settings
 
     def _check_reference(self, args: DPOConfig, ref_model: Any, peft_config: Any) -> None:

@@ -17,6 +17,7 @@ SETTINGS_KEYS = (
     "format_version", "prefdata_version", "max_length", "max_prompt_length", "chat_template",
     "tokenizer_path", "tokenizer_fingerprint", "pad_token_id", "eos_token_id", "content_hash", "text_columns",
     "template_fingerprint", "loss_on", "template_kwargs", "template_date", "chat_template_file", "chat_template_sha256",
+    "chat_template_text",
 )
 
 

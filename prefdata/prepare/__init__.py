@@ -232,6 +232,8 @@ def _handoff(config: dict[str, Any], pair_tokenizer: PairTokenizer) -> dict[str,
         "template_kwargs": config["template_kwargs"], "template_date": config["template_date"],
         "chat_template_file": config["chat_template_file"],
         "chat_template_sha256": config["chat_template_sha256"],
+        # A replacement template travels with the data, so the TRL hand-off saves it with the model.
+        "chat_template_text": tok.chat_template if config["chat_template_file"] else None,
     }
 
 
