@@ -290,6 +290,8 @@ def _run_validate(args: argparse.Namespace) -> int:
 
     settings = _merged("validate", args, {"input"}, validate)
     result = validate(args.input, **settings)
+    if result.problem:
+        print(f"prefdata validate: error: {result.problem}", file=sys.stderr)
     return result.exit_code
 
 

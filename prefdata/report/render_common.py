@@ -74,9 +74,16 @@ def threshold_findings(report: Report) -> list[Mapping[str, Any]]:
 
 
 def threshold_line(f: Mapping[str, Any]) -> str:
-    label = {"max_flagged_share": "flagged rows", "length_bias": "chosen longer than rejected"}.get(f["name"], f["name"])
+    label = {
+        "max_flagged_share": "flagged rows", "length_bias": "chosen longer than rejected", "max_dropped_share": "dropped pairs",
+    }.get(f["name"], f["name"])
     verdict = "exceeds" if f.get("exceeded") else "within"
     return f"{label}: {pct(f['value'])} ({verdict} the limit {pct(f['limit'])}, `{f['name']}`)"
+
+
+def hint_lines(report: Report) -> list[str]:
+    """report.hints as one line each (the main cause of lost pairs, a missing --chat-template)."""
+    return [hint["message"] for hint in report.get("hints", [])]
 
 
 def headline(report: Report) -> str:

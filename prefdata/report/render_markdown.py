@@ -11,6 +11,7 @@ from prefdata.report.render_common import (
     Report,
     flags_by_severity,
     headline,
+    hint_lines,
     loc,
     locs,
     num,
@@ -35,6 +36,7 @@ def _spark(counts: list[int]) -> str:
 def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
     out = _md_summary(report)
     out += _md_limits(report)
+    out += _md_hints(report)
     out += _md_baseline(report.get("baseline"))
     out += _md_flags(report, max_flagged_examples)
     out += _md_quarantine(report.get("quarantine", {}))
@@ -68,6 +70,10 @@ def _md_limits(report: Report) -> list[str]:
         out.append(f"| `{f['name']}` | {pct(f['value'])} | {pct(f['limit'])} | {mark} |")
     out.append("")
     return out
+
+
+def _md_hints(report: Report) -> list[str]:
+    return [line for hint in hint_lines(report) for line in (f"**Hint:** {_md_escape(hint)}", "")]
 
 
 def _md_baseline(baseline: Mapping[str, Any] | None) -> list[str]:

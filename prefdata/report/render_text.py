@@ -8,6 +8,7 @@ from prefdata.report.render_common import (
     Report,
     flags_by_severity,
     headline,
+    hint_lines,
     locs,
     threshold_findings,
     threshold_line,
@@ -38,6 +39,7 @@ def render_text(report: Report, top: int = 8) -> str:
     for f in threshold_findings(report):
         if f.get("exceeded"):
             lines.append("  limit: " + threshold_line(f).replace("`", ""))
+    lines += [f"  hint: {line}" for line in hint_lines(report)]
     if bounded_line(report):
         lines.append("  " + bounded_line(report).replace("`", ""))
     baseline = report.get("baseline")
