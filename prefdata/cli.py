@@ -15,6 +15,7 @@ from typing import Any, Callable
 from prefdata import __version__
 from prefdata.config import load_settings
 from prefdata.errors import PrefdataError
+from prefdata.quiet import quiet_libraries, wants_quiet
 
 EPILOG = "Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error."
 
@@ -392,7 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command](args)
+        # --no-progress and non-TTY runs: no third-party bars or warnings either (PREFDATA_DEBUG keeps them).
+        with quiet_libraries(wants_quiet(getattr(args, "progress", None))):
+            return COMMANDS[args.command](args)
     except PrefdataError as exc:
         print(f"prefdata {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -86,8 +86,31 @@ def hint_lines(report: Report) -> list[str]:
     return [hint["message"] for hint in report.get("hints", [])]
 
 
+def count(value: int, word: str) -> str:
+    """"1 warning", "2,308 warnings": a count with thousands separators and the right plural."""
+    return f"{value:,} {word if value == 1 else word + 's'}"
+
+
+def status_line(report: Report) -> str:
+    """The verdict in words: "PASS with warnings (0 errors, 1 warning)"; with a baseline whose
+    findings explain every error, "no regressions (19 errors, all in the baseline)"."""
+    errors, warnings = report.get("errors", 0), report.get("warnings", 0)
+    baseline = report.get("baseline")
+    if baseline is not None and not baseline.get("regressions") and errors:
+        return f"no regressions ({count(errors, 'error')}, all in the baseline)"
+    status = report.get("status", "pass")
+    return f"{STATUS_WORD.get(status, status)} ({count(errors, 'error')}, {count(warnings, 'warning')})"
+
+
 def headline(report: Report) -> str:
     acc = report.get("accounting", {})
+    if report.get("command") == "validate":  # validate writes nothing: it finds, it keeps and drops nothing
+        dropped = acc.get("rows_dropped", 0)
+        would = f" ({num(dropped)} that prepare would drop)" if dropped else ""
+        return (
+            f"{num(acc.get('rows_in', 0))} rows in · {num(report.get('rows_checked', 0))} pairs checked · "
+            f"{num(report.get('rows_flagged', 0))} with findings{would} · {num(acc.get('rows_quarantined', 0))} quarantined"
+        )
     return (
         f"{num(acc.get('rows_in', 0))} rows in · {num(acc.get('rows_out', 0))} kept · "
         f"{num(acc.get('rows_dropped', 0))} dropped · {num(acc.get('rows_quarantined', 0))} quarantined"

@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 from prefdata.report.render_common import (
     bounded_line,
+    count,
     FLAG_MEANINGS,
     STATUS_WORD,
     Report,
@@ -54,7 +55,7 @@ def _md_summary(report: Report) -> list[str]:
         f"## {icon} prefdata {report.get('command') or 'report'}: {STATUS_WORD.get(status, status)}",
         "",
         f"`{_md_escape(report.get('input'))}` — {headline(report)}. "
-        f"**{report.get('errors', 0):,}** at error severity, {report.get('warnings', 0):,} warnings. "
+        f"**{count(report.get('errors', 0), 'error')}**, {count(report.get('warnings', 0), 'warning')}. "
         f"Policy: `{_md_escape((report.get('policy') or {}).get('source'))}`.",
         "",
     ]
