@@ -49,6 +49,7 @@ QWEN_TOKENIZER = REPO.parent / "shared" / "assets" / "tokenizers" / "qwen2.5-ins
 ROWS = {  # name -> (kind, layout, by token budget)
     "trl-defaults": ("trl", None, False),
     "trl": ("trl", None, False),
+    "handoff": ("trl", None, False),
     "plain": ("prefdata-full-logits", "right", False),
     "no-prompt-logits": ("prefdata", "right", False),
     "sorted": ("prefdata", "right", True),
@@ -59,6 +60,7 @@ ROWS = {  # name -> (kind, layout, by token budget)
 LABELS = {
     "trl-defaults": "TRL DPOTrainer, TRL defaults (bf16 autocast, gradient checkpointing)",
     "trl": "TRL DPOTrainer, fp32, no checkpointing (baseline)",
+    "handoff": "prefdata.trl.DPOTrainer on OUT, docs/trl.md's CPU settings (bf16 and checkpointing off on CPU)",
     "plain": "prefdata: plain (padded halves, random batches, full-vocab logits)",
     "no-prompt-logits": "prefdata: + log-probs only at completion positions",
     "sorted": "prefdata: + length-sorted batches (--batch-tokens)",
@@ -284,6 +286,8 @@ def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int
     clock = StepClock()
     # TRL's defaults are ~4x slower on CPU: a few steps are enough to time them.
     settings = {"max_steps": 4} if row == "trl-defaults" else {"gradient_checkpointing": False, "bf16": cuda}
+    if row == "handoff":  # docs/trl.md's example: bf16 and checkpointing on a GPU only
+        settings = {"activation_checkpointing": cuda, "bf16": cuda}
     config = DPOConfig(
         output_dir=str(work / f"trl-{row}"), per_device_train_batch_size=batch_pairs, gradient_accumulation_steps=1,
         num_train_epochs=1, learning_rate=5e-6, lr_scheduler_type="cosine", warmup_steps=0.1, max_grad_norm=1.0,
@@ -293,9 +297,15 @@ def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int
     )
     tok = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-    dummy = datasets.Dataset.from_dict({"prompt": ["Hi"], "chosen": [" Hello"], "rejected": [" No"]})
-    trainer = DPOTrainer(model=model, args=config, train_dataset=dummy, processing_class=tok, callbacks=[clock])
-    trainer.train_dataset = same  # the prepared ids and prefdata's refs, exactly
+    if row == "handoff":  # the documented hand-off: OUT itself, as docs/trl.md's example passes it
+        from prefdata.trl import DPOTrainer as HandoffTrainer
+
+        trainer = HandoffTrainer(model=model, args=config, train_dataset=str(out), processing_class=tok,
+                                 callbacks=[clock])
+    else:
+        dummy = datasets.Dataset.from_dict({"prompt": ["Hi"], "chosen": [" Hello"], "rejected": [" No"]})
+        trainer = DPOTrainer(model=model, args=config, train_dataset=dummy, processing_class=tok, callbacks=[clock])
+        trainer.train_dataset = same  # the prepared ids and prefdata's refs, exactly
     collate = trainer.data_collator
 
     def counting_collator(examples):

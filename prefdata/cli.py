@@ -16,6 +16,7 @@ from prefdata import __version__
 from prefdata.config import load_settings
 from prefdata.errors import PrefdataError
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE
+from prefdata.quiet import quiet_libraries, wants_quiet
 
 EPILOG = "Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error."
 
@@ -320,6 +321,8 @@ def _run_validate(args: argparse.Namespace) -> int:
 
     settings = _merged("validate", args, {"input"}, validate)
     result = validate(args.input, **settings)
+    if result.problem:
+        print(f"prefdata validate: error: {result.problem}", file=sys.stderr)
     return result.exit_code
 
 
@@ -420,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return COMMANDS[args.command](args)
+        # --no-progress and non-TTY runs: no third-party bars or warnings either (PREFDATA_DEBUG keeps them).
+        with quiet_libraries(wants_quiet(getattr(args, "progress", None))):
+            return COMMANDS[args.command](args)
     except PrefdataError as exc:
         print(f"prefdata {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

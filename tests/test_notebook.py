@@ -23,6 +23,6 @@ def test_walkthrough_notebook_runs():
 
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "25 rows in" in text and "⟦" in text and "exit code: 1" in text
+    assert "28 rows in" in text and "⟦" in text and "exit code: 1" in text
     assert any("image/png" in o.get("data", {}) for o in outputs), "the distribution plot is missing"
     assert not [o for o in outputs if o.output_type == "error"]

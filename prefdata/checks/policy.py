@@ -10,6 +10,7 @@ A policy is a TOML file (see checks/README.md):
     near_duplicate_prompt = 0.8 # MinHash Jaccard of prompt word 3-grams for near-duplicate prompts
     max_flagged_share = false   # share of rows with a warn-or-worse flag above which validate fails
     length_bias = false         # share of pairs with chosen longer than rejected above which it fails
+    max_dropped_share = 0.2     # share of pairs dropped (drop or error) above which prepare/validate fail
     tie_threshold = 0.0         # generated pairs whose rewards differ by <= this -> tied_reward
     reward_margin = 1.0         # reward_rejected - reward_chosen > this -> reward_disagrees
 
@@ -69,6 +70,7 @@ near_duplicate = 0.95
 near_duplicate_prompt = 0.8
 max_flagged_share = false
 length_bias = false
+max_dropped_share = 0.2
 tie_threshold = 0.0
 reward_margin = 1.0
 """
@@ -81,6 +83,7 @@ _THRESHOLDS: dict[str, tuple[str, bool, float, bool, float]] = {
     "near_duplicate_prompt": ("near_duplicate_prompt_threshold", False, 0.0, True, 1.0),
     "max_flagged_share": ("max_flagged_share", True, 0.0, False, 1.0),
     "length_bias": ("length_bias_limit", True, 0.0, False, 1.0),
+    "max_dropped_share": ("max_dropped_share", True, 0.0, False, 1.0),
     "tie_threshold": ("tie_threshold", False, 0.0, False, math.inf),
     "reward_margin": ("reward_margin", False, 0.0, False, math.inf),
 }
@@ -98,6 +101,9 @@ class Policy:
     description: str = ""
     tie_threshold: float = 0.0  # |reward_chosen - reward_rejected| <= this: tied_reward (generated pairs)
     reward_margin: float = 1.0  # reward_rejected - reward_chosen > this: reward_disagrees
+    # Share of pairs removed (drop or error) above which the run fails; None: off. A run that loses a
+    # fifth of its pairs almost always has a setting wrong (--max-length) rather than bad data.
+    max_dropped_share: float | None = 0.2
 
     def __post_init__(self) -> None:
         missing = [f for f in F.ALL_FLAGS if f not in self.severities]
@@ -125,6 +131,7 @@ class Policy:
                 "near_duplicate_prompt": self.near_duplicate_prompt_threshold,
                 "max_flagged_share": self.max_flagged_share,
                 "length_bias": self.length_bias_limit,
+                "max_dropped_share": self.max_dropped_share,
                 "tie_threshold": self.tie_threshold,
                 "reward_margin": self.reward_margin,
             },

@@ -95,8 +95,13 @@ def _walk(directory: Path, seen: set[Path] | None = None) -> list[Path]:
         elif _kind(entry) is not None and entry.name not in _DATASET_META:
             files.append(entry)
         else:
-            log.warning("skipping %s: not a supported data file (%s)", entry, ", ".join(SUFFIXES))
+            if entry not in _SKIPPED:  # a run lists its input more than once (checks, then reading)
+                _SKIPPED.add(entry)
+                log.warning("skipping %s: not a supported data file (%s)", entry, ", ".join(SUFFIXES))
     return files
+
+
+_SKIPPED: set[Path] = set()  # unsupported files already named, so each "skipping" line shows once
 
 
 def list_input_files(path: str | Path) -> list[Path]:

@@ -49,7 +49,8 @@ class OnlineResult:
 
     def summary(self) -> str:
         lines = [f"{len(self.rounds)} rounds" + (f" ({self.resumed_after} from an earlier run)" if self.resumed_after else "")]
-        lines += [format_round(line) for line in self.rounds]
+        # This run's rounds were printed as each finished (run_online); only earlier runs' are new here.
+        lines += [format_round(line) for line in self.rounds[: self.resumed_after]]
         lines.append(f"policy: {self.policy}\nrounds: {self.output / ROUNDS_FILE}")
         return "\n".join(lines)
 

@@ -32,6 +32,7 @@ from prefdata.io.readers import list_input_files
 from prefdata.io.write_errors import write_problem
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
 from prefdata.prepare.written import Written, write_rows
+from prefdata.report.hints import dropped_share_problem
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
@@ -48,7 +49,7 @@ class PrepareResult:
     exit_code: int
     report: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    problem: str = ""  # one line when the run kept no pair (exit 1); the CLI prints it
+    problem: str = ""  # one line when the run kept no pair or dropped too many (exit 1); the CLI prints it
 
 
 def prepare(
@@ -138,7 +139,11 @@ def prepare(
                 )
                 written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer))
                 written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
-            meta = {"input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare"}
+            meta = {
+                "input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare",
+                "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
+                "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template),
+            }
             built = _write_reports(tmp, written.report.build(written.accounting, meta))
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
             if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
@@ -164,6 +169,7 @@ def prepare(
             f"no pair kept: all {accounting['rows_dropped']:,} pairs were dropped by the policy "
             f"(see {out_path / 'dropped.jsonl'})"
         )
+    problem = dropped_share_problem(built, problem)  # too many pairs dropped: fail, naming the cause
     return PrepareResult(
         out_dir=str(out_path),
         rows_in=accounting["rows_in"],

@@ -89,11 +89,11 @@ class RefsResult:
         if not self.merged:
             return f"rank {self.rank}: computed its shards ({self.tokens} tokens, {self.tokens_per_second:.0f} tokens/s)"
         line = (
-            f"refs: {self.rows} pairs, {self.tokens} tokens in {self.seconds:.1f}s "
-            f"({self.tokens_per_second:.0f} tokens/s, {self.layout} batches, {self.dtype} on {self.device})"
+            f"refs: {self.rows:,} pairs, {self.tokens:,} tokens in {self.seconds:.1f}s "
+            f"({self.tokens_per_second:,.0f} tokens/s, {self.layout} batches, {self.dtype} on {self.device})"
         )
         if self.shared_pairs:
-            line += f"; prompt shared in {self.shared_pairs}/{self.rows} pairs"
+            line += f"; prompt shared in {self.shared_pairs:,}/{self.rows:,} pairs"
         if self.shards_resumed:
             line += f"; resumed {self.shards_resumed}/{self.shards_total} shards"
         if self.non_finite_rows:
@@ -173,7 +173,10 @@ def compute_refs(
     # 3. compute this rank's shards that are not done yet
     mine = shards_for_rank(len(shards), rank, world_size)
     todo = [s for s in mine if not (resume and shard_path(work, s).is_file())]
-    row_tokens = 2 * lens["prompt_ids"] + lens["chosen_ids"] + lens["rejected_ids"]
+    # The bar counts what the summary counts, tokens put through the model: a shared prompt once,
+    # padding never (padding-free costs are exactly that; padded halves each carry the prompt).
+    row_tokens = np.asarray(costs, dtype=np.int64) if padding_free else (
+        2 * lens["prompt_ids"] + lens["chosen_ids"] + lens["rejected_ids"])
     total_tokens = _shard_tokens(shards, mine, row_tokens)
     from tqdm.auto import tqdm
 

@@ -41,7 +41,7 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
         rejected_count.append(out.rejected_counts.cpu().numpy())
         tokens += out.tokens
         shared += out.shared_pairs
-        bar.update(sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(prompts, chosens, rejecteds)))
+        bar.update(out.tokens)  # as the summary counts: a shared prompt once
     return {
         "rows": np.concatenate(rows), "chosen": np.concatenate(chosen).astype(np.float32),
         "rejected": np.concatenate(rejected).astype(np.float32),

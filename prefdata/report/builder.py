@@ -70,6 +70,9 @@ class ReportBuilder:
         self.flagged: list[tuple[Any, ...]] = []  # see report.sections._flagged_rows for the fields
         self.flagged_total = 0
         self.flagged_rows_any = 0  # rows with at least one flag (for max_flagged_share)
+        # Plain-string rows (not messages, not pre-tokenized) flagged prompt_boundary_mismatch: many
+        # of them with a chat tokenizer mean --chat-template was wanted (report.hints).
+        self.string_boundary_mismatches = 0
         self.quarantine_reasons: dict[str, list[Any]] = {}  # reason -> [count, [locations]]
         self.quarantine_other = 0
         # Per-row compact arrays: location of every record, hashes of every pair.
@@ -208,6 +211,8 @@ class ReportBuilder:
         assert pair is not None
         if row.severity:  # info-only rows carry a flag but are no finding (max_flagged_share)
             self.flagged_rows_any += 1
+        if "prompt_boundary_mismatch" in row.flags and not pair.is_conversational and not ids_mode(pair):
+            self.string_boundary_mismatches += 1
         for flag in row.flags:
             self.flag_counts[flag] += 1
             examples = self.flag_examples.setdefault(flag, [])

@@ -82,13 +82,43 @@ def threshold_findings(report: Report) -> list[Mapping[str, Any]]:
 
 
 def threshold_line(f: Mapping[str, Any]) -> str:
-    label = {"max_flagged_share": "flagged rows", "length_bias": "chosen longer than rejected"}.get(f["name"], f["name"])
+    label = {
+        "max_flagged_share": "flagged rows", "length_bias": "chosen longer than rejected", "max_dropped_share": "dropped pairs",
+    }.get(f["name"], f["name"])
     verdict = "exceeds" if f.get("exceeded") else "within"
     return f"{label}: {pct(f['value'])} ({verdict} the limit {pct(f['limit'])}, `{f['name']}`)"
 
 
+def hint_lines(report: Report) -> list[str]:
+    """report.hints as one line each (the main cause of lost pairs, a missing --chat-template)."""
+    return [hint["message"] for hint in report.get("hints", [])]
+
+
+def count(value: int, word: str) -> str:
+    """"1 warning", "2,308 warnings": a count with thousands separators and the right plural."""
+    return f"{value:,} {word if value == 1 else word + 's'}"
+
+
+def status_line(report: Report) -> str:
+    """The verdict in words: "PASS with warnings (0 errors, 1 warning)"; with a baseline whose
+    findings explain every error, "no regressions (19 errors, all in the baseline)"."""
+    errors, warnings = report.get("errors", 0), report.get("warnings", 0)
+    baseline = report.get("baseline")
+    if baseline is not None and not baseline.get("regressions") and errors:
+        return f"no regressions ({count(errors, 'error')}, all in the baseline)"
+    status = report.get("status", "pass")
+    return f"{STATUS_WORD.get(status, status)} ({count(errors, 'error')}, {count(warnings, 'warning')})"
+
+
 def headline(report: Report) -> str:
     acc = report.get("accounting", {})
+    if report.get("command") == "validate":  # validate writes nothing: it finds, it keeps and drops nothing
+        dropped = acc.get("rows_dropped", 0)
+        would = f" ({num(dropped)} that prepare would drop)" if dropped else ""
+        return (
+            f"{num(acc.get('rows_in', 0))} rows in · {num(report.get('rows_checked', 0))} pairs checked · "
+            f"{num(report.get('rows_flagged', 0))} with findings{would} · {num(acc.get('rows_quarantined', 0))} quarantined"
+        )
     return (
         f"{num(acc.get('rows_in', 0))} rows in · {num(acc.get('rows_out', 0))} kept · "
         f"{num(acc.get('rows_dropped', 0))} dropped · {num(acc.get('rows_quarantined', 0))} quarantined"

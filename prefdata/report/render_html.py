@@ -12,6 +12,7 @@ from prefdata.report.render_common import (
     Report,
     esc,
     flags_by_severity,
+    hint_lines,
     loc,
     locs,
     num,
@@ -106,6 +107,7 @@ def render_html(report: Report) -> str:
         "</section>",
     ]
     body += _html_limits(report)
+    body += [f'<p class="hint"><b>Hint:</b> {esc(line)}</p>' for line in hint_lines(report)]
     body += _html_baseline(report.get("baseline"))
     body += _html_flags(report)
     body += _html_quarantine(report.get("quarantine", {}))

@@ -6,11 +6,13 @@ from typing import Any, Mapping
 
 from prefdata.report.render_common import (
     bounded_line,
+    count,
     FLAG_MEANINGS,
     STATUS_WORD,
     Report,
     flags_by_severity,
     headline,
+    hint_lines,
     loc,
     locs,
     num,
@@ -35,6 +37,7 @@ def _spark(counts: list[int]) -> str:
 def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
     out = _md_summary(report)
     out += _md_limits(report)
+    out += _md_hints(report)
     out += _md_baseline(report.get("baseline"))
     out += _md_flags(report, max_flagged_examples)
     out += _md_quarantine(report.get("quarantine", {}))
@@ -52,7 +55,7 @@ def _md_summary(report: Report) -> list[str]:
         f"## {icon} prefdata {report.get('command') or 'report'}: {STATUS_WORD.get(status, status)}",
         "",
         f"`{_md_escape(report.get('input'))}` — {headline(report)}. "
-        f"**{report.get('errors', 0):,}** at error severity, {report.get('warnings', 0):,} warnings. "
+        f"**{count(report.get('errors', 0), 'error')}**, {count(report.get('warnings', 0), 'warning')}. "
         f"Policy: `{_md_escape((report.get('policy') or {}).get('source'))}`.",
         "",
     ]
@@ -68,6 +71,10 @@ def _md_limits(report: Report) -> list[str]:
         out.append(f"| `{f['name']}` | {pct(f['value'])} | {pct(f['limit'])} | {mark} |")
     out.append("")
     return out
+
+
+def _md_hints(report: Report) -> list[str]:
+    return [line for hint in hint_lines(report) for line in (f"**Hint:** {_md_escape(hint)}", "")]
 
 
 def _md_baseline(baseline: Mapping[str, Any] | None) -> list[str]:

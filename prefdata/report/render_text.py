@@ -5,11 +5,12 @@ from __future__ import annotations
 from prefdata.report.render_common import (
     FLAG_MEANINGS,
     bounded_line,
-    STATUS_WORD,
     Report,
     flags_by_severity,
     headline,
+    hint_lines,
     locs,
+    status_line,
     threshold_findings,
     threshold_line,
 )
@@ -17,11 +18,9 @@ from prefdata.report.render_common import (
 
 def render_text(report: Report, top: int = 8) -> str:
     """A short terminal summary: rows in/out, status, the most common flags with example lines."""
-    status = report.get("status", "pass")
     command = report.get("command") or "report"
     lines = [
-        f"prefdata {command}: {report.get('input')} — {STATUS_WORD.get(status, status)} "
-        f"({report.get('errors', 0)} at error severity, {report.get('warnings', 0)} warnings)",
+        f"prefdata {command}: {report.get('input')} — {status_line(report)}",
         "  " + headline(report),
     ]
     flags = report.get("flags", {})
@@ -41,6 +40,7 @@ def render_text(report: Report, top: int = 8) -> str:
             lines.append("  limit: " + threshold_line(f).replace("`", ""))
     if "reasoning_lost" in flags:  # content the trainer would never see: say how to keep it
         lines.append("  reasoning_lost: " + FLAG_MEANINGS["reasoning_lost"].replace("`", ""))
+    lines += [f"  hint: {line}" for line in hint_lines(report)]
     if bounded_line(report):
         lines.append("  " + bounded_line(report).replace("`", ""))
     baseline = report.get("baseline")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from prefdata import __version__
 from prefdata.checks.similarity import BOUNDED_METHOD, EXACT_LIMIT
+from prefdata.report.hints import chat_template_hint, dropped_share_hint
 
 if TYPE_CHECKING:
     from prefdata.report.builder import ReportBuilder
@@ -61,6 +62,7 @@ def build_report(
         for flag, count in sorted(builder.flag_counts.items(), key=lambda kv: (-kv[1], kv[0]))
     }
     findings = _findings(builder, flags, pairs, length_bias, q_severity)
+    hints = _hints(builder, flags, pairs, findings, meta)
     # Rows at error severity (quarantined records included) plus each exceeded threshold.
     errors = severities["error"] + sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
     warnings = severities["warn"]
@@ -80,6 +82,7 @@ def build_report(
         "rows_checked": pairs,
         "rows_flagged": builder.flagged_rows_any,
         "findings": findings,
+        "hints": hints,
         "flags": flags,
         "quarantine": _quarantine_section(builder, q_severity),
         "dataset": _dataset_section(builder),
@@ -126,9 +129,28 @@ def _findings(
     if bias_limit is not None and length_bias["pairs"]:
         share = length_bias["chosen_longer"]
         findings.append(_threshold("length_bias", share, bias_limit, share > bias_limit))
+    dropped_limit = getattr(policy, "max_dropped_share", None)
+    if dropped_limit is not None and pairs:
+        share = builder.outcomes["dropped"] / pairs
+        findings.append(_threshold("max_dropped_share", share, dropped_limit, share > dropped_limit))
     order = {"error": 0, "drop": 1, "warn": 2, None: 3}
     findings.sort(key=lambda f: (order.get(f["severity"], 3), -f.get("count", 0), f["name"]))
     return findings
+
+
+def _hints(
+    builder: "ReportBuilder", flags: dict[str, Any], pairs: int, findings: list[dict[str, Any]], meta: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """report.hints: the main cause of an exceeded max_dropped_share, and a missing --chat-template."""
+    hints: list[dict[str, Any]] = []
+    settings = meta.get("settings") or {}
+    for finding in findings:
+        if finding["name"] == "max_dropped_share" and finding["exceeded"]:
+            hints.append(dropped_share_hint(flags, builder.outcomes["dropped"], pairs, finding["limit"], settings))
+    chat = chat_template_hint(builder.string_boundary_mismatches, pairs, meta)
+    if chat is not None:
+        hints.append(chat)
+    return hints
 
 
 def _flagged_rows(builder: "ReportBuilder", q_severity: str) -> list[dict[str, Any]]:

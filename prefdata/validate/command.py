@@ -22,6 +22,7 @@ from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
+from prefdata.report.hints import dropped_share_problem
 from prefdata.report.sections import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class ValidateResult:
     exit_code: int
     report: dict[str, Any] = field(default_factory=dict)
     rendered: str = ""  # the report in the requested format (what went to stdout or `output`)
+    problem: str = ""  # one line when max_dropped_share was exceeded; the CLI prints it on stderr
 
 
 def is_prepared_dir(path: str | Path) -> bool:
@@ -135,6 +137,7 @@ def validate(
         # Rows of a directory input name their file relative to it; annotations need the full path.
         "source_root": str(input) if input_path.is_dir() and not prepared else None,
         "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
+        "tokenizer_chat_template": _has_chat_template(tokenizer, trust_remote_code) if tokenizer and not prepared else None,
     }
     if prepared:
         manifest = read_manifest(input_path)
@@ -150,7 +153,18 @@ def validate(
     else:
         exit_code = 1 if report["errors"] else 0
     rendered = _emit(report, format, output)
-    return ValidateResult(exit_code=exit_code, report=report, rendered=rendered)
+    # The one failure line for too many dropped pairs (main cause, setting that keeps them), unless
+    # a baseline already had it.
+    exceeded_before = base is not None and "max_dropped_share" not in report["baseline"]["new_thresholds_exceeded"]
+    problem = "" if exceeded_before else dropped_share_problem(report)
+    return ValidateResult(exit_code=exit_code, report=report, rendered=rendered, problem=problem)
+
+
+def _has_chat_template(tokenizer: str, trust_remote_code: bool) -> bool:
+    """Whether the tokenizer at `tokenizer` has a chat template (for report.hints)."""
+    from prefdata.tokenize.pairs import load_tokenizer
+
+    return bool(load_tokenizer(tokenizer, trust_remote_code).chat_template)
 
 
 def _check_prepared(

@@ -1,0 +1,121 @@
+"""max_dropped_share: a run that drops too many pairs fails with one line naming the cause and the
+setting that keeps them; a chat tokenizer reading plain strings is told about --chat-template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prefdata.checks.policy import load_policy
+from prefdata.cli import main
+
+
+def _long_prompt_rows(path: Path, long: int = 6, short: int = 4) -> Path:
+    """`long` rows whose prompt alone fills a 40-token budget, then `short` rows that fit."""
+    with open(path, "w", encoding="utf-8") as handle:
+        for i in range(long + short):
+            prompt = " ".join(f"word{j} about topic {i}" for j in range(30)) if i < long else f"short question {i}"
+            handle.write(json.dumps({"prompt": prompt, "chosen": f"good answer {i}", "rejected": f"bad reply {i}"}) + "\n")
+    return path
+
+
+def _err_lines(capsys) -> tuple[str, list[str]]:
+    captured = capsys.readouterr()
+    return captured.out, [line for line in captured.err.splitlines() if line.strip()]
+
+
+def test_prepare_fails_naming_the_cause_and_max_prompt_length(tmp_path, tiny_tokenizer_dir, capsys):
+    raw = _long_prompt_rows(tmp_path / "long.jsonl")
+    out = tmp_path / "out"
+    code = main(["prepare", str(raw), str(out), "--tokenizer", tiny_tokenizer_dir, "--max-length", "40", "--no-progress"])
+    stdout, err = _err_lines(capsys)
+    assert code == 1
+    assert err == [
+        "prefdata prepare: error: dropped 6 of 10 pairs (60.0%), above max_dropped_share 20%: main cause "
+        "no_completion_tokens (6 pairs): prompts fill the --max-length 40 budget; --max-prompt-length 20 "
+        "cuts prompts from the left and keeps the completions"
+    ]
+    assert "FAIL" in stdout and "hint: dropped 6 of 10 pairs" in stdout
+    report = json.loads((out / "report.json").read_text())
+    (hint,) = report["hints"]
+    assert (hint["kind"], hint["flag"], hint["count"], hint["setting"]) == (
+        "dropped_share", "no_completion_tokens", 6, "--max-prompt-length 20"
+    )
+    assert "--max-prompt-length 20" in (out / "report.md").read_text()
+    assert "--max-prompt-length 20" in (out / "report.html").read_text()
+    assert (out / "manifest.json").is_file()  # OUT is whole: the pairs it kept are usable
+
+    # The setting the line names keeps them all: exit 0, no hint.
+    code = main(["prepare", str(raw), str(out), "--tokenizer", tiny_tokenizer_dir, "--max-length", "40",
+                 "--max-prompt-length", "20", "--overwrite", "--no-progress"])
+    stdout, err = _err_lines(capsys)
+    assert (code, err) == (0, [])
+    assert "hint:" not in stdout and "0 dropped" in stdout
+
+
+def test_tiny_max_length_suggests_raising_it(tmp_path, tiny_tokenizer_dir, capsys):
+    raw = _long_prompt_rows(tmp_path / "long.jsonl", long=0, short=10)
+    code = main(["prepare", str(raw), str(tmp_path / "out"), "--tokenizer", tiny_tokenizer_dir, "--max-length", "4",
+                 "--no-progress"])
+    _, err = _err_lines(capsys)
+    assert code == 1 and len(err) == 1
+    # Nothing kept: that leads, and the cause follows it.
+    assert err[0].startswith("prefdata prepare: error: no pair kept: all 10 pairs were dropped by the policy")
+    assert err[0].endswith("dropped.jsonl); main cause no_completion_tokens (10 pairs): --max-length 4 leaves "
+                           "too little room for the completions; raise --max-length")
+
+
+def test_validate_with_tokenizer_applies_it_and_false_turns_it_off(tmp_path, tiny_tokenizer_dir, capsys):
+    raw = _long_prompt_rows(tmp_path / "long.jsonl")
+    code = main(["validate", str(raw), "--tokenizer", tiny_tokenizer_dir, "--max-length", "40", "--no-progress"])
+    stdout, err = _err_lines(capsys)
+    assert code == 1
+    assert len(err) == 1 and err[0].startswith("prefdata validate: error: dropped 6 of 10 pairs")
+    assert "limit: dropped pairs: 60.0% (exceeds the limit 20.0%, max_dropped_share)" in stdout
+
+    off = tmp_path / "off.toml"
+    off.write_text("[thresholds]\nmax_dropped_share = false\n")
+    code = main(["validate", str(raw), "--tokenizer", tiny_tokenizer_dir, "--max-length", "40", "--policy", str(off),
+                 "--no-progress"])
+    stdout, err = _err_lines(capsys)
+    assert (code, err) == (0, [])
+    assert "max_dropped_share" not in stdout
+
+
+def test_share_at_the_limit_passes(tmp_path, tiny_tokenizer_dir, capsys):
+    """2 of 10 dropped is 20%: not above the default limit."""
+    raw = _long_prompt_rows(tmp_path / "long.jsonl", long=2, short=8)
+    code = main(["prepare", str(raw), str(tmp_path / "out"), "--tokenizer", tiny_tokenizer_dir, "--max-length", "40",
+                 "--no-progress"])
+    stdout, err = _err_lines(capsys)
+    assert (code, err) == (0, [])
+    assert "2 dropped" in stdout and "hint:" not in stdout
+
+
+def test_policy_threshold_is_checked(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[thresholds]\nmax_dropped_share = 1.5\n")
+    with pytest.raises(Exception, match="max_dropped_share = 1.5: must be >= 0 and <= 1"):
+        load_policy(bad)
+    assert load_policy().max_dropped_share == 0.2
+    assert load_policy("checks/pr.toml").max_dropped_share == 0.2
+
+
+def test_plain_strings_with_a_chat_tokenizer_suggest_chat_template(tmp_path, shared_tokenizer, capsys):
+    """'Hello' + 'world' merge into one word when joined: every row gets prompt_boundary_mismatch."""
+    tokenizer = shared_tokenizer("qwen2.5-instruct")
+    raw = tmp_path / "plain.jsonl"
+    rows = [{"prompt": f"Question {i}: Hello", "chosen": f"world {i}", "rejected": f"there {i}"} for i in range(5)]
+    raw.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    code = main(["validate", str(raw), "--tokenizer", tokenizer, "--format", "json", "--no-progress"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0
+    hints = [h for h in report["hints"] if h["kind"] == "chat_template"]
+    assert len(hints) == 1 and hints[0]["setting"] == "--chat-template" and hints[0]["count"] == 5
+    assert "the tokenizer has a chat template; --chat-template renders them through it" in hints[0]["message"]
+
+    code = main(["validate", str(raw), "--tokenizer", tokenizer, "--chat-template", "--format", "json", "--no-progress"])
+    report = json.loads(capsys.readouterr().out)
+    assert [h for h in report["hints"] if h["kind"] == "chat_template"] == []
