@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], help="default auto (bf16 on GPU, fp32 on CPU)")
     r.add_argument("--batch-tokens", type=_positive_int, metavar="N", help="token budget per forward batch")
     r.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the model directory")
+    r.add_argument("--recompute", action="store_true", default=None,
+                   help="compute the refs again even when OUT already holds them from this model, dtype and device type "
+                   "(otherwise such a rerun says so and stops, exit 0)")
     r.add_argument("--workers", type=_positive_int, metavar="N", help="with --engine ray: model actors (default: one per GPU, else one per CPU)")
     _add_engine_options(r, partitioned=False)
     _add_common(r)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from prefdata.errors import PrefdataError
-from prefdata.io.manifest import read_manifest
+from prefdata.io.manifest import require_pairs
 
 LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
 
@@ -53,9 +53,7 @@ def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = 
     from prefdata.tokenize.masks import build_pair_batch, sequence_masks
 
     out_path = Path(out_dir)
-    if not (out_path / "manifest.json").is_file():
-        raise PrefdataError(f"{out_path} has no manifest.json: not a finished prefdata output")
-    manifest = read_manifest(out_path)
+    manifest = require_pairs(out_path, "show")  # unfinished or pair-less OUT: one line saying which
     index, record = _load_row(out_path, row, line)
     tokenizer = None
     try:
