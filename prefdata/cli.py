@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("out", metavar="OUT", help="output directory (must not exist unless --overwrite)")
     p.add_argument("--tokenizer", metavar="PATH", help="Hugging Face tokenizer directory (required)")
     _add_tokenize_options(p)
-    p.add_argument("--policy", metavar="FILE", help="check policy TOML (default: checks/default.toml)")
+    p.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr`, or a TOML file")
     p.add_argument(
         "--loss-on", choices=["all", "answer"],
         help="all completion tokens in the loss (default), or only the answer: a leading reasoning block "
@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("input", metavar="INPUT", help="raw file/directory or a prepared OUT/")
     v.add_argument("--tokenizer", metavar="PATH", help="also run token-level checks (after truncation)")
     _add_tokenize_options(v)
-    v.add_argument("--policy", metavar="FILE", help="check policy TOML (e.g. checks/pr.toml)")
+    v.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr` (strict, for PRs), or a TOML file")
     v.add_argument("--format", choices=["text", "json", "markdown", "github", "html"], help="report format (default text)")
     v.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     v.add_argument("--baseline", metavar="REPORT.json", help="report from the base branch: only regressions fail")
@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], help="default auto (bf16 on GPU, fp32 on CPU)")
     r.add_argument("--batch-tokens", type=_positive_int, metavar="N", help="token budget per forward batch")
     r.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the model directory")
+    r.add_argument("--recompute", action="store_true", default=None,
+                   help="compute the refs again even when OUT already holds them from this model, dtype and device type "
+                   "(otherwise such a rerun says so and stops, exit 0)")
     r.add_argument("--workers", type=_positive_int, metavar="N", help="with --engine ray: model actors (default: one per GPU, else one per CPU)")
     _add_engine_options(r, partitioned=False)
     _add_common(r)
@@ -268,7 +271,7 @@ def _add_online_commands(sub: Any) -> None:
     _add_generation_options(o)
     o.add_argument("--max-length", type=_positive_int, metavar="N", help="max prompt+completion tokens per half when preparing")
     o.add_argument("--max-prompt-length", type=_positive_int, metavar="N", help="max prompt tokens when preparing")
-    o.add_argument("--policy", metavar="FILE", help="check policy TOML (default: checks/default.toml)")
+    o.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr`, or a TOML file")
     o.add_argument("--loss", choices=["sigmoid", "ipo", "hinge", "robust"], help="preference loss (default sigmoid)")
     o.add_argument("--beta", type=float, help="DPO beta (default 0.1)")
     o.add_argument("--lr", type=float, help="learning rate (default 5e-6)")

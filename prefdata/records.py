@@ -23,7 +23,7 @@ class RawRecord:
     """
 
     source_file: str
-    source_line: int  # 1-based line for line-based files, 1-based record index otherwise
+    source_line: int  # 1-based line where the record starts (JSON lines, JSON arrays), else 1-based record index
     value: Any = None
     error: str | None = None
     raw_text: str | None = None  # the raw text of the record when known (for quarantine.jsonl)

@@ -20,6 +20,7 @@ from typing import Any
 
 from prefdata.engine.ray import connect
 from prefdata.errors import PrefdataError
+from prefdata.io.manifest import require_pairs
 from prefdata.refs import KILL_AFTER_SHARDS_ENV, SHARD_BATCHES, WORK_DIR, RefsResult
 
 # Test hook: the rank-1 actor SIGKILLs itself after its first new shard, once (this marker file
@@ -55,6 +56,7 @@ def compute_refs_on_ray(
     batch_tokens: int = 16384,
     resume: bool = True,
     trust_remote_code: bool = False,
+    recompute: bool = False,
     layout: str = "auto",
     shard_batches: int = SHARD_BATCHES,
     max_restarts: int = 2,
@@ -64,8 +66,7 @@ def compute_refs_on_ray(
     Every actor must be placed at once (rank 0 waits for the others' shards), so `workers` may not
     exceed the cluster's GPUs (or CPUs without GPUs)."""
     out = Path(out_dir)
-    if not (out / "manifest.json").is_file():
-        raise PrefdataError(f"{out} is not a prepared OUT directory (no manifest.json): run `prefdata prepare`")
+    require_pairs(out, "refs")  # before any actor starts or anything is written
     ray = connect(ray_address)
     resources = ray.cluster_resources()
     gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
@@ -89,7 +90,7 @@ def compute_refs_on_ray(
     settings = {
         "device": device if device != "auto" else ("cuda" if use_gpu else "cpu"),
         "dtype": dtype, "batch_tokens": batch_tokens, "resume": True, "progress": False,
-        "trust_remote_code": trust_remote_code, "layout": layout, "shard_batches": shard_batches,
+        "trust_remote_code": trust_remote_code, "recompute": recompute, "layout": layout, "shard_batches": shard_batches,
     }
     calls = [actor.run.remote(str(out), str(model), settings) for actor in actors]
     try:

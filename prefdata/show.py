@@ -1,15 +1,19 @@
 """`prefdata show OUT --row N`: one prepared row with its loss masks made visible.
 
 Masks come from prefdata.tokenize.masks (the module refs and train use), so what `show` prints is what the
-loss sees: tokens inside ⟦ ⟧ count toward the loss, the rest (prompt) does not.
+loss sees: tokens inside ⟦ ⟧ count toward the loss, the rest (prompt) does not. Each span is
+decoded as a whole, in context, so the text is byte-exact (see `decode_spans`).
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
+from typing import Any
 
 from prefdata.errors import PrefdataError
-from prefdata.io.manifest import read_manifest
+from prefdata.io.manifest import require_pairs
 
 LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
 
@@ -32,20 +36,67 @@ def _load_row(out_dir: Path, row: int | None, line: int | None) -> tuple[int, di
     return row, dataset[row]
 
 
-def _render_tokens(tokenizer, ids: list[int], mask: list[int]) -> str:
-    pieces = []
-    inside = False
-    for token_id, in_loss in zip(ids, mask):
-        text = tokenizer.decode([token_id]) if tokenizer is not None else f"<{token_id}>"
-        if in_loss and not inside:
-            pieces.append(LOSS_OPEN)
-        elif not in_loss and inside:
-            pieces.append(LOSS_CLOSE)
-        inside = bool(in_loss)
-        pieces.append(text)
-    if inside:
-        pieces.append(LOSS_CLOSE)
-    return "".join(pieces)
+def _mask_runs(mask: list[int]) -> list[tuple[int, int, bool]]:
+    """(start, end, in_loss) for each run of equal mask values."""
+    runs: list[tuple[int, int, bool]] = []
+    for i, value in enumerate(mask):
+        if runs and runs[-1][2] == bool(value):
+            runs[-1] = (runs[-1][0], i + 1, bool(value))
+        else:
+            runs.append((i, i + 1, bool(value)))
+    return runs
+
+
+def decode_spans(tokenizer: Any, ids: list[int], cuts: list[int]) -> list[str]:
+    """The text of ids[cuts[i]:cuts[i+1]] for each span, cut out of the decoded whole.
+
+    Decoding a span alone is wrong twice over: SentencePiece drops the space that starts the span's
+    first word, and a character whose bytes straddle two tokens (CJK, emoji under byte fallback or
+    byte-level BPE) decodes to U+FFFD. So the whole is decoded once, and each cut is placed where
+    the decoded prefix ids[:cut] stops agreeing with it; a straddling character goes to the later
+    span. The spans join to exactly `decode(ids)`."""
+    def decode(part: list[int]) -> str:
+        return tokenizer.decode(part, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    whole = decode(ids)
+    places = [0]
+    for cut in cuts[1:-1]:
+        prefix = decode(ids[:cut])
+        agree = len(os.path.commonprefix([prefix, whole]))
+        places.append(max(places[-1], agree))
+    places.append(len(whole))
+    return [whole[a:b] for a, b in zip(places, places[1:])]
+
+
+def _render_tokens(tokenizer: Any, ids: list[int], mask: list[int]) -> str:
+    """The sequence with the loss spans inside ⟦ ⟧, each span decoded in context (`decode_spans`)."""
+    runs = _mask_runs(mask[: len(ids)])
+    if tokenizer is not None:
+        texts = decode_spans(tokenizer, ids, [start for start, _end, _loss in runs] + [len(ids)])
+    else:  # the tokenizer moved: show the ids
+        texts = ["".join(f"<{t}>" for t in ids[start:end]) for start, end, _loss in runs]
+    return "".join(f"{LOSS_OPEN}{text}{LOSS_CLOSE}" if in_loss else text for text, (_s, _e, in_loss) in zip(texts, runs))
+
+
+def _load_tokenizer(path: str | None) -> Any:
+    """OUT's tokenizer, quietly (no transformers warnings in the view); None when it cannot be loaded."""
+    if not path:
+        return None
+    try:
+        from transformers import AutoTokenizer
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return None
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return AutoTokenizer.from_pretrained(path)
+    except Exception:  # the tokenizer may have moved; ids are still shown
+        return None
+    finally:
+        hf_logging.set_verbosity(before)
 
 
 def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = None) -> str:
@@ -53,17 +104,9 @@ def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = 
     from prefdata.tokenize.masks import build_pair_batch, sequence_masks
 
     out_path = Path(out_dir)
-    if not (out_path / "manifest.json").is_file():
-        raise PrefdataError(f"{out_path} has no manifest.json: not a finished prefdata output")
-    manifest = read_manifest(out_path)
+    manifest = require_pairs(out_path, "show")  # unfinished or pair-less OUT: one line saying which
     index, record = _load_row(out_path, row, line)
-    tokenizer = None
-    try:
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(manifest["tokenizer"]["path"])
-    except Exception:  # the tokenizer may have moved; ids are still shown
-        tokenizer = None
+    tokenizer = _load_tokenizer((manifest.get("tokenizer") or {}).get("path"))
     pad = int(manifest.get("tokenizer", {}).get("pad_token_id") or 0)
     prompt, chosen, rejected = record["prompt_ids"], record["chosen_ids"], record["rejected_ids"]
     batch = build_pair_batch([prompt], [chosen], [rejected], "right", pad)

@@ -130,11 +130,33 @@ def test_rerun_replaces_refs_and_is_identical(tmp_path, model_dir):
     out = make_out(tmp_path / "out", model_dir)
     R.compute_refs(out, model_dir, batch_tokens=500, progress=False)
     first = _refs(out)
-    R.compute_refs(out, model_dir, batch_tokens=500, progress=False)
+    result = R.compute_refs(out, model_dir, batch_tokens=500, progress=False, recompute=True)
+    assert result.tokens > 0 and not result.already_computed_at
     ds = datasets.load_from_disk(str(out))
     assert ds.column_names.count("ref_chosen_logps") == 1
     for name in R.REF_COLUMNS:
         np.testing.assert_array_equal(_refs(out)[name], first[name])
+
+
+def test_a_second_refs_with_the_same_model_says_so_and_stops(tmp_path, model_dir, capsys):
+    from prefdata.cli import main
+
+    out = make_out(tmp_path / "out", model_dir)
+    assert main(["refs", str(out), "--model", model_dir, "--no-progress", "--batch-tokens", "500"]) == 0
+    files = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    capsys.readouterr()
+    # Another batch size only reorders the arithmetic: still the same refs, nothing recomputed.
+    assert main(["refs", str(out), "--model", model_dir, "--no-progress", "--batch-tokens", "300"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and "already holds reference log-probs" in lines[0] and "--recompute" in lines[0]
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == files  # OUT untouched
+    # --recompute computes them again (and replaces the data files).
+    assert main(["refs", str(out), "--model", model_dir, "--no-progress", "--recompute"]) == 0
+    assert "already holds" not in capsys.readouterr().out
+    assert read_manifest(out)["refs"]["settings"]["batch_tokens"] == 16384
+    # Another dtype gives other values: computed, not skipped.
+    result = R.compute_refs(out, model_dir, dtype="bfloat16", device="cpu", progress=False)
+    assert not result.already_computed_at and read_manifest(out)["refs"]["model"]["dtype"] == "bfloat16"
 
 
 def test_tokenizer_mismatch_is_refused(tmp_path, model_dir, capsys):

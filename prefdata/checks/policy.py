@@ -15,8 +15,9 @@ A policy is a TOML file (see checks/README.md):
     reward_margin = 1.0         # reward_rejected - reward_chosen > this -> reward_disagrees
 
 A file only needs the keys it changes: everything it leaves out keeps the built-in default below.
-`false` turns an optional limit off. The built-in default is embedded here (and mirrored verbatim by
-checks/default.toml, which a test keeps identical) so an installed package needs no repo checkout.
+`false` turns an optional limit off. The bundled policies are package data (prefdata/policies/:
+default.toml, the built-in default, and pr.toml), so `--policy pr` works from any directory with an
+installed package; checks/default.toml and checks/pr.toml in a clone link to them.
 """
 
 from __future__ import annotations
@@ -37,43 +38,18 @@ SEVERITIES: tuple[str, ...] = get_args(Severity)
 # `info` keeps the flag on the row and in the reports without making the row a finding.
 SEVERITY_RANK: dict[str, int] = {"error": 3, "drop": 2, "warn": 1, "info": 0, "ignore": 0}
 
-DEFAULT_POLICY_TOML = """\
-# prefdata default check policy. Mirrors the policy built into prefdata/policy.py
-# (a test keeps the two identical). See checks/README.md for what each severity does.
-description = "prefdata default: drop pairs that cannot train, warn about the rest"
+POLICIES_PACKAGE = "prefdata.policies"  # the bundled policies, package data (default.toml, pr.toml)
+BUNDLED_POLICIES = ("default", "pr")
 
-[flags]
-identical = "drop"
-whitespace_only = "drop"
-near_duplicate = "warn"
-identical_after_truncation = "drop"
-empty_prompt = "warn"
-empty_chosen = "drop"
-empty_rejected = "drop"
-no_completion_tokens = "drop"
-completion_truncated = "warn"
-prompt_boundary_mismatch = "warn"
-duplicate_pair = "warn"
-conflicting_pair = "warn"
-multi_turn_completion = "warn"
-prompt_leak = "warn"
-non_finite_ref_logps = "drop"
-tied_reward = "drop"
-reward_disagrees = "warn"
-reasoning_lost = "error"
-reasoning_mismatch = "warn"
-same_final_answer = "info"
-tool_call_invalid = "error"
 
-[thresholds]
-near_duplicate = 0.95
-near_duplicate_prompt = 0.8
-max_flagged_share = false
-length_bias = false
-max_dropped_share = 0.2
-tie_threshold = 0.0
-reward_margin = 1.0
-"""
+def bundled_policy_text(name: str) -> str:
+    """The TOML of a policy shipped inside the package (`--policy default`, `--policy pr`)."""
+    from importlib.resources import files
+
+    return (files(POLICIES_PACKAGE) / f"{name}.toml").read_text(encoding="utf-8")
+
+
+DEFAULT_POLICY_TOML = bundled_policy_text("default")  # the one source of the built-in default
 
 # Threshold key -> (Policy attribute, may be turned off with `false`, lowest allowed, open at lowest,
 # highest allowed). Shares and similarities live in [0, 1]; reward differences are on the reward's own
@@ -166,6 +142,7 @@ def dataset_limit_findings(
 
 def load_policy(path: str | Path | None = None) -> Policy:
     """The policy at `path` layered over the built-in default; None (or "default"): the default.
+    A bundled policy's name ("pr") works from any directory; a file of that name there wins.
 
     Any problem with the file raises PrefdataError with one line naming the file and the key.
     """
@@ -173,8 +150,11 @@ def load_policy(path: str | Path | None = None) -> Policy:
     if path is None or (str(path) == "default" and not Path(path).is_file()):
         return base
     p = Path(path)
+    if str(path) in BUNDLED_POLICIES and not p.is_file():
+        return _parse(tomllib.loads(bundled_policy_text(str(path))), base, str(path))
     if not p.is_file():
-        raise PrefdataError(f"policy file not found: {p}")
+        names = ", ".join(f"--policy {name}" for name in BUNDLED_POLICIES)
+        raise PrefdataError(f"policy file not found: {p} (the bundled policies need no file: {names})")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

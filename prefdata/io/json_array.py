@@ -72,6 +72,10 @@ class _ArrayStream:
         self.eof = False
         self.gzip_error: str | None = None
         self.lines_before = 0  # newlines in text already dropped from buf
+        # `line_of`'s running count: newlines in the whole text before buf[_counted] (each newline
+        # is counted once, so numbering every record costs one pass over the text).
+        self._newlines = 0
+        self._counted = 0
         self.first = True
         self.has_bad_utf8 = False  # whether any chunk so far held invalid UTF-8 (rare: skip scans)
 
@@ -110,9 +114,17 @@ class _ArrayStream:
     def compact(self) -> None:
         """Drop consumed text; only between items, so no position held by a caller moves."""
         if self.pos > ARRAY_CHUNK and self.pos > len(self.buf) // 2:
-            self.lines_before += self.buf.count("\n", 0, self.pos)
+            self.line_of(self.pos)
+            self.lines_before = self._newlines
             self.buf = self.buf[self.pos :]
             self.pos = 0
+            self._counted = 0
+
+    def line_of(self, pos: int) -> int:
+        """1-based line of buf[pos], for a `pos` at or after the last one asked about."""
+        self._newlines += self.buf.count("\n", self._counted, pos)
+        self._counted = pos
+        return self._newlines + 1
 
     def skip_ws(self) -> bool:
         """Advance past whitespace; False if the input ends first."""
@@ -202,12 +214,13 @@ class _ArrayStream:
 
 
 def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
+    """Each item as a record at the line where it starts (so annotations and reports point at the
+    item, as they do for JSON lines); a problem outside any item at the line where it is."""
     with _open_binary(file, gz) as fh:
         stream = _ArrayStream(fh)
         if not stream.skip_ws():
             return  # empty file
         stream.pos += 1  # the '[' (checked by the sniffer)
-        index = 0
         after_comma = False
         missing_comma = False
         while True:
@@ -216,25 +229,25 @@ def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                 reason = "file ends before the closing ']' (truncated JSON array)"
                 if stream.gzip_error:
                     reason = f"truncated or corrupt gzip stream ({stream.gzip_error})"
-                yield RawRecord(name, index + 1, error=reason)
+                yield RawRecord(name, stream.line_of(stream.pos), error=reason)
                 return
             char = stream.buf[stream.pos]
             if char == "]":
                 if after_comma:
                     yield RawRecord(
                         name,
-                        index + 1,
+                        stream.line_of(stream.pos),
                         error=f"invalid JSON: trailing comma before ']' at {stream.where(stream.pos)}",
                     )
                 stream.pos += 1
                 if stream.skip_ws():
                     at = stream.where(stream.pos)
                     yield RawRecord(
-                        name, index + 1, error=f"invalid JSON: extra data after the array at {at}"
+                        name, stream.line_of(stream.pos), error=f"invalid JSON: extra data after the array at {at}"
                     )
                 return
-            index += 1
             start = stream.pos
+            line = stream.line_of(start)
             result = (
                 ValueError("missing ',' before this item")
                 if missing_comma
@@ -249,7 +262,7 @@ def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                     error = f"invalid JSON: {_msg(result)} at {stream.where(result.pos)}"
                 else:
                     error = _decode_error(result) + f" at {stream.where(start)}"
-                yield RawRecord(name, index, error=error, raw_text=_clip(text.strip()))
+                yield RawRecord(name, line, error=error, raw_text=_clip(text.strip()))
                 if end >= len(stream.buf) and stream.eof:
                     return  # the bad item runs to the end of input: one record for the tail
                 stream.pos = end
@@ -261,12 +274,12 @@ def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                     bad = bad_match.start()
                     yield RawRecord(
                         name,
-                        index,
+                        line,
                         error=f"invalid UTF-8 at {stream.where(start + bad)}",
                         raw_text=_clip(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")),
                     )
                 else:
-                    yield _record(name, index, value, text)
+                    yield _record(name, line, value, text)
                 stream.pos = end
             if not stream.skip_ws():
                 continue  # reported as truncated at the top of the loop

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from prefdata.errors import PrefdataError
+
 MANIFEST_NAME = "manifest.json"
 
 
@@ -59,3 +61,36 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     template = getattr(tokenizer, "chat_template", None)
     digest.update(json.dumps(template, sort_keys=True, default=str).encode("utf-8"))
     return "sha256:" + digest.hexdigest()
+
+
+def require_pairs(out_dir: str | Path, command: str) -> dict[str, Any]:
+    """OUT's manifest, once OUT is known to be finished and to hold at least one pair; otherwise a
+    PrefdataError (one line, exit 2) naming why. `refs` and `train` call it before writing anything,
+    so an OUT that cannot be used is refused instead of being rewritten into one nothing can read."""
+    out = Path(out_dir)
+    if not (out / MANIFEST_NAME).is_file():
+        interrupted = any(out.glob(".prefdata-staging-*")) if out.is_dir() else False
+        why = "a prepare was interrupted before it finished" if interrupted else "no manifest.json"
+        raise PrefdataError(f"{out} is not a finished prepared OUT ({why}): run `prefdata prepare` first")
+    try:
+        manifest = read_manifest(out)
+        kept = int((manifest.get("row_accounting") or {}).get("rows_out", 1))
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
+        raise PrefdataError(f"{out / MANIFEST_NAME} cannot be read ({type(exc).__name__}: {exc})") from None
+    if kept == 0:
+        dropped = int((manifest.get("row_accounting") or {}).get("rows_dropped", 0))
+        raise PrefdataError(
+            f"{out} holds no pair ({dropped:,} dropped by the policy, see {out / 'dropped.jsonl'}): "
+            f"`prefdata {command}` has nothing to read; change the policy or the data and rerun `prefdata prepare`"
+        )
+    if not _lists_data_files(out / "state.json"):
+        raise PrefdataError(f"{out}'s dataset lists no data file in state.json: rerun `prefdata prepare` into a new OUT")
+    return manifest
+
+
+def _lists_data_files(state_path: Path) -> bool:
+    try:
+        state = json.loads(state_path.read_text(encoding="utf-8"))
+        return bool(state["_data_files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False

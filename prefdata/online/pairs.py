@@ -8,6 +8,7 @@ pass-through columns that the pair checks turn into flags (`checks.reward`): `re
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +22,12 @@ class PairStats:
 
 
 def group_samples(generations: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Samples grouped by prompt (its source file and line), in first-seen order."""
-    groups: dict[tuple[Any, Any], list[dict[str, Any]]] = {}
+    """Samples grouped by prompt (its source file and line, and its text: the records of a one-line
+    JSON array share line 1), in first-seen order."""
+    groups: dict[tuple[Any, Any, str], list[dict[str, Any]]] = {}
     for row in generations:
-        groups.setdefault((row.get("source_file"), row.get("source_line")), []).append(row)
+        prompt = json.dumps(row.get("prompt"), sort_keys=True, ensure_ascii=False)
+        groups.setdefault((row.get("source_file"), row.get("source_line"), prompt), []).append(row)
     return list(groups.values())
 
 

@@ -23,11 +23,13 @@ import numpy as np
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.lock import holding_out_lock, is_rank_zero
-from prefdata.io.manifest import read_manifest, write_manifest
+from prefdata.io.manifest import read_manifest, require_pairs, write_manifest
 from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, batch_costs, compute_shards
 from prefdata.refs.setup import (
     choose_layout,
     distributed_env,
+    early_fingerprint,
+    held_refs,
     ids_digest,
     load_reference_model,
     load_tokenizer_checked,
@@ -84,8 +86,14 @@ class RefsResult:
     rank: int = 0
     merged: bool = True  # False on ranks other than 0, which only compute shards
     shared_pairs: int = 0  # pairs whose prompt went through the model once (shared layout)
+    already_computed_at: str = ""  # set when OUT already held these refs and nothing was computed
 
     def summary(self) -> str:
+        if self.already_computed_at:
+            return (
+                f"refs: {self.out_dir} already holds reference log-probs from this model ({self.dtype} on "
+                f"{self.device}, computed {self.already_computed_at}); nothing to do (--recompute computes them again)"
+            )
         if not self.merged:
             return f"rank {self.rank}: computed its shards ({self.tokens} tokens, {self.tokens_per_second:.0f} tokens/s)"
         line = (
@@ -111,6 +119,7 @@ def compute_refs(
     resume: bool = True,
     progress: bool = True,
     trust_remote_code: bool = False,
+    recompute: bool = False,
     *,
     layout: str = "auto",
     shard_batches: int = SHARD_BATCHES,
@@ -122,15 +131,15 @@ def compute_refs(
     `layout` (auto|right|left|packed|blocks|shared) and `shard_batches` are for tests and
     benchmarks; auto runs padding-free rows of pairs with the prompt shared where that pays when the
     model supports block attention, else packs where varlen kernels pay, else pads sorted rows.
-    `rank`/`world_size` default to torchrun's environment.
+    `rank`/`world_size` default to torchrun's environment. When OUT already holds refs from this
+    model (same weights, dtype and device type) nothing is computed unless `recompute`.
     """
     import torch
 
     from prefdata.model.logprobs import plan_batches, plan_packed_batches
 
     out, model_dir = Path(out_dir), Path(model)
-    if not (out / "manifest.json").is_file() or not (out / "state.json").is_file():
-        raise PrefdataError(f"{out} is not a prepared OUT directory (no manifest.json/state.json): run `prefdata prepare`")
+    manifest = require_pairs(out, "refs")  # an unfinished or pair-less OUT is refused before anything is written
     if not model_dir.is_dir():
         raise PrefdataError(f"--model {model} is not a local model directory")
     if batch_tokens <= 0:
@@ -142,7 +151,6 @@ def compute_refs(
         init_process_group()
 
     # 1. check the tokenizer, load the model, open the ids
-    manifest = read_manifest(out)
     if rank == 0:
         _finish_swap(out)  # a previous run killed mid-swap
     from prefdata.schema import LOSS_START_COLUMNS, check_out
@@ -152,6 +160,10 @@ def compute_refs(
     pad_token_id = int((manifest.get("tokenizer") or {}).get("pad_token_id") or 0)
     device_name = resolve_device(device, local_rank)
     dtype_name = resolve_dtype(dtype, device_name)
+    fingerprint = early_fingerprint(model_dir, dtype_name, trust_remote_code)
+    held = None if recompute or fingerprint is None else held_refs(manifest, fingerprint, device_name.split(":")[0])
+    if held is not None:  # a rerun would compute the same values again
+        return _already_held(out, held, device_name, dtype_name, rank)
     net = load_reference_model(model_dir, dtype_name, device_name, trust_remote_code)
     layout = choose_layout(net, layout)
     dataset, ids, lens = open_ids(out)
@@ -161,7 +173,7 @@ def compute_refs(
     batches = (plan_packed_batches if padding_free else plan_batches)(costs, batch_tokens)
     shards = plan_shards(batches, shard_batches)
     num_rows = len(dataset)
-    fingerprint = model_fingerprint(model_dir, net.config, dtype_name)
+    fingerprint = fingerprint or model_fingerprint(model_dir, net.config, dtype_name)
     settings = {
         "work_format": WORK_FORMAT, "model": fingerprint, "device_type": device_name.split(":")[0],
         "batch_tokens": batch_tokens, "layout": layout, "shard_batches": shard_batches,
@@ -221,6 +233,16 @@ def compute_refs(
     write_manifest(out, manifest)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     return result
+
+
+def _already_held(out: Path, held: dict[str, Any], device: str, dtype: str, rank: int) -> RefsResult:
+    rows = int(held.get("rows") or 0)
+    return RefsResult(
+        out_dir=str(out), rows=rows, tokens=0, seconds=0.0, tokens_per_second=0.0,
+        non_finite_rows=int(held.get("non_finite_rows") or 0), shards_total=0, shards_resumed=0,
+        layout=str((held.get("settings") or {}).get("layout", "")), device=device, dtype=dtype, rank=rank,
+        merged=rank == 0, already_computed_at=str(held.get("computed_at") or "earlier"),
+    )
 
 
 def _work_dir(out: Path, settings: dict[str, Any], settings_hash: str, rank: int, resume: bool) -> Path:

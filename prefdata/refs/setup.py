@@ -140,3 +140,28 @@ def open_ids(out: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     if has_loss_starts(dataset.column_names):  # `--loss-on answer`: refs sum only the answer tokens
         ids.update({name: table.column(name).combine_chunks() for name in LOSS_START_COLUMNS})
     return dataset, ids, lens
+
+
+def early_fingerprint(model_dir: Path, dtype: str, trust_remote_code: bool) -> dict[str, Any] | None:
+    """`model_fingerprint` from the model's config alone (no weights loaded), so a rerun can be
+    recognised before loading the model; None when the config cannot be read (the model loader
+    then reports why)."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return None
+    return model_fingerprint(model_dir, config, dtype)
+
+
+def held_refs(manifest: dict[str, Any], fingerprint: dict[str, Any], device_type: str) -> dict[str, Any] | None:
+    """The manifest's refs entry when OUT already holds refs from this model (same weights,
+    architecture and dtype) on this kind of device: the values a rerun would compute again.
+    Batch size and layout only reorder the arithmetic, so they do not count as a change."""
+    refs = manifest.get("refs")
+    if not isinstance(refs, dict):
+        return None
+    model = {key: value for key, value in (refs.get("model") or {}).items() if key != "path"}
+    device = str((refs.get("settings") or {}).get("device", "")).split(":")[0]
+    return refs if model == fingerprint and device == device_type else None

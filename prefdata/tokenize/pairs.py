@@ -90,6 +90,9 @@ class TokenizeSettings:
 def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     """Load a fast Hugging Face tokenizer from a local directory (or a name already in the HF cache)."""
     path = str(path)
+    if os.path.isfile(path):  # e.g. tok/vocab.json: the files come as a set, from their directory
+        parent = os.path.dirname(path) or "."
+        raise PrefdataError(f"--tokenizer takes the tokenizer's directory, not one of its files: pass {parent} instead of {path}")
     if os.path.isdir(path):
         if not any(os.path.exists(os.path.join(path, name)) for name in _TOKENIZER_FILES):
             raise PrefdataError(f"no tokenizer files ({', '.join(_TOKENIZER_FILES)}) in {path}")

@@ -13,7 +13,7 @@ import torch
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
-from prefdata.io.manifest import read_manifest, tokenizer_fingerprint
+from prefdata.io.manifest import read_manifest, require_pairs, tokenizer_fingerprint
 from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
 
@@ -64,8 +64,7 @@ def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
     import polars as pl
     import pyarrow.compute as pc
 
-    if not (out_dir / "manifest.json").is_file():
-        raise PrefdataError(f"{out_dir} is not a prepared OUT directory (no manifest.json): run `prefdata prepare` first")
+    require_pairs(out_dir, "train")  # an unfinished or pair-less OUT: one line, before anything is written
     from prefdata.schema import LOSS_START_COLUMNS, check_out, has_loss_starts
 
     check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.schema)

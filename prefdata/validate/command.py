@@ -50,6 +50,22 @@ def is_prepared_dir(path: str | Path) -> bool:
     return p.is_dir() and (p / MANIFEST_NAME).is_file() and (p / "state.json").is_file()
 
 
+def _refuse_unfinished_out(path: Path) -> None:
+    """A directory prefdata created but never finished (no manifest) is not raw input: reading its
+    leftovers as data would pass or fail for the wrong reason. One line saying what happened."""
+    from prefdata.io.writer import STAGING_PREFIX, is_prefdata_dir
+
+    if not path.is_dir() or not is_prefdata_dir(path) or (path / MANIFEST_NAME).is_file():
+        return
+    if any(path.glob(f"{STAGING_PREFIX}*")):
+        why = "a prepare was interrupted before it finished; rerun it"
+    elif (path / "quarantine.jsonl").is_file():
+        why = f"its prepare could read no record, see {path / 'quarantine.jsonl'}"
+    else:
+        why = "no manifest.json; rerun `prefdata prepare`"
+    raise PrefdataError(f"{path} is an unfinished prefdata OUT ({why})")
+
+
 def validate(
     input: str | Path,
     *,
@@ -104,6 +120,7 @@ def validate(
     from prefdata.engine.select import check_engine
 
     check_engine(engine)
+    _refuse_unfinished_out(input_path)
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
     if prepared:

@@ -55,7 +55,47 @@ def test_json_array_plain_and_pretty(tmp_path, indent):
     path.write_text(json.dumps(ROWS, indent=indent))
     records = _read(path)
     assert _values(records) == ROWS
-    assert [r.source_line for r in records] == [1, 2, 3, 4, 5]  # record index for arrays
+    # The line where each record starts: all on line 1 in a one-line array; with indent=2 each
+    # record spans 6 lines after the '[' line.
+    assert [r.source_line for r in records] == ([1] * 5 if indent is None else [2, 8, 14, 20, 26])
+
+
+def _item_start_lines(text: str) -> list[int]:
+    """Independent oracle: the line of each top-level item's first character."""
+    decoder, lines, pos = json.JSONDecoder(), [], text.index("[") + 1
+    while True:
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        if text[pos] == "]":
+            return lines
+        lines.append(text.count("\n", 0, pos) + 1)
+        _value, pos = decoder.raw_decode(text, pos)
+
+
+def test_json_array_records_keep_the_line_they_start_on(tmp_path, monkeypatch):
+    """Multi-line records of varied sizes, a small read chunk so the buffer is compacted many
+    times: every record (and a quarantined one) is numbered by its first line."""
+    import prefdata.io.json_array as JA
+
+    monkeypatch.setattr(JA, "ARRAY_CHUNK", 512)
+    rows = [{"prompt": "p" * (i * 37 % 300), "chosen": ["x\ny"] * (i % 4), "rejected": {"k": i}} for i in range(400)]
+    text = json.dumps(rows, indent=2).replace('"k": 7\n', '"k": 7 oops\n', 1)  # one bad record
+    path = tmp_path / "d.json"
+    path.write_text(text)
+    records = _read(path)
+    assert [r.source_line for r in records] == _item_start_lines(text.replace(" oops", ""))
+    bad = [r for r in records if r.error]
+    assert len(bad) == 1 and bad[0].error.startswith("invalid JSON")
+    assert bad[0].source_line == _item_start_lines(text.replace(" oops", ""))[7]
+
+
+def test_json_array_line_of_the_llamafactory_demo(shared_data):
+    """The issue's file: record 83 (1-based) starts at line 1934 (line 1374 is inside record 58)."""
+    path = shared_data("llamafactory-demo/dpo_en_demo.json")
+    records = _read(path)
+    lines = [r.source_line for r in records]
+    assert lines == _item_start_lines(path.read_text(encoding="utf-8"))
+    assert lines[82] == 1934 and lines[57] == 1354
 
 
 def test_json_array_gzip(tmp_path):
@@ -217,13 +257,13 @@ def test_raw_text_is_truncated(tmp_path):
 def test_json_array_bad_items_are_isolated(tmp_path):
     path = tmp_path / "d.json"
     path.write_bytes(
-        b'[{"a": 1}, {"b": 2 "c": 3}, 5, {"e": [1, 2, }, {"f": "\xff"}, {"g": 1} {"h": 1}, {"i": 1}]'
+        b'[{"a": 1},\n{"b": 2 "c": 3},\n5,\n{"e": [1, 2, },\n{"f": "\xff"},\n{"g": 1}\n{"h": 1},\n{"i": 1}]'
     )
     records = _read(path)
-    assert [r.source_line for r in records] == list(range(1, 9))
+    assert [r.source_line for r in records] == list(range(1, 9))  # each item's own line, bad ones too
     assert [r.value for r in records if r.error is None] == [{"a": 1}, {"g": 1}, {"i": 1}]
     errors = dict(_errors(records))
-    assert errors[2].startswith("invalid JSON: Expecting ',' delimiter at line 1")
+    assert errors[2].startswith("invalid JSON: Expecting ',' delimiter at line 2")
     assert errors[3] == "record is a JSON number, not a JSON object"
     assert errors[5].startswith("invalid UTF-8")
     assert "missing ','" in errors[7]

@@ -169,3 +169,12 @@ def test_cli_generate_then_score_with_a_reward_model(tmp_path, tiny_model_dir, r
     rows = _read(gen / "generations.jsonl")
     assert len(rows) == 32 and all(isinstance(r["reward"], float) for r in rows)
     assert len(_read(gen / "pairs.jsonl")) == 16
+
+
+def test_prompts_of_a_one_line_json_array_stay_apart():
+    """Records of a one-line JSON array all start on line 1: grouping must not merge their prompts."""
+    rows = _gen("A", 1, ["x", "y"]) + _gen("B", 1, ["z", "w"])
+    for row, reward in zip(rows, [1.0, 2.0, 5.0, 3.0]):
+        row["reward"] = reward
+    pairs, stats = make_pairs(rows)
+    assert stats.prompts == 2 and [(p["prompt"], p["chosen"], p["rejected"]) for p in pairs] == [("A", "y", "x"), ("B", "z", "w")]

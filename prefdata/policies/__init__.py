@@ -1,0 +1,2 @@
+"""The check policies shipped with prefdata (package data): default.toml (the built-in default) and
+pr.toml (strict, for pull requests). Load them by name: `--policy default`, `--policy pr`."""
