@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 ROWS = [
     {"prompt": "Question one?", "chosen": "A careful answer to one.", "rejected": "Nope, sorry."},
     {"prompt": "Question two?", "chosen": "same", "rejected": "same"},  # identical: drop by default, error in pr
+] + [  # clean pairs, so the default's one drop stays under max_dropped_share (0.2)
+    {"prompt": f"Question {n}?", "chosen": f"A careful answer to {n}.", "rejected": f"No idea about {n}."}
+    for n in ("three", "four", "five", "six")
 ]
 
 

@@ -50,7 +50,8 @@ def test_prepare_records_the_start_line_everywhere(tmp_path, tiny_tokenizer_dir)
     data = tmp_path / "pairs.json"
     starts = _pretty_array(data)
     out = tmp_path / "out"
-    assert main(["prepare", str(data), str(out), "--tokenizer", tiny_tokenizer_dir, "--no-progress", "--workers", "1"]) == 0
+    # 1 of 4 pairs dropped is above max_dropped_share (0.2): exit 1, OUT written all the same.
+    assert main(["prepare", str(data), str(out), "--tokenizer", tiny_tokenizer_dir, "--no-progress", "--workers", "1"]) == 1
     kept = datasets.load_from_disk(str(out))
     assert {row["prompt"]: row["source_line"] for row in kept} == {
         p: starts[p] for p in ("Question one?", "Question three?", "Question five?")
