@@ -109,7 +109,10 @@ def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = 
     tokenizer = _load_tokenizer((manifest.get("tokenizer") or {}).get("path"))
     pad = int(manifest.get("tokenizer", {}).get("pad_token_id") or 0)
     prompt, chosen, rejected = record["prompt_ids"], record["chosen_ids"], record["rejected_ids"]
-    batch = build_pair_batch([prompt], [chosen], [rejected], "right", pad)
+    # --loss-on answer: the reasoning stays outside the brackets, as refs and train score it.
+    starts = [record.get("chosen_loss_start")], [record.get("rejected_loss_start")]
+    batch = build_pair_batch([prompt], [chosen], [rejected], "right", pad,
+                             *(s if s[0] is not None else None for s in starts))
     chosen_mask, rejected_mask = sequence_masks(batch)
     lines = [
         f"row {index}  ({record['source_file']}:{record['source_line']})",

@@ -278,3 +278,13 @@ def test_generate_renders_prompts_with_the_same_template_settings(reasoning_toke
                              template_kwargs={"enable_thinking": False}, template_date="2031-05-06")
     assert ids == dataset[0]["prompt_ids"]
     assert tokenizer.decode(ids).endswith("<think>\n\n</think>\n\n")
+
+
+def test_show_keeps_the_reasoning_outside_the_loss_brackets_with_loss_on_answer(tmp_path, reasoning_tokenizer):
+    from prefdata.show import show_row
+
+    rows = [_row(_answer("Five.", reasoning_content="2 plus 3 is 5"), _answer("Six."))]
+    _, _, out = _prepare(tmp_path, rows, reasoning_tokenizer, loss_on="answer")
+    text = show_row(out, row=0)
+    assert "<think>\n2 plus 3 is 5\n</think>\n\n⟦Five.<|im_end|>⟧" in text
+    assert "⟦Six.<|im_end|>⟧" in text
