@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Any, Callable
 
@@ -428,7 +429,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # --no-progress and non-TTY runs: no third-party bars or warnings either (PREFDATA_DEBUG keeps them).
         with quiet_libraries(wants_quiet(getattr(args, "progress", None))):
-            return COMMANDS[args.command](args)
+            code = COMMANDS[args.command](args)
+        if argv is None:
+            # The work is done and written: a Ctrl-C during the interpreter's shutdown must not turn
+            # this exit code into "killed by SIGINT".
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return code
     except PrefdataError as exc:
         print(f"prefdata {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

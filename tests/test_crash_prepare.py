@@ -17,11 +17,11 @@ import pytest
 ROWS = 3000
 
 
-def _write_input(path: Path) -> None:
+def _write_input(path: Path, rows: int = ROWS) -> None:
     rng = random.Random(7)
     words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
     with open(path, "w", encoding="utf-8") as handle:
-        for i in range(ROWS):
+        for i in range(rows):
             prompt = " ".join(rng.choices(words, k=rng.randint(3, 30)))
             chosen = " ".join(rng.choices(words, k=rng.randint(1, 40)))
             rejected = chosen if i % 50 == 0 else " ".join(rng.choices(words, k=rng.randint(1, 40)))
@@ -100,7 +100,7 @@ def test_sigkill_at_random_points_then_rerun(tmp_path, tiny_tokenizer_dir):
 @pytest.mark.slow
 def test_ctrl_c_exits_cleanly(tmp_path, tiny_tokenizer_dir):
     raw = tmp_path / "raw.jsonl"
-    _write_input(raw)
+    _write_input(raw, rows=ROWS * 8)  # long enough that the interrupt lands mid-run, not at exit
     out = tmp_path / "out"
     process = subprocess.Popen(_command(raw, out, tiny_tokenizer_dir), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
