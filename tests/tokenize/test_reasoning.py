@@ -288,3 +288,15 @@ def test_show_keeps_the_reasoning_outside_the_loss_brackets_with_loss_on_answer(
     text = show_row(out, row=0)
     assert "<think>\n2 plus 3 is 5\n</think>\n\n⟦Five.<|im_end|>⟧" in text
     assert "⟦Six.<|im_end|>⟧" in text
+
+
+@pytest.mark.parametrize("field", ["tool_calls", "tools"])
+def test_a_template_that_ignores_tool_calls_or_tools_is_reasoning_lost(tmp_path, tiny_tokenizer_dir, field):
+    """ChatML renders role and content only: a tool call, or the row's tools, would vanish silently."""
+    if field == "tool_calls":
+        rows = [_row(_call({"city": "Paris"}), _answer("I do not know."))]
+    else:
+        rows = [_row(_answer("Sunny."), _answer("Rainy."), tools=TOOLS)]
+    result, _, out = _prepare(tmp_path, rows, tiny_tokenizer_dir)
+    assert result.exit_code == 1 and result.rows_out == 0
+    assert F.REASONING_LOST in _dropped(out)[0]["flags"]

@@ -97,3 +97,40 @@ def test_ids_equal_trls_on_reasoning_and_tool_rows(name, shared_tokenizer, tmp_p
         assert mine["prompt_ids"] == trl_row["prompt_ids"], where
         for half in ("chosen_ids", "rejected_ids"):
             assert mine[half] == turn_end(trl_row[half], tokenizer), f"{where} {half}"
+
+
+def test_llamafactory_v1_rows_equal_trls_ids_on_the_same_conversation(shared_tokenizer, tmp_path):
+    """The v1 shape (content parts, reasoning and tools parts, loss_weight) gives the ids TRL gives the
+    same conversation written in TRL's own message format."""
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = shared_tokenizer("qwen2.5-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+
+    def message(role, *parts):
+        return {"role": role, "content": [{"type": t, "value": v} for t, v in parts], "loss_weight": float(role == "assistant")}
+
+    system = message("system", ("text", "You are helpful."), ("tools", json.dumps(TOOLS)))
+    user = message("user", ("text", "What is 2+2?"))
+    v1 = {
+        "chosen_messages": [system, user, message("assistant", ("reasoning", "two and two"), ("text", "4"))],
+        "rejected_messages": [system, user, message("assistant", ("reasoning", "two and three"), ("text", "5"))],
+    }
+    trl_row = {
+        "prompt": [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "What is 2+2?"}],
+        "chosen": [{"role": "assistant", "content": "4", "reasoning_content": "two and two"}],
+        "rejected": [{"role": "assistant", "content": "5", "reasoning_content": "two and three"}],
+        "tools": json.dumps(TOOLS),
+    }
+    raw = tmp_path / "v1.jsonl"
+    raw.write_text(json.dumps(v1) + "\n", encoding="utf-8")
+    policy = tmp_path / "keep.toml"
+    policy.write_text('[flags]\nreasoning_lost = "warn"\n')  # Qwen2.5 ignores reasoning_content, as TRL does
+    result = prepare(raw, tmp_path / "out", tokenizer=tokenizer_dir, progress=False, workers=1, policy=policy)
+    assert result.rows_out == 1
+    (mine,) = datasets.load_from_disk(str(tmp_path / "out"))
+    (theirs,) = trl_ids([trl_row], tokenizer_dir, tmp_path)
+    assert mine["prompt_ids"] == theirs["prompt_ids"]
+    assert mine["chosen_ids"] == turn_end(theirs["chosen_ids"], tokenizer)
+    assert mine["rejected_ids"] == turn_end(theirs["rejected_ids"], tokenizer)
+    assert "get_weather" in tokenizer.decode(mine["prompt_ids"])  # the v1 tools part reached the template
