@@ -15,7 +15,13 @@ import json
 from typing import Any
 
 from prefdata import flags as F
-from prefdata.reasoning import THINK_CLOSE, message_answer, message_reasoning, split_reasoning
+from prefdata.reasoning import (
+    THINK_CLOSE,
+    carries_reasoning_or_tools,
+    message_answer,
+    message_reasoning,
+    split_reasoning,
+)
 from prefdata.records import Pair
 
 _VALIDATORS: dict[str, Any] = {}  # parameter schema (JSON text) -> compiled validator, per process
@@ -26,9 +32,8 @@ def has_reasoning_or_tools(pair: Pair) -> bool:
     """Cheap test for whether `reasoning_flags` can find anything (most rows have neither)."""
     if pair.tools:
         return True
-    for messages in (pair.prompt_messages, pair.chosen_messages, pair.rejected_messages):
-        if messages and any(len(m) > 2 for m in messages):
-            return True
+    if pair.is_conversational:
+        return any(carries_reasoning_or_tools(m) for m in (pair.prompt_messages, pair.chosen_messages, pair.rejected_messages))
     return THINK_CLOSE in pair.chosen or THINK_CLOSE in pair.rejected
 
 

@@ -31,11 +31,10 @@ from typing import Any, Sequence
 from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.manifest import tokenizer_fingerprint
-from prefdata.reasoning import reasoning_end
+from prefdata.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.records import Message, Pair, TokenizedPair
 from prefdata.tokenize.template import (
     TemplateSettings,
-    has_template_fields,
     lost_fields,
     pinned_clock,
     template_fingerprint,
@@ -390,7 +389,7 @@ class PairTokenizer:
         rejected, rejected_ends = self._end_of_turn(full_rejected[cut:])
         found: tuple[str, ...] = ()
         prompt_messages, chosen_messages, rejected_messages = conversation
-        if tools or any(has_template_fields(m) for m in conversation):
+        if tools or any(carries_reasoning_or_tools(m) for m in conversation):
             if lost_fields(prompt_messages, chosen_messages, tools, prompt, chosen) or lost_fields(
                 prompt_messages, rejected_messages, tools, prompt, rejected
             ):

@@ -161,14 +161,6 @@ def _call_for_template(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": {**function, "arguments": parsed}}
 
 
-def has_template_fields(messages: list[Message] | None) -> bool:
-    """Whether any message carries reasoning or tool calls (inline `</think>` included)."""
-    for message in messages or ():
-        if len(message) > 2 or "</think>" in (message.get("content") or ""):
-            return True
-    return False
-
-
 def lost_fields(
     prompt: list[Message], completion: list[Message], tools: list[Any] | None, prompt_text: str, completion_text: str
 ) -> list[str]:
