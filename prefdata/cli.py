@@ -176,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval-every", type=_positive_int, metavar="N", help="also evaluate every N steps")
     t.add_argument("--simpo-gamma", type=float, help="SimPO target margin (default 0.5)")
     t.add_argument("--warmup-ratio", type=float, help="share of steps for linear warmup (default 0.1)")
+    t.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"],
+                   help="learning rate after warmup: cosine or linear decay to 0 at the last step, or constant (default cosine)")
     t.add_argument("--max-grad-norm", type=float, help="gradient clipping norm (default 1.0)")
     t.add_argument("--save-every", type=_positive_int, metavar="N", help="checkpoint every N steps (default 500)")
     t.add_argument("--stall-steps", type=_positive_int, metavar="N", help="steps at ln 2 before the stall warning (default 20)")
@@ -251,6 +253,8 @@ def _add_online_commands(sub: Any) -> None:
     sc.add_argument("--output", metavar="FILE", help="scored rows (default: generations in place, else INPUT.scored.jsonl)")
     sc.add_argument("--pairs", metavar="FILE", help="where generation pairs go (default: pairs.jsonl beside INPUT)")
     sc.add_argument("--batch-size", type=_positive_int, metavar="B", help="rows per reward-model batch (default 8)")
+    sc.add_argument("--missing-eos-penalty", type=float, metavar="X",
+                    help="subtract X from the reward of an unfinished sample before pairing (TRL's missing_eos_penalty)")
     sc.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     sc.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the reward model directory")
     _add_common(sc)
@@ -275,12 +279,24 @@ def _add_online_commands(sub: Any) -> None:
     o.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr`, or a TOML file")
     o.add_argument("--loss", choices=["sigmoid", "ipo", "hinge", "robust"], help="preference loss (default sigmoid)")
     o.add_argument("--beta", type=float, help="DPO beta (default 0.1)")
-    o.add_argument("--lr", type=float, help="learning rate (default 5e-6)")
-    o.add_argument("--epochs", type=_positive_int, help="epochs over each round's pairs (default 1)")
-    o.add_argument("--batch-pairs", type=_positive_int, metavar="N", help="pairs per optimizer step (default 8)")
-    o.add_argument("--warmup-ratio", type=float, help="share of each round's steps for warmup (default 0)")
+    o.add_argument("--lr", type=float, help="peak learning rate (default 5e-6)")
+    o.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"],
+                   help="one schedule over the whole run, not per round: one optimizer (AdamW) continues from round "
+                   "to round, as in TRL's OnlineDPOTrainer; the rate decays to 0 at the run's planned last step "
+                   "(rounds x epochs x ceil(prompts-per-round / batch-pairs)) (default cosine)")
+    o.add_argument("--epochs", type=_positive_int,
+                   help="passes over each round's pairs before sampling again (default 1; TRL: one pass)")
+    o.add_argument("--batch-pairs", type=_positive_int, metavar="N",
+                   help="pairs per optimizer step (default 8; TRL's per_device_train_batch_size). A round of N prompts "
+                   "takes ceil(N / batch-pairs) steps per epoch: N = batch-pairs is fully online (a step per sampling)")
+    o.add_argument("--warmup-ratio", type=float, help="share of the run's planned steps for linear warmup (default 0)")
+    o.add_argument("--missing-eos-penalty", type=float, metavar="X",
+                   help="subtract X from the reward of a sample that hit --max-new-tokens before pairing "
+                   "(TRL's missing_eos_penalty; default none). To drop such pairs instead: completion_truncated = "
+                   "\"drop\" in the check policy")
     o.add_argument("--keep-round-policies", action="store_true", default=None,
                    help="keep every round's weights (default: only the current policy's)")
+    _add_template_options(o)
     _add_common(o)
 
 
