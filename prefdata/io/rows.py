@@ -63,6 +63,8 @@ def dropped_record(row: CheckedRow) -> dict[str, Any]:
         "chosen": pair.chosen,
         "rejected": pair.rejected,
     }
+    if pair.benchmark_match is not None and "benchmark_overlap" in row.flags:  # which benchmark item, and where
+        record["benchmark_overlap"] = pair.benchmark_match.record()
     if pair.extra:
         record["extra"] = pair.extra
     return record
