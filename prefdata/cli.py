@@ -202,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval", dest="eval_dir", metavar="OUT_EVAL", help="a prepared eval split to evaluate on")
     t.add_argument("--eval-every", type=_positive_int, metavar="N", help="also evaluate every N steps")
     t.add_argument("--simpo-gamma", type=float, help="SimPO target margin (default 0.5)")
+    t.add_argument("--ld-alpha", type=float, metavar="ALPHA",
+                   help="length-desensitized DPO (LD-DPO, TRL's ld_alpha), in [0, 1]: the log-probs of each half's "
+                   "tokens beyond the shorter half's length count ALPHA times, in the policy's and the reference's sums "
+                   "(1 is plain DPO, 0 ignores the extra length); needs refs from this prefdata version; not with simpo"),
     t.add_argument("--warmup-ratio", type=float, help="share of steps for linear warmup (default 0.1)")
     t.add_argument("--max-grad-norm", type=float, help="gradient clipping norm (default 1.0)")
     t.add_argument("--save-every", type=_positive_int, metavar="N", help="checkpoint every N steps (default 500)")

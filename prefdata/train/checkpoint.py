@@ -18,6 +18,7 @@ CHECKPOINT_DIR = "checkpoints"
 RESUME_KEYS = (
     "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens",
     "batch_pairs", "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "layout", "shuffle",
+    "ld_alpha",
 )
 
 
