@@ -44,7 +44,7 @@ def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[Lo
     with fwd.autocast:
         ld = fwd.ld_alpha is not None
         logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
-                           fwd.layout, fwd.pad_token_id, *starts, public=ld)
+                           fwd.layout, fwd.pad_token_id, *starts, **({"public": True} if ld else {}))
         ref_c = ref_r = None
         if data.has_refs:
             ref_c, ref_r = (torch.tensor(batch_rows[f"ref_{half}_logps"], dtype=torch.float32, device=logps.chosen.device)
