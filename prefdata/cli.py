@@ -67,6 +67,31 @@ def _add_template_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_decontaminate_options(parser: argparse.ArgumentParser) -> None:
+    """Benchmark decontamination: the same flags on prepare and validate."""
+    parser.add_argument(
+        "--decontaminate-against", nargs="+", metavar="PATH",
+        help="benchmark files, directories or Hub ids (org/name:split) in any format prefdata reads; pairs whose prompt "
+        "shares a run of N words with a benchmark item are flagged benchmark_overlap (default policy: drop; pr: error). "
+        "The item's text is read from --decontaminate-field, else from the first of prompt, question, problem, "
+        "instruction, input, text that it has, else from a preference row's prompt",
+    )
+    parser.add_argument(
+        "--decontaminate-field", action="append", metavar="NAME",
+        help="the benchmark field that holds the text, when it is none of the common ones (repeatable: each field "
+        "is matched on its own)",
+    )
+    parser.add_argument(
+        "--decontaminate-ngram", type=_positive_int, metavar="N",
+        help="words in a run (default 13, as lm-eval-harness and GPT-3); words are lowercased and stripped of "
+        "punctuation; benchmark items of 8 to N-1 words are matched whole",
+    )
+    parser.add_argument(
+        "--decontaminate-completions", action="store_true", default=None,
+        help="also flag pairs whose chosen or rejected completion overlaps a benchmark item (e.g. a leaked answer)",
+    )
+
+
 def _add_engine_options(parser: argparse.ArgumentParser, partitioned: bool = True) -> None:
     parser.add_argument("--engine", choices=["local", "ray"], help="where the work runs: worker processes here (local, default) or a Ray cluster")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local Ray)")
@@ -105,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="all completion tokens in the loss (default), or only the answer: a leading reasoning block "
         "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)",
     )
+    _add_decontaminate_options(p)
     p.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT written by prefdata")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")
@@ -130,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     v.add_argument("--baseline", metavar="REPORT.json", help="report from the base branch: only regressions fail")
     v.add_argument("--against", metavar="OTHER", help="flag prompts that also occur in OTHER (e.g. the eval split)")
+    _add_decontaminate_options(v)
     v.add_argument("--workers", type=_positive_int, metavar="N", help="processes that check raw input (default: all cores, at most 8; with --engine ray: Ray actors)")
     _add_engine_options(v)
     _add_common(v)
@@ -175,6 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval", dest="eval_dir", metavar="OUT_EVAL", help="a prepared eval split to evaluate on")
     t.add_argument("--eval-every", type=_positive_int, metavar="N", help="also evaluate every N steps")
     t.add_argument("--simpo-gamma", type=float, help="SimPO target margin (default 0.5)")
+    t.add_argument("--ld-alpha", type=float, metavar="ALPHA",
+                   help="length-desensitized DPO (LD-DPO, TRL's ld_alpha), in [0, 1]: the log-probs of each half's "
+                   "tokens beyond the shorter half's length count ALPHA times, in the policy's and the reference's sums "
+                   "(1 is plain DPO, 0 ignores the extra length); needs refs from this prefdata version; not with simpo"),
     t.add_argument("--warmup-ratio", type=float, help="share of steps for linear warmup (default 0.1)")
     t.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"],
                    help="learning rate after warmup: cosine or linear decay to 0 at the last step, or constant (default cosine)")

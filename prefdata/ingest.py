@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from prefdata.checks.checker import build_leak_index, verdict
+from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import DatasetMerge, dataset_flags
 from prefdata.checks.partitioned import PartitionedMerge, PartitionedResult, block_from_digests, partitioned_dataset_checks
 from prefdata.checks.policy import Policy, load_policy
@@ -119,6 +120,7 @@ def iter_checked_rows(
     workers: int = 1,
     merge: DatasetMerge | PartitionedMerge | None = None,
     engine: Engine | None = None,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
 
@@ -129,6 +131,7 @@ def iter_checked_rows(
     are through. An input whose first `batch_size` records are all of an unknown shape is not
     preference data. A `PartitionedMerge` makes a first pass over the input for the dataset-wide
     checks by hash partitioning (on Ray: no process holds every row's digests); the rows are the same.
+    `benchmarks`: flag `benchmark_overlap` against them (prefdata.checks.decontaminate).
     """
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
@@ -136,7 +139,7 @@ def iter_checked_rows(
         pair_tokenizer = PairTokenizer(tokenizer_path, settings, trust_remote_code=trust_remote_code)
         pair_tokenizer.setup()
     leak_index = build_leak_index(against) if against is not None else None
-    stage = CheckChunk(pair_tokenizer, settings, policy, leak_index)
+    stage = CheckChunk(pair_tokenizer, settings, policy, leak_index, benchmarks)
     engine = engine or LocalEngine(workers, in_flight=IN_FLIGHT_PER_WORKER * workers)
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
     probe = ShapeProbe(raw_path, batch_size)

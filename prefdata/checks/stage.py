@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prefdata.checks.dataset import PromptLeakIndex
+from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.checker import pair_flags
 from prefdata.checks.policy import Policy
@@ -55,6 +56,7 @@ class CheckChunk:
     settings: TokenizeSettings
     policy: Policy
     leak_index: PromptLeakIndex | None = None
+    benchmarks: BenchmarkIndex | None = None  # --decontaminate-against
     made_in: int = field(default_factory=os.getpid)  # the process that made the stage
 
     def setup(self) -> None:
@@ -80,7 +82,7 @@ class CheckChunk:
                 exact = exact_record(chunk, position, raw.source_line, spans[position], data=data)
                 records.append(RecordResult(exact, None, None, [], done.error, done.unknown_shape))
                 continue
-            flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index)
+            flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index, self.benchmarks)
             where = RawRecord(raw.source_file, raw.source_line)
             records.append(RecordResult(where, done.pair, done.tokenized, flags))
             pair_index.append(position)

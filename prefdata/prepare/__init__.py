@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prefdata import FORMAT_VERSION, __version__
+from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import Policy, load_policy
@@ -74,6 +75,10 @@ def prepare(
     chat_template_file: str | Path | None = None,
     template_date: str = DEFAULT_TEMPLATE_DATE,
     loss_on: str = "all",
+    decontaminate_against: str | Path | list[str | Path] | None = None,
+    decontaminate_field: str | list[str] | None = None,
+    decontaminate_ngram: int = DEFAULT_NGRAM,
+    decontaminate_completions: bool = False,
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
@@ -84,7 +89,11 @@ def prepare(
     `worker_writes` (default: on with Ray): the workers write the Arrow shards themselves and no row
     passes through this process (prefdata.prepare.shards); it implies `partitioned_checks`.
     `template_kwargs`, `chat_template_file` and `template_date` decide how conversations render
-    (prefdata.tokenize.template); `loss_on="answer"` keeps a leading reasoning block out of the loss."""
+    (prefdata.tokenize.template); `loss_on="answer"` keeps a leading reasoning block out of the loss.
+    `decontaminate_against`: benchmark files (or Hub ids); pairs whose prompt (and, with
+    `decontaminate_completions`, a completion) shares a run of `decontaminate_ngram` words with a
+    benchmark item are flagged `benchmark_overlap` (prefdata.checks.decontaminate); the text is in
+    `decontaminate_field`, else found in a common field."""
     from prefdata.io import writer as W
 
     started = time.time()
@@ -96,6 +105,9 @@ def prepare(
     hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
     input_files = [] if hub else _input_files(raw_path, out_path)
     loaded_policy = load_policy(policy)
+    benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
+                                 completions=decontaminate_completions)
+    index = benchmarks[0] if benchmarks else None
     template = TemplateSettings(
         kwargs=parse_template_kwargs(template_kwargs),
         chat_template_file=str(chat_template_file) if chat_template_file else None,
@@ -121,6 +133,8 @@ def prepare(
         "trust_remote_code": trust_remote_code,
         "policy": loaded_policy.to_dict(),
     }
+    if benchmarks is not None:
+        config["decontaminate"] = benchmarks[1].settings()
 
     lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT
     try:
@@ -128,17 +142,19 @@ def prepare(
         try:
             if worker_writes:
                 written = _write_with_workers(raw_path, hub, input_files, tmp, pair_tokenizer, settings, loaded_policy,
-                                              workers, engine, ray_address, batch_size, progress, config)
+                                              workers, engine, ray_address, batch_size, progress, config, index)
             else:
                 threshold = loaded_policy.near_duplicate_prompt_threshold
                 merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
                 rows = iter_checked_rows(
                     raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
                     progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
-                    engine=select_engine(engine, workers, ray_address),
+                    engine=select_engine(engine, workers, ray_address), benchmarks=index,
                 )
                 written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer))
                 written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+            if benchmarks is not None:
+                written.report.benchmarks = benchmarks[1]
             meta = {
                 "input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare",
                 "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
@@ -188,7 +204,7 @@ def prepare(
 def _write_with_workers(
     raw_path: Path, hub: HubSource | None, input_files: list[Path], tmp: Path, pair_tokenizer: PairTokenizer,
     settings: TokenizeSettings, policy: Policy, workers: int, engine: str, ray_address: str | None, batch_size: int,
-    progress: bool, config: dict[str, Any],
+    progress: bool, config: dict[str, Any], benchmarks: BenchmarkIndex | None = None,
 ) -> Written:
     """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
     from prefdata import ingest
@@ -201,7 +217,7 @@ def _write_with_workers(
         input_bytes = sum(path.stat().st_size for path in input_files)
         shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), ingest.CHUNK_BYTES)
     return shards.write_with_workers(
-        ingest.input_chunks(raw_path), tmp, check=CheckChunk(pair_tokenizer, settings, policy), policy=policy, engine=runner,
+        ingest.input_chunks(raw_path), tmp, check=CheckChunk(pair_tokenizer, settings, policy, benchmarks=benchmarks), policy=policy, engine=runner,
         shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),
         input_name=str(raw_path), progress=progress,
     )

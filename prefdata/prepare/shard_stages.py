@@ -273,6 +273,7 @@ def _for_report(row: CheckedRow) -> CheckedRow:
     assert pair is not None
     cut = 4 * EXCERPT_CHARS
     light = Pair(pair.source_file, pair.source_line, pair.prompt[:cut], pair.chosen[:cut], pair.rejected[:cut])
+    light.benchmark_match = pair.benchmark_match  # small: the report names the benchmark item
     return CheckedRow(RawRecord(row.raw.source_file, row.raw.source_line), light, None, row.flags, row.severity,
                       row.outcome)
 

@@ -99,6 +99,11 @@ class ReportBuilder:
         # measured them with the bounded method; the report names them.
         self.bounded_rows = 0
         self.bounded_examples: list[dict[str, Any]] = []
+        # --decontaminate-against: the benchmarks (a checks.decontaminate.BenchmarkCatalog, set by the
+        # command) and, per flagged pair, (file id, line, outcome, BenchmarkMatch); counted in full.
+        self.benchmarks: Any = None
+        self.benchmark_matches: list[tuple[int, int, str, Any]] = []
+        self.benchmark_pairs: Counter[str] = Counter()
 
     # ------------------------------------------------------------------ per row
 
@@ -213,6 +218,8 @@ class ReportBuilder:
             self.flagged_rows_any += 1
         if "prompt_boundary_mismatch" in row.flags and not pair.is_conversational and not ids_mode(pair):
             self.string_boundary_mismatches += 1
+        if pair.benchmark_match is not None and "benchmark_overlap" in row.flags:
+            self._add_benchmark_match(row)
         for flag in row.flags:
             self.flag_counts[flag] += 1
             examples = self.flag_examples.setdefault(flag, [])
@@ -228,6 +235,12 @@ class ReportBuilder:
                     }
                 )
         self._remember_flagged(row, list(dict.fromkeys(row.flags)), row.severity, digest)
+
+    def _add_benchmark_match(self, row: "CheckedRow") -> None:
+        match = row.pair.benchmark_match  # type: ignore[union-attr]
+        self.benchmark_pairs[match.benchmark] += 1
+        if len(self.benchmark_matches) < MAX_FLAGGED_ROWS:
+            self.benchmark_matches.append((self.files[row.raw.source_file], row.raw.source_line, row.outcome, match))
 
     def _remember_flagged(
         self, row: "CheckedRow", flags: list[str], severity: str | None, digest: str | None = None

@@ -25,6 +25,7 @@ FLAG_MEANINGS: dict[str, str] = {
     "conflicting_pair": "the same pair appears earlier with chosen and rejected swapped",
     "multi_turn_completion": "the completion spans several turns",
     "prompt_leak": "the prompt also occurs in the --against data",
+    "benchmark_overlap": "the prompt (or a completion) shares an N-word run with a benchmark item (--decontaminate-against)",
     "non_finite_ref_logps": "reference log-probs are not finite",
     "tied_reward": "the two generated samples got the same reward (within the tie threshold)",
     "reward_disagrees": "the reward model prefers rejected over chosen by more than the margin",

@@ -111,6 +111,7 @@ def render_html(report: Report) -> str:
     body += _html_baseline(report.get("baseline"))
     body += _html_flags(report)
     body += _html_quarantine(report.get("quarantine", {}))
+    body += _html_decontamination(report.get("decontamination"))
     body += _html_dataset(report.get("dataset", {}))
     body += _html_distributions(report)
     body.append(
@@ -196,6 +197,33 @@ def _html_quarantine(quarantine: Mapping[str, Any]) -> list[str]:
     if quarantine.get("other_reasons_count"):
         out.append(f"<tr><td>other reasons</td><td class=n>{quarantine['other_reasons_count']:,}</td><td></td></tr>")
     out.append("</table>")
+    return out
+
+
+def _html_decontamination(section: Mapping[str, Any] | None, limit: int = 200) -> list[str]:
+    if not section:
+        return []
+    index = section.get("index", {})
+    out = [
+        "<h2>Decontamination</h2>",
+        f"<p>{section['pairs_flagged']:,} pairs share a {esc(section['ngram'])}-word run with a benchmark item "
+        f"({'prompt and completions' if section.get('completions') else 'prompt'} checked; "
+        f"{index.get('runs', 0):,} benchmark runs, {index.get('bytes', 0) / 2**20:.1f} MiB).</p>",
+        "<table><tr><th>benchmark</th><th>items</th><th>too short</th><th>without text</th><th>pairs flagged</th></tr>",
+    ]
+    for b in section.get("benchmarks", []):
+        out.append(f"<tr><td><code>{esc(b['path'])}</code></td><td class=n>{b['items']:,}</td><td class=n>{b['items_short']:,}</td>"
+                   f"<td class=n>{b['items_without_text']:,}</td><td class=n>{b['pairs_flagged']:,}</td></tr>")
+    out.append("</table>")
+    matches = section.get("matches", [])
+    if matches:
+        out.append("<table><tr><th>pair</th><th>half</th><th>benchmark item</th><th>item excerpt</th><th>overlap</th></tr>")
+        for m in matches[:limit]:
+            out.append(f"<tr><td>{_loc_html(m)}</td><td>{esc(m['half'])}</td><td><span class=loc>{esc(m['item_file'])}:{esc(m['item_line'])}</span></td>"
+                       f"<td><q>{esc(m['item_excerpt'])}</q></td><td><q>{esc(m['overlap'])}</q></td></tr>")
+        out.append("</table>")
+        if len(matches) > limit or not section.get("matches_complete", True):
+            out.append(f"<p>… {section['pairs_flagged'] - min(limit, len(matches)):,} more (report.json lists them).</p>")
     return out
 
 

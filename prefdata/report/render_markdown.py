@@ -41,6 +41,7 @@ def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
     out += _md_baseline(report.get("baseline"))
     out += _md_flags(report, max_flagged_examples)
     out += _md_quarantine(report.get("quarantine", {}))
+    out += _md_decontamination(report.get("decontamination"))
     out += _md_dataset(report.get("dataset", {}))
     out += _md_lengths(report.get("lengths", {}))
     out += _md_truncation_bias_similarity(report)
@@ -119,6 +120,37 @@ def _md_flags(report: Report, max_flagged_examples: int) -> list[str]:
             )
     else:
         out.append("No flagged rows.")
+    out.append("")
+    return out
+
+
+def _md_decontamination(section: Mapping[str, Any] | None, limit: int = 50) -> list[str]:
+    """Per benchmark its items and flagged pairs, then each flagged pair with the item it overlaps."""
+    if not section:
+        return []
+    index = section.get("index", {})
+    out = [
+        "### Decontamination",
+        "",
+        f"{section['pairs_flagged']:,} pairs share a {section['ngram']}-word run with a benchmark item "
+        f"({'prompt and completions' if section.get('completions') else 'prompt'} checked; "
+        f"{index.get('runs', 0):,} benchmark runs, {index.get('bytes', 0) / 2**20:.1f} MiB).",
+        "",
+        "| benchmark | items | too short | without text | pairs flagged |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for b in section.get("benchmarks", []):
+        out.append(f"| `{_md_escape(b['path'])}` | {b['items']:,} | {b['items_short']:,} | {b['items_without_text']:,} | {b['pairs_flagged']:,} |")
+    matches = section.get("matches", [])
+    if matches:
+        out += ["", "| pair | half | benchmark item | item excerpt | overlap |", "| --- | --- | --- | --- | --- |"]
+        for m in matches[:limit]:
+            out.append(
+                f"| `{_md_escape(loc(m))}` | {m['half']} | `{_md_escape(m['item_file'])}:{m['item_line']}` "
+                f"| {_md_escape(m['item_excerpt'])[:80]} | {_md_escape(m['overlap'])[:80]} |"
+            )
+        if len(matches) > limit or not section.get("matches_complete", True):
+            out.append(f"| … {section['pairs_flagged'] - min(limit, len(matches)):,} more (report.json lists them) | | | | |")
     out.append("")
     return out
 

@@ -100,6 +100,8 @@ def build_report(
         "flagged_rows_total": builder.flagged_total,
         "flagged_rows_complete": builder.flagged_total == len(builder.flagged),
     }
+    if builder.benchmarks is not None:
+        report["decontamination"] = _decontamination_section(builder)
     if meta:
         report["meta"] = meta
     return report
@@ -296,3 +298,31 @@ def _similarity_section(builder: "ReportBuilder", threshold: float | None) -> di
     section["exact_limit"] = EXACT_LIMIT
     section["bounded"] = {"method": BOUNDED_METHOD, "rows": builder.bounded_rows, "examples": builder.bounded_examples}
     return section
+
+
+def _decontamination_section(builder: "ReportBuilder") -> dict[str, Any]:
+    """--decontaminate-against: the benchmarks, the run table's size, and for each flagged pair the
+    benchmark item it overlaps (file, line, excerpt) and the overlapping words."""
+    catalog = builder.benchmarks
+    files = builder.file_names()
+    matches = [
+        {
+            "source_file": files[file_id], "source_line": line, "outcome": outcome, **match.record(),
+            "item_excerpt": catalog.excerpt(match.item),
+        }
+        for file_id, line, outcome, match in builder.benchmark_matches
+    ]
+    total = sum(builder.benchmark_pairs.values())
+    return {
+        **catalog.settings(),
+        "normalization": "lowercase, punctuation deleted (ASCII and Unicode), split on whitespace (lm-eval-harness)",
+        "benchmarks": [{**b, "pairs_flagged": builder.benchmark_pairs.get(b["path"], 0)} for b in catalog.benchmarks],
+        "index": {
+            "runs": catalog.runs,
+            "bytes": catalog.index_bytes,
+            "bytes_per_million_runs": round(catalog.index_bytes / catalog.runs * 1e6) if catalog.runs else 0,
+        },
+        "pairs_flagged": total,
+        "matches": matches,
+        "matches_complete": len(matches) == total,
+    }

@@ -19,7 +19,7 @@ OPTIMIZER_DIR = "optimizer"  # a finished run's optimizer and schedule, for a ru
 RESUME_KEYS = (
     "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens",
     "batch_pairs", "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "layout", "shuffle",
-    "lr_schedule", "schedule_steps", "optimizer_from",
+    "lr_schedule", "schedule_steps", "optimizer_from", "ld_alpha",
 )
 
 

@@ -90,6 +90,7 @@ def train(
     schedule_steps: int | None = None,
     optimizer_from: str | Path | None = None,
     save_optimizer: bool = False,
+    ld_alpha: float | None = None,
 ) -> TrainResult:
     """Train a policy with a preference loss on OUT/ and save it to `output`.
 
@@ -101,11 +102,14 @@ def train(
     schedule spans (default: this run's steps), `save_optimizer` writes the optimizer and schedule
     state to `output/optimizer/`, and `optimizer_from` (such a directory's parent) continues them, so
     several calls train as one run with one optimizer and one schedule.
+    `ld_alpha` (LD-DPO, TRL's `ld_alpha`, in [0, 1]): the log-probs of each half's tokens beyond the
+    shorter half's length are weighted by it, in the policy's and the reference's sums alike (needs
+    refs from this prefdata: they store the reference's public-length sums). None: plain DPO.
     """
     import transformers
 
     check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tokens, batch_pairs, grad_accum,
-                   warmup_ratio, log_every, save_every, stall_steps, eval_every)
+                   warmup_ratio, log_every, save_every, stall_steps, eval_every, ld_alpha)
     if lr_schedule not in LR_SCHEDULES:
         raise PrefdataError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, not {lr_schedule!r}")
     if schedule_steps is not None and schedule_steps < 1:
@@ -116,8 +120,10 @@ def train(
 
     # 1. data
     need_refs = loss not in REFERENCE_FREE_LOSSES
-    data = load_pairs(out_dir, need_refs=need_refs)
-    eval_data = load_pairs(Path(eval_dir), need_refs=need_refs) if eval_dir is not None else None
+    need_public = ld_alpha is not None
+    data = load_pairs(out_dir, need_refs=need_refs, need_public_refs=need_public)
+    eval_data = (load_pairs(Path(eval_dir), need_refs=need_refs, need_public_refs=need_public)
+                 if eval_dir is not None else None)
 
     # 2. policy and tokenizer
     tokenizer = load_checked_tokenizer(model, data.manifest, out_dir, trust_remote_code)
@@ -138,6 +144,7 @@ def train(
         model=forward_model, layout=layout, pad_token_id=pad_token_id(data.manifest, tokenizer), device=torch_device,
         loss_kwargs={"loss_type": loss, "beta": beta, "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma},
         autocast=torch.autocast("cuda", dtype=torch.bfloat16) if torch_device.type == "cuda" else nullcontext(),
+        ld_alpha=ld_alpha,
     )
 
     # 3. batch plan
@@ -197,7 +204,7 @@ def train(
 # Settings recorded as given in train_config.json (and compared on resume, see checkpoint.py).
 _CONFIG_KEYS = (
     "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens", "batch_pairs",
-    "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "shuffle", "lr_schedule",
+    "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "shuffle", "lr_schedule", "ld_alpha",
 )
 
 

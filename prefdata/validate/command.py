@@ -19,6 +19,7 @@ from prefdata.errors import PrefdataError
 from prefdata.io.formats import text_of
 from prefdata.io.hub import parse_hub_id
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
+from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
@@ -88,6 +89,10 @@ def validate(
     template_kwargs: dict[str, Any] | list[str] | None = None,
     chat_template_file: str | Path | None = None,
     template_date: str | None = None,
+    decontaminate_against: str | Path | list[str | Path] | None = None,
+    decontaminate_field: str | list[str] | None = None,
+    decontaminate_ngram: int = DEFAULT_NGRAM,
+    decontaminate_completions: bool = False,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -102,6 +107,7 @@ def validate(
     one per cluster CPU); the report is the same. `partitioned_checks`: raw input's dataset-wide
     checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
     `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
+    `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -121,13 +127,18 @@ def validate(
 
     check_engine(engine)
     _refuse_unfinished_out(input_path)
+    benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
+                                 completions=decontaminate_completions)
+    index = benchmarks[0] if benchmarks else None
     prepared = is_prepared_dir(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
+    builder.benchmarks = benchmarks[1] if benchmarks else None
     if prepared:
         from prefdata.schema import check_out
 
         check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
-        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size)
+        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
+                        benchmarks=index)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
         from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -142,7 +153,7 @@ def validate(
         _check_raw(
             input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
             batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,
-            ray_address=ray_address, partitioned_checks=partitioned_checks,
+            ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index,
         )
 
     meta: dict[str, Any] = {
@@ -185,12 +196,14 @@ def _has_chat_template(tokenizer: str, trust_remote_code: bool) -> bool:
 
 
 def _check_prepared(
-    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int
+    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> None:
     from prefdata.checks.merge import DatasetMerge
 
     merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
-    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge)
+    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge,
+                              benchmarks=benchmarks)
     _accumulate(rows, builder, merge)
 
 
@@ -209,6 +222,7 @@ def _check_raw(
     engine: str = "local",
     ray_address: str | None = None,
     partitioned_checks: bool = False,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> None:
     """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest).
     On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
@@ -226,7 +240,7 @@ def _check_raw(
 
         check_raw_text(
             input_path, builder, policy=policy, settings=settings, against=against,
-            batch_size=batch_size, progress=progress, workers=workers, engine=runner,
+            batch_size=batch_size, progress=progress, workers=workers, engine=runner, benchmarks=benchmarks,
         )
         return
     from prefdata.ingest import iter_checked_rows
@@ -236,7 +250,7 @@ def _check_raw(
     rows = iter_checked_rows(
         input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
         progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
-        engine=runner,
+        engine=runner, benchmarks=benchmarks,
     )
     _accumulate(rows, builder, merge)
 
@@ -260,6 +274,7 @@ def iter_prepared_rows(
     progress: bool = True,
     batch_size: int = 1000,
     merge: DatasetMerge | None = None,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> Iterator[Any]:
     """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
 
@@ -281,7 +296,7 @@ def iter_prepared_rows(
     )
     if missing:
         raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
-    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge)
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge, benchmarks)
     has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
     batches = dataset.iter(batch_size=batch_size)
     if progress:

@@ -26,6 +26,7 @@ from prefdata.checks.pair import apply_policy
 from prefdata.errors import PrefdataError
 from prefdata.io.formats import normalize_record
 from prefdata.checks.checker import build_leak_index
+from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import DatasetMerge
 from prefdata.engine.local import Engine, LocalEngine
 from prefdata.ingest import progress_bar
@@ -52,6 +53,7 @@ def check_raw_text(
     progress: bool = True,
     workers: int = 2,
     engine: Engine | None = None,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
 
@@ -60,7 +62,7 @@ def check_raw_text(
     not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one)."""
     leak_index = build_leak_index(against) if against is not None else None
     engine = engine or LocalEngine(workers)
-    merger = _Merger(input_path, builder, policy, batch_size, progress)
+    merger = _Merger(input_path, builder, policy, batch_size, progress, benchmarks)
     with closing(merger):
         # Units are made as the engine takes them: what the report wants from a chunk (the sample
         # cut-off, excerpts) is known only once the chunks before it are merged -- or most of them:
@@ -69,7 +71,7 @@ def check_raw_text(
             ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
             for chunk in iter_chunks(input_path)
         )
-        with closing(engine.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index)), units)) as scans:
+        with closing(engine.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index, benchmarks)), units)) as scans:
             for unit, scan in scans:
                 merger.merge(unit.chunk, scan)
         merger.check_end()
@@ -89,8 +91,10 @@ def check_raw_text(
 class _Merger:
     """Folds chunk results into the dataset-wide tables, the report and MinHash, in input order."""
 
-    def __init__(self, input_path: str | Path, builder: ReportBuilder, policy: Policy, batch_size: int, progress: bool):
+    def __init__(self, input_path: str | Path, builder: ReportBuilder, policy: Policy, batch_size: int, progress: bool,
+                 benchmarks: BenchmarkIndex | None = None):
         self.input_path = input_path
+        self.benchmarks = benchmarks  # the workers' matches are not sent back: a detailed row is matched again
         self.builder = builder
         self.policy = policy
         self.dataset = DatasetMerge(policy.near_duplicate_prompt_threshold)
@@ -138,7 +142,10 @@ class _Merger:
                 return CheckedRow(raw, None, None, [], None, "quarantined", error=errors[position])
             code = int(severity[position])
             name = OUTCOMES[int(outcome[position])]
-            return CheckedRow(raw, normalize_record(raw), None, kept_flags[position], SEVERITY_CODES[code], name)
+            pair = normalize_record(raw)
+            if self.benchmarks is not None and F.BENCHMARK_OVERLAP in kept_flags[position]:
+                pair.benchmark_match = self.benchmarks.match(pair)
+            return CheckedRow(raw, pair, None, kept_flags[position], SEVERITY_CODES[code], name)
 
         self.builder.add_compact(
             CompactRows(

@@ -182,6 +182,32 @@ def test_prepare_on_ray_workers_write_the_shards_and_the_driver_writes_no_row(
     assert frame.height == on_ray.rows_out and frame["source_line"].to_list() == loaded["source_line"]
 
 
+def test_decontamination_on_ray_flags_what_the_local_engine_flags(cluster, raw, tmp_path, tiny_tokenizer_dir, small_chunks) -> None:
+    """--decontaminate-against: the benchmark's run table travels to the actors; the same pairs are
+    dropped (dropped.jsonl names the same benchmark item) and OUT has the same content hash."""
+    from prefdata.prepare import prepare
+    from prefdata.validate.command import validate
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"question": "Question 7: how do plants make food from light? Explain it to a child."}) + "\n"
+                     + json.dumps({"question": "By photosynthesis, step 12."}) + "\n", encoding="utf-8")
+    kwargs = {"progress": False, "batch_size": 8, "decontaminate_against": [str(bench)], "decontaminate_ngram": 8,
+              "decontaminate_completions": True}
+    local = prepare(raw, tmp_path / "local", tokenizer=tiny_tokenizer_dir, workers=1, **kwargs)
+    on_ray = prepare(raw, tmp_path / "ray", tokenizer=tiny_tokenizer_dir, engine="ray", **kwargs)
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("local", "ray")]
+    assert manifests[0]["flag_counts"]["benchmark_overlap"] >= 3
+    for key in ("content_hash", "row_accounting", "flag_counts"):
+        assert manifests[1][key] == manifests[0][key]
+    assert (tmp_path / "local" / "dropped.jsonl").read_bytes() == (tmp_path / "ray" / "dropped.jsonl").read_bytes()
+    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+    assert local.report["decontamination"]["pairs_flagged"] == manifests[0]["flag_counts"]["benchmark_overlap"]
+    reports = [validate(raw, engine=engine, progress=False, **{k: v for k, v in kwargs.items() if k != "progress"}).report
+               for engine in ("local", "ray")]
+    assert reports[0]["decontamination"] == reports[1]["decontamination"] == local.report["decontamination"] | {
+        "matches": reports[0]["decontamination"]["matches"]}
+
+
 def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw, small_chunks) -> None:
     from prefdata.validate.command import validate
 
