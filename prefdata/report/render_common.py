@@ -36,6 +36,7 @@ FLAG_MEANINGS: dict[str, str] = {
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
     "tool_call_invalid": "a tool call's arguments are not a JSON object, name a function not in `tools`, "
     "or break its parameter schema",
+    "length_balance": "removed by --balance-length's seeded subsample toward its target share of chosen-longer pairs",
     "quarantined": "the record could not be read or normalized",
 }
 

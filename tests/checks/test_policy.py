@@ -35,6 +35,7 @@ DESIGN_DEFAULTS = {
     F.REASONING_MISMATCH: "warn",
     F.SAME_FINAL_ANSWER: "info",
     F.TOOL_CALL_INVALID: "error",
+    F.LENGTH_BALANCE: "drop",
 }
 
 
