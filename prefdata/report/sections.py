@@ -58,7 +58,9 @@ def build_report(
         "tokens": bias_dict(builder.bias["tokens"]) if tokens else None,
         "characters": bias_dict(builder.bias["chars"]),
         "kept": {
-            "tokens": bias_dict(builder.bias_kept["tokens"]) if tokens else None,
+            # Only when every pair is tokenized: a run of rows checked in bulk cannot tell which
+            # of its pairs a partial set of token rows belongs to.
+            "tokens": bias_dict(builder.bias_kept["tokens"]) if tokens and builder.tokenized_rows == pairs else None,
             "characters": bias_dict(builder.bias_kept["chars"]),
         },
     }

@@ -80,7 +80,8 @@ class SourceTally:
 
     def to_dict(self, name: str, rows_in_total: int, kept_total: int, plan: Mapping[str, Any] | None) -> dict[str, Any]:
         rows_in = sum(self.outcomes.values())
-        tokenized = self.tokens["chosen"].n > 0
+        # Token numbers only when every pair of the source is tokenized (see sections' length_bias.kept).
+        tokenized = 0 < self.tokens["chosen"].n == self.outcomes["kept"] + self.outcomes["dropped"]
         entry: dict[str, Any] = {
             "name": name,
             "rows_in": rows_in,
