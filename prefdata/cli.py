@@ -32,6 +32,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {value}")
+    return value
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (flags override it)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="hide progress bars")
@@ -120,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     p.add_argument("raw", metavar="RAW", help="a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, a save_to_disk dataset, "
-                   "or a Hub dataset id with a split (org/name:split, streamed)")
+                   "a Hub dataset id with a split (org/name:split, streamed), or a mix file (mix.toml: [[source]] tables "
+                   "with path and weight or rows, and a seed; see README 'Mixing sources')")
     p.add_argument("out", metavar="OUT", help="output directory (must not exist unless --overwrite)")
     p.add_argument("--tokenizer", metavar="PATH", help="Hugging Face tokenizer directory (required)")
     _add_tokenize_options(p)
@@ -131,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)",
     )
     _add_decontaminate_options(p)
+    p.add_argument(
+        "--balance-length", type=_share, nargs="?", const=0.5, metavar="TARGET",
+        help="subsample the kept pairs so that chosen is the longer half (tokens, before truncation) in TARGET of "
+        "them (default 0.5); the pairs removed go to dropped.jsonl flagged length_balance (seeded by --seed; "
+        "they do not count toward max_dropped_share). Give it after RAW OUT, or with a value",
+    )
+    p.add_argument("--seed", type=int, help="seed of --balance-length's subsample (default: the mix file's seed, else 0)")
     p.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT written by prefdata")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")
@@ -148,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Writes nothing but --output.",
         epilog=EPILOG,
     )
-    v.add_argument("input", metavar="INPUT", help="raw file/directory or a prepared OUT/")
+    v.add_argument("input", metavar="INPUT", help="raw file/directory, a mix file (mix.toml, the records prepare would sample), "
+                   "or a prepared OUT/")
     v.add_argument("--tokenizer", metavar="PATH", help="also run token-level checks (after truncation)")
     _add_tokenize_options(v)
     v.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr` (strict, for PRs), or a TOML file")

@@ -20,6 +20,7 @@ from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.checker import pair_flags
 from prefdata.checks.policy import Policy
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data
+from prefdata.io.mix import SOURCE_COLUMN
 from prefdata.records import Pair, RawRecord, TokenizedPair
 from prefdata.tokenize.batch import normalize_and_tokenize
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
@@ -74,18 +75,27 @@ class CheckChunk:
         for raw, offset, length in chunk_records(chunk, data):
             raws.append(raw)
             spans.append((offset, length))
+        positions = range(len(raws))
+        selection = chunk.selection
+        if selection is not None:  # a mixture: only the sampled records are input rows (prefdata.io.mix)
+            positions = np.flatnonzero(selection.mask(len(raws))).tolist()
+            raws = [raws[i] for i in positions]
         records: list[RecordResult] = []
         pair_index: list[int] = []
-        for position, (raw, done) in enumerate(zip(raws, normalize_and_tokenize(raws, self.pair_tokenizer, self.settings))):
+        done_all = normalize_and_tokenize(raws, self.pair_tokenizer, self.settings)
+        for at, (raw, done) in enumerate(zip(raws, done_all)):
             if done.pair is None:
                 # The fast parse keeps no raw text: quarantine.jsonl and the report want the exact record.
+                position = positions[at]
                 exact = exact_record(chunk, position, raw.source_line, spans[position], data=data)
                 records.append(RecordResult(exact, None, None, [], done.error, done.unknown_shape))
                 continue
+            if selection is not None:
+                _tag_source(done.pair, selection.source)
             flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index, self.benchmarks)
             where = RawRecord(raw.source_file, raw.source_line)
             records.append(RecordResult(where, done.pair, done.tokenized, flags))
-            pair_index.append(position)
+            pair_index.append(at)
         pairs = [records[i].pair for i in pair_index]
         return CheckedChunk(
             records=records,
@@ -93,3 +103,11 @@ class CheckChunk:
             digests=pair_digests(pairs),  # type: ignore[arg-type]
             line_count=line_count(data) if data is not None else 0,
         )
+
+
+def _tag_source(pair: Pair, source: str) -> None:
+    """The mixture's `source` column; a pass-through column of that name is kept as `raw_source`."""
+    extra = pair.extra
+    if SOURCE_COLUMN in extra:
+        extra["raw_source"] = extra.pop(SOURCE_COLUMN)
+    extra[SOURCE_COLUMN] = source

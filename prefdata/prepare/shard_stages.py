@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from prefdata import flags as F
 from prefdata.checks.checker import verdict
 from prefdata.checks.merge import dataset_flags
 from prefdata.checks.partitioned import DigestBlock, block_from_digests, join_blocks, member
@@ -34,6 +35,7 @@ from prefdata.checks.stage import CheckChunk, CheckedChunk
 from prefdata.io.chunks import Chunk
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
+from prefdata.prepare.balance import pair_classes
 from prefdata.records import CheckedRow, Pair, RawRecord
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 
@@ -59,6 +61,7 @@ class ChunkCounts:
     line_count: int  # of a RangeChunk (prefdata.io.chunks.LineNumbers), else 0
     pair_index: np.ndarray  # (p,) positions of its pairs
     quarantined: list[tuple[int, int, str, bool]]  # (position, line within the chunk, error, unknown shape)
+    classes: np.ndarray | None = None  # with --balance-length: per pair, prepare.balance.pair_classes
 
 
 @dataclass
@@ -74,6 +77,7 @@ class ScanGroup:
 
     check: CheckChunk
     cache_dir: str
+    balance: bool = False  # also each pair's class for --balance-length (prefdata.prepare.balance)
 
     def setup(self) -> None:
         self.check.setup()
@@ -91,7 +95,9 @@ class ScanGroup:
                     (i, r.raw.source_line, str(r.error), r.unknown_shape)
                     for i, r in enumerate(checked.records) if r.pair is None
                 ]
-                counts.append(ChunkCounts(len(checked.records), checked.line_count, checked.pair_index, quarantined))
+                classes = pair_classes(checked, self.check.policy) if self.balance else None
+                counts.append(ChunkCounts(len(checked.records), checked.line_count, checked.pair_index, quarantined,
+                                          classes))
                 blocks.append(block_from_digests(checked.pair_index + rows, checked.digests))
                 rows += len(checked.records)
         return GroupScan(str(cache), counts, join_blocks(blocks))
@@ -118,6 +124,8 @@ class ShardUnit:
     conflicting_rows: np.ndarray  # ... and conflicting_pair
     sample_cutoff: int  # pairs with a report key below it bring their halves (the similarity sample)
     want_excerpts: bool  # the report still keeps prompt excerpts
+    # The group's rows --balance-length removes (ordinals, ascending): flagged length_balance.
+    balance_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass
@@ -196,6 +204,7 @@ class WriteShard:
         pairs = checked.pair_index
         ordinals = pairs + place.first_row
         duplicate, conflicting = member(ordinals, unit.duplicate_rows), member(ordinals, unit.conflicting_rows)
+        balanced = member(ordinals, unit.balance_rows) if len(unit.balance_rows) else None
         keys = checked.digests.pair_keys
         below = set(pairs[keys < np.uint64(unit.sample_cutoff)].tolist()) if unit.sample_cutoff < 1 << 64 else None
         n = len(records)
@@ -218,6 +227,8 @@ class WriteShard:
                     report.excerpts.append("")
                 continue
             found = record.flags + dataset_flags(bool(duplicate[at_pair]), bool(conflicting[at_pair]))
+            if balanced is not None and balanced[at_pair]:
+                found.append(F.LENGTH_BALANCE)
             row = CheckedRow(record.raw, pair, record.tokenized, *verdict(found, self.policy))
             report.lengths[at_pair] = (len(pair.prompt), len(pair.chosen), len(pair.rejected))
             at_pair += 1

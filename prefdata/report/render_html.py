@@ -19,6 +19,7 @@ from prefdata.report.render_common import (
     pct,
     threshold_findings,
 )
+from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
 from prefdata.report.svg import svg_histogram
 
 _CSS = """
@@ -114,6 +115,7 @@ def render_html(report: Report) -> str:
     body += _html_decontamination(report.get("decontamination"))
     body += _html_dataset(report.get("dataset", {}))
     body += _html_distributions(report)
+    body += _html_sources(report.get("sources"))
     body.append(
         f"<footer>prefdata {esc(report.get('prefdata_version'))} · report schema {esc(report.get('schema_version'))} · "
         f"generated {esc(report.get('generated_at'))}</footer>"
@@ -302,7 +304,10 @@ def _html_distributions(report: Report) -> list[str]:
             f'<span style="width:{bias["rejected_longer"] * 100:.2f}%;background:#c4320a" title="rejected longer"></span>{marker}</div>'
             f'<div class="legend"><span><i class="dot" style="background:#12805c"></i>chosen longer {pct(bias["chosen_longer"])}</span>'
             f'<span><i class="dot" style="background:#d0d5dd"></i>equal {pct(bias["equal"])}</span>'
-            f'<span><i class="dot" style="background:#c4320a"></i>rejected longer {pct(bias["rejected_longer"])}</span></div></div>'
+            f'<span><i class="dot" style="background:#c4320a"></i>rejected longer {pct(bias["rejected_longer"])}</span></div>'
+            + (f'<div class="q">chosen longer {esc(length_bias_units_line(bias))}</div>' if length_bias_units_line(bias) else "")
+            + (f'<div class="q">{esc(balance_line(report["length_balance"]).replace("`", ""))}</div>' if report.get("length_balance") else "")
+            + "</div>"
         )
     trunc = report.get("truncation", {})
     if trunc.get("available"):
@@ -328,4 +333,18 @@ def _html_distributions(report: Report) -> list[str]:
             + "</div>"
         )
     out.append("</div>")
+    return out
+
+
+def _html_sources(sources: list[Mapping[str, Any]] | None) -> list[str]:
+    """A mixture's per-source table (report.json `sources`)."""
+    if not sources:
+        return []
+    heads = ("source", "asked", "rows in", "kept", "dropped", "quarantined", "share of kept", "chosen longer (tokens)",
+             "chosen longer (characters)", "tokens p50 prompt / chosen / rejected", "flags")
+    out = ["<h2>Sources</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in heads) + "</tr>"]
+    for row in sources:
+        flags = ", ".join(f"<code>{esc(name)}</code> {n:,}" for name, n in list(row["flags"].items())[:4]) or "–"
+        out.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in source_cells(row)) + f"<td>{flags}</td></tr>")
+    out.append("</table>")
     return out

@@ -19,6 +19,7 @@ from prefdata.report.render_common import (
     pct,
     threshold_findings,
 )
+from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
 
 
 def _md_escape(text: Any) -> str:
@@ -45,6 +46,7 @@ def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
     out += _md_dataset(report.get("dataset", {}))
     out += _md_lengths(report.get("lengths", {}))
     out += _md_truncation_bias_similarity(report)
+    out += _md_sources(report.get("sources"))
     out += ["", f"<sub>prefdata {report.get('prefdata_version')} · report schema {report.get('schema_version')} · {report.get('generated_at')}</sub>", ""]
     return "\n".join(out)
 
@@ -233,6 +235,11 @@ def _md_truncation_bias_similarity(report: Report) -> list[str]:
             f"{pct(bias['rejected_longer'])}, equal in {pct(bias['equal'])} of {bias['pairs']:,} pairs"
             + (f" (limit {pct(bias['limit'])})." if bias.get("limit") is not None else ".")
         )
+    units = length_bias_units_line(bias)
+    if units:
+        out.append(f"- Chosen longer {units}.")
+    if report.get("length_balance"):
+        out.append(f"- {_md_escape(balance_line(report['length_balance']))}.")
     if sim.get("rows_measured"):
         sampled = f" (sample of {sim['rows_measured']:,} of {sim['rows_total']:,})" if sim.get("sampled") else ""
         out.append(
@@ -244,4 +251,25 @@ def _md_truncation_bias_similarity(report: Report) -> list[str]:
     if bounded_line(report):
         line = _md_escape(bounded_line(report))
         out.append(f"- {line[:1].upper()}{line[1:]}.")
+    return out
+
+
+def _md_sources(sources: list[Mapping[str, Any]] | None) -> list[str]:
+    """A mixture's per-source table (report.json `sources`)."""
+    if not sources:
+        return []
+    out = [
+        "",
+        "### Sources",
+        "",
+        "| source | asked | rows in | kept | dropped | quarantined | share of kept | chosen longer (tokens) | "
+        "chosen longer (characters) | tokens p50 prompt / chosen / rejected | flags |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for row in sources:
+        out.append(
+            "| " + " | ".join(_md_escape(cell) for cell in source_cells(row)[:10])
+            + " | " + (", ".join(f"`{name}` {n:,}" for name, n in list(row["flags"].items())[:4]) or "–") + " |"
+        )
+    out.append("")
     return out

@@ -20,6 +20,7 @@ from prefdata.io.formats import text_of
 from prefdata.io.hub import parse_hub_id
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
+from prefdata.io.mix import MixPlan, is_mix_file
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
@@ -108,6 +109,8 @@ def validate(
     checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
     `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
     `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
+    INPUT may be a mix file (prefdata.io.mix): the same sampled records `prepare` reads from it, and
+    the report's per-source section.
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -131,8 +134,15 @@ def validate(
                                  completions=decontaminate_completions)
     index = benchmarks[0] if benchmarks else None
     prepared = is_prepared_dir(input_path)
-    builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
+    mix = None
+    if not prepared and is_mix_file(input_path):
+        from prefdata.ingest import plan_input_mix
+
+        mix = plan_input_mix(input_path)
+    builder = ReportBuilder(loaded_policy, truncation_known=not prepared, sources=mix.file_sources() if mix else None)
     builder.benchmarks = benchmarks[1] if benchmarks else None
+    if mix is not None:
+        builder.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
     if prepared:
         from prefdata.schema import check_out
 
@@ -151,7 +161,7 @@ def validate(
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
                                     chat_template=chat_template, template=template)
         _check_raw(
-            input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
+            mix or input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
             batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,
             ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index,
         )
@@ -163,7 +173,7 @@ def validate(
         "input_kind": "prepared" if prepared else "raw",
         "against": str(against) if against is not None else None,
         # Rows of a directory input name their file relative to it; annotations need the full path.
-        "source_root": str(input) if input_path.is_dir() and not prepared else None,
+        "source_root": str(input) if input_path.is_dir() and not prepared else (str(input_path.parent) if mix else None),
         "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
         "tokenizer_chat_template": _has_chat_template(tokenizer, trust_remote_code) if tokenizer and not prepared else None,
     }
@@ -208,7 +218,7 @@ def _check_prepared(
 
 
 def _check_raw(
-    input_path: Path,
+    input_path: "Path | MixPlan",
     builder: ReportBuilder,
     policy: Policy,
     settings: Any,
@@ -234,7 +244,8 @@ def _check_raw(
     if workers is None:
         workers = 0 if engine == "ray" else default_workers()
     runner = select_engine(engine, workers, ray_address)
-    byte_ranges = parse_hub_id(input_path) is None  # the bulk text path reads files in byte ranges
+    # The bulk text path reads plain files in byte ranges (not a Hub split, not a mixture's samples).
+    byte_ranges = not isinstance(input_path, MixPlan) and parse_hub_id(input_path) is None
     if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks and byte_ranges:
         from prefdata.validate.merge import check_raw_text
 
