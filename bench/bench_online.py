@@ -146,8 +146,10 @@ def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace
     from prefdata.online.rounds import run_online
 
     started = time.perf_counter()
+    per_round = args.prompts_per_round or args.prompts
+    rounds = args.rounds * args.prompts // per_round  # the same prompts and steps whatever the round size
     result = run_online(
-        case["prompts"], model=case["policy"], output=out, rounds=args.rounds, prompts_per_round=args.prompts,
+        case["prompts"], model=case["policy"], output=out, rounds=rounds, prompts_per_round=per_round,
         samples=2, max_new_tokens=args.max_new_tokens, temperature=1.0, batch_size=args.prompts,
         batch_pairs=args.batch_pairs, lr=args.lr, beta=args.beta, lr_schedule=args.lr_schedule, epochs=1,
         seed=seed, device="cpu", progress=False, **reward,
@@ -265,6 +267,8 @@ def main() -> int:
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--lr-schedule", default="cosine", choices=["cosine", "linear", "constant"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="--learn: seeds to average over")
+    parser.add_argument("--prompts-per-round", type=int, default=None,
+                        help="--learn: prefdata's prompts per round (default all: R rounds; --batch-pairs: fully online)")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if args.learn:

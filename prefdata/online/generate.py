@@ -5,7 +5,8 @@ is later trained on: message-list prompts (and string prompts with `chat_templat
 turn) through the tokenizer's chat template with the generation prompt, tokenized without special
 tokens; plain string prompts with the tokenizer's own leading special tokens (BOS).
 
-The transformers engine runs batched `generate` with a KV cache on left-padded prompts; the vLLM
+The transformers engine samples in batches with a KV cache on left-padded prompts (its own decode
+loop, prefdata.online.sampling: `model.generate`'s sampler dominates on CPU); the vLLM
 engine (`engine="vllm"`) needs vLLM and a GPU. `finished` says a sample ended with EOS; one that hit
 `max_new_tokens` is unfinished, and its pair is flagged `completion_truncated` downstream.
 """
@@ -242,8 +243,9 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
     policy.to(device).eval()
     eos = stop_ids(tokenizer, policy.generation_config)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    sampling = settings.temperature > 0
-    torch.manual_seed(settings.seed)
+    from prefdata.online.sampling import sample
+
+    generator = torch.Generator(device=device).manual_seed(settings.seed)
     outputs: list[list[Sample]] = []
     starts = range(0, len(prompt_ids), settings.batch_size)
     for start in tqdm(starts, desc="generate", unit=" batches", disable=not progress or None):
@@ -252,14 +254,12 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
         # Left padding: every prompt ends at the same position, where generation starts.
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=device)
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch], device=device)
-        with torch.inference_mode():
-            generated = policy.generate(
-                input_ids=input_ids, attention_mask=mask, max_new_tokens=settings.max_new_tokens,
-                do_sample=sampling, temperature=settings.temperature if sampling else None,
-                top_p=settings.top_p if sampling else None, top_k=0 if sampling else None,  # no hidden top-k
-                num_return_sequences=settings.samples, eos_token_id=eos, pad_token_id=pad, use_cache=True,
-            )
-        completions = generated[:, width:].tolist()
+        # Each prompt's `samples` rows next to each other (as num_return_sequences lays them out).
+        completions = sample(
+            policy, input_ids.repeat_interleave(settings.samples, dim=0), mask.repeat_interleave(settings.samples, dim=0),
+            max_new_tokens=settings.max_new_tokens, temperature=settings.temperature, top_p=settings.top_p,
+            stop_ids=eos, pad_id=pad, generator=generator,
+        ).tolist()
         for p in range(len(batch)):
             outputs.append([_decode(tokenizer, completions[p * settings.samples + k], eos, keep)
                             for k in range(settings.samples)])

@@ -1,0 +1,42 @@
+"""The decode loop's draw: the same distribution `torch.multinomial` samples, top-p, greedy; and the
+loop itself against a plain one-sequence-at-a-time reference."""
+
+from __future__ import annotations
+
+import torch
+
+from prefdata.online.sampling import draw, sample
+
+
+def test_draw_follows_the_softmax_and_top_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(20_000, 1)
+    generator = torch.Generator().manual_seed(0)
+    counts = torch.bincount(draw(logits, 1.0, 1.0, generator), minlength=4).double() / 20_000
+    assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64), atol=0.015)
+    # top_p 0.7: the nucleus is {0.5, 0.3} (0.5 alone is below 0.7), renormalized to 5/8, 3/8.
+    counts = torch.bincount(draw(logits, 1.0, 0.7, generator), minlength=4).double() / 20_000
+    assert counts[2] == 0 and counts[3] == 0 and abs(counts[0] - 0.625) < 0.015
+    # temperature sharpens: at 0.5 the probabilities go as p^2.
+    sharp = torch.tensor([0.25, 0.09, 0.0225, 0.0025], dtype=torch.float64)
+    counts = torch.bincount(draw(logits, 0.5, 1.0, generator), minlength=4).double() / 20_000
+    assert torch.allclose(counts, sharp / sharp.sum(), atol=0.015)
+    assert draw(logits[:3], 0.0, 1.0, None).tolist() == [0, 0, 0]  # greedy
+
+
+def test_left_padded_batches_decode_as_single_sequences(tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    prompts = [[5, 6, 7, 8, 9], [10, 11], [12, 13, 14]]
+    width = max(map(len, prompts))
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    batched = sample(model, ids, mask, max_new_tokens=6, temperature=0.0, top_p=1.0, stop_ids=[1], pad_id=0)
+    for row, prompt in enumerate(prompts):  # greedy: each row alone, without padding, gives the same tokens
+        alone = sample(model, torch.tensor([prompt]), torch.ones(1, len(prompt), dtype=torch.long),
+                       max_new_tokens=6, temperature=0.0, top_p=1.0, stop_ids=[1], pad_id=0)
+        assert batched[row, : alone.shape[1]].tolist() == alone[0].tolist()
+        # and equal to transformers' own greedy generate
+        reference = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=1,
+                                   pad_token_id=0)[0, len(prompt):]
+        assert alone[0, : len(reference)].tolist() == reference.tolist()
