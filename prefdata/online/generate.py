@@ -135,11 +135,14 @@ def generate_rows(
     *,
     progress: bool = True,
     trust_remote_code: bool = False,
+    loaded_model: Any = None,
 ) -> list[dict[str, Any]]:
     """The generation rows (prompt, completion, sample, source_file, source_line, finished, prompt_ids,
     completion_ids), prompt by prompt in input order, samples 0..K-1 of a prompt next to each other.
     `completion_ids` are the sampled ids through the stop token (all of them when unfinished): what
-    online rounds train on, so training sees exactly what the policy sampled."""
+    online rounds train on, so training sees exactly what the policy sampled. `loaded_model` is the
+    model at `model` already in memory (online rounds: the policy the last round trained); it is used
+    where it has the dtype generation runs in (fp32 on CPU), else the directory is loaded."""
     model_dir = Path(model)
     if not model_dir.is_dir():
         raise PrefdataError(f"--model {model} is not a local model directory")
@@ -152,7 +155,8 @@ def generate_rows(
         decode = (lambda ids: decode_completion(tokenizer, ids, keep)) if keep else None
         outputs = vllm_generate(model_dir, prompt_ids, settings, trust_remote_code, decode)
     else:
-        outputs = _transformers_generate(model_dir, tokenizer, prompt_ids, settings, progress, trust_remote_code, keep)
+        outputs = _transformers_generate(model_dir, tokenizer, prompt_ids, settings, progress, trust_remote_code, keep,
+                                         loaded_model)
     rows: list[dict[str, Any]] = []
     for row, ids, samples in zip(prompts, prompt_ids, outputs):
         for k, sample in enumerate(samples):
@@ -228,7 +232,7 @@ def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
 
 def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[list[int]], settings: GenerateSettings,
                            progress: bool, trust_remote_code: bool,
-                           keep: dict[int, str] | None = None) -> list[list[Sample]]:
+                           keep: dict[int, str] | None = None, loaded: Any = None) -> list[list[Sample]]:
     """Batched sampling with a KV cache: left-padded prompts, `samples` sequences per prompt."""
     import torch
     from tqdm.auto import tqdm
@@ -236,10 +240,14 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
 
     device = resolve_device(settings.device)
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    try:
-        policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise PrefdataError(f"cannot load a causal LM from {model_dir}: {str(exc).splitlines()[0]}") from None
+    if loaded is not None and next(loaded.parameters()).dtype == dtype:
+        policy = loaded
+    else:
+        try:
+            policy = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype,
+                                                          trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise PrefdataError(f"cannot load a causal LM from {model_dir}: {str(exc).splitlines()[0]}") from None
     policy.to(device).eval()
     eos = stop_ids(tokenizer, policy.generation_config)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]

@@ -294,6 +294,11 @@ class _Round:
     trust_remote_code: bool
     score_reasoning: bool = False
     missing_eos_penalty: float | None = None
+    # Models kept in memory across rounds: the policy the last round trained (with its directory) and
+    # the reference. Loading them again each round cost more than a small round's work; the
+    # directories stay the record a rerun starts from.
+    _policy: tuple[Path, Any] | None = None
+    _reference: Any = None
 
     def run(self, r: int, prompts: list[PromptRow], policy_dir: Path) -> dict[str, Any]:
         from dataclasses import replace
@@ -308,8 +313,9 @@ class _Round:
         rdir.mkdir(parents=True)
         settings = replace(self.generation, seed=self.generation.seed + r)  # per round: a rerun samples the same
         clock = _Clock()
+        in_memory = self._policy[1] if self._policy and self._policy[0] == policy_dir else None
         rows = generate_rows(prompts, policy_dir, settings, progress=self.progress,
-                             trust_remote_code=self.trust_remote_code)
+                             trust_remote_code=self.trust_remote_code, loaded_model=in_memory)
         clock.lap("generate")
         scored = score_generations(rows, self.scorer, rdir / "generations.jsonl", rdir / "pairs.jsonl", self.progress,
                                    self.score_reasoning, self.missing_eos_penalty)
@@ -336,18 +342,30 @@ class _Round:
                 line["note"] = f"all {line['pairs']} pairs were dropped by the checks: nothing to train"
             else:
                 compute_refs(rdir / "pairs", model=str(self.ref_model), device=self.device, progress=self.progress,
-                             trust_remote_code=self.trust_remote_code)
+                             trust_remote_code=self.trust_remote_code, loaded_model=self.reference())
                 clock.lap("refs")
                 # The first round starts the run's optimizer; later ones continue the last trained round's.
                 continued = None if policy_dir == self.start_model else policy_dir
                 trained = train(rdir / "pairs", model=policy_dir, output=rdir / "policy", seed=self.generation.seed + r,
                                 save_every=None, device=self.device, progress=self.progress,
-                                optimizer_from=continued, **self.train_kwargs)
+                                optimizer_from=continued, loaded_policy=in_memory, **self.train_kwargs)
+                self._policy = (rdir / "policy", trained.model)
                 clock.lap("train")
                 line.update(trained=True, steps=trained.steps, **_train_means(trained.metrics_path))
         line["seconds"] = round(time.time() - started, 3)
         line["stage_seconds"] = clock.laps
         return line
+
+
+    def reference(self) -> Any:
+        """The reference model, loaded once per run as `compute_refs` would load it."""
+        if self._reference is None:
+            from prefdata.refs.setup import load_reference_model, resolve_device, resolve_dtype
+
+            device = resolve_device(self.device, 0)
+            self._reference = load_reference_model(self.ref_model, resolve_dtype("auto", device), device,
+                                                   self.trust_remote_code)
+        return self._reference
 
 
 class _Clock:

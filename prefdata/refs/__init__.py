@@ -125,6 +125,7 @@ def compute_refs(
     shard_batches: int = SHARD_BATCHES,
     rank: int | None = None,
     world_size: int | None = None,
+    loaded_model: Any = None,
 ) -> RefsResult:
     """Add reference log-probs and completion token counts to the prepared dataset in `out_dir`.
 
@@ -133,6 +134,8 @@ def compute_refs(
     model supports block attention, else packs where varlen kernels pay, else pads sorted rows.
     `rank`/`world_size` default to torchrun's environment. When OUT already holds refs from this
     model (same weights, dtype and device type) nothing is computed unless `recompute`.
+    `loaded_model` is `model` already in memory (online runs keep the reference across rounds; see
+    `load_reference_model`), in eval mode with the dtype and device resolved here.
     """
     import torch
 
@@ -164,7 +167,10 @@ def compute_refs(
     held = None if recompute or fingerprint is None else held_refs(manifest, fingerprint, device_name.split(":")[0])
     if held is not None:  # a rerun would compute the same values again
         return _already_held(out, held, device_name, dtype_name, rank)
-    net = load_reference_model(model_dir, dtype_name, device_name, trust_remote_code)
+    if loaded_model is not None and str(next(loaded_model.parameters()).dtype) != f"torch.{dtype_name}":
+        raise PrefdataError(f"loaded_model is {next(loaded_model.parameters()).dtype}, refs here run in {dtype_name}")
+    net = loaded_model if loaded_model is not None else load_reference_model(model_dir, dtype_name, device_name,
+                                                                             trust_remote_code)
     layout = choose_layout(net, layout)
     dataset, ids, lens = open_ids(out)
 

@@ -25,6 +25,9 @@ class TrainResult:
     eval_metrics: dict[str, float] | None = None
     stall_events: list[dict[str, Any]] = field(default_factory=list)
     resumed_from_step: int | None = None
+    # The trained model itself, for a caller in the same process (online rounds sample from it next
+    # instead of loading the saved copy again); not part of any report.
+    model: Any = field(default=None, repr=False, compare=False)
 
     def summary(self) -> str:
         """What the CLI prints at the end: where the model and metrics are, and how it went."""

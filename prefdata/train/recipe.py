@@ -91,6 +91,7 @@ def train(
     optimizer_from: str | Path | None = None,
     save_optimizer: bool = False,
     ld_alpha: float | None = None,
+    loaded_policy: Any = None,
 ) -> TrainResult:
     """Train a policy with a preference loss on OUT/ and save it to `output`.
 
@@ -101,7 +102,8 @@ def train(
     Runs that continue one another (online rounds): `schedule_steps` is the length the learning-rate
     schedule spans (default: this run's steps), `save_optimizer` writes the optimizer and schedule
     state to `output/optimizer/`, and `optimizer_from` (such a directory's parent) continues them, so
-    several calls train as one run with one optimizer and one schedule.
+    several calls train as one run with one optimizer and one schedule. `loaded_policy` is the model
+    at `model` already in memory (an earlier call's `TrainResult.model`): it is trained in place.
     `ld_alpha` (LD-DPO, TRL's `ld_alpha`, in [0, 1]): the log-probs of each half's tokens beyond the
     shorter half's length are weighted by it, in the policy's and the reference's sums alike (needs
     refs from this prefdata: they store the reference's public-length sums). None: plain DPO.
@@ -132,7 +134,9 @@ def train(
         if eval_data.loss_on_answer != data.loss_on_answer:
             raise PrefdataError(f"{out_dir} and {eval_dir} were prepared with different --loss-on: prepare both alike")
     seed_everything(seed)
-    policy = _load_policy(transformers, model, lora, torch_device, trust_remote_code)
+    if loaded_policy is not None and lora:
+        raise PrefdataError("loaded_policy and lora do not go together: pass the model directory")
+    policy = _load_policy(transformers, model, lora, torch_device, trust_remote_code, loaded_policy)
     # The forward calls the decoder body and output head directly, so it gets the plain transformers
     # model (for LoRA: the base model with the adapter layers injected).
     forward_model = policy.get_base_model() if lora else policy
@@ -192,6 +196,7 @@ def train(
     if eval_data is not None:
         result.eval_metrics = run_eval(fwd, eval_data, batch_pairs=batch_pairs, batch_tokens=batch_tokens, rank=rank,
                                        world_size=world_size, step=step, epoch=result.epochs, metrics_path=metrics_path)
+    result.model = policy
     if rank == 0:
         save_final_model(policy, tokenizer, output, lora)
         if save_optimizer:
@@ -219,11 +224,14 @@ def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, wa
     return optimizer, make_scheduler(optimizer, lr_schedule, warmup_steps, span), warmup_steps
 
 
-def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch.device, trust_remote_code: bool):
+def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch.device, trust_remote_code: bool,
+                 loaded: Any = None):
     """fp32 master weights (bf16 only inside autocast on CUDA), no KV cache, in train mode."""
-    policy = transformers.AutoModelForCausalLM.from_pretrained(
+    policy = loaded if loaded is not None else transformers.AutoModelForCausalLM.from_pretrained(
         str(model), dtype=torch.float32, trust_remote_code=trust_remote_code
     )
+    if loaded is not None and next(policy.parameters()).dtype != torch.float32:
+        raise PrefdataError("loaded_policy must hold fp32 weights (the trainer's master weights)")
     policy.config.use_cache = False
     if lora:
         policy = _add_lora(policy)
