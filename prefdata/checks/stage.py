@@ -19,27 +19,40 @@ from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.checker import pair_flags
 from prefdata.checks.policy import Policy
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data
-from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.pairing import PairingSettings
+from prefdata.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.tokenize.batch import normalize_and_tokenize
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
 
 @dataclass
 class RecordResult:
-    """One record of a chunk. Of a pair, `raw` keeps only where it came from (the pair has the
-    rest); of a quarantined record, exactly what the reader gives (its raw text included)."""
+    """One row of a chunk: a pair, a quarantined record, or an unpaired record of scored
+    completions (`pair` and `error` None). Of a pair, `raw` keeps only where it came from (the pair
+    has the rest); of a quarantined record, exactly what the reader gives (its raw text included).
+    Each row has its own `raw` (lines are placed per row)."""
 
     raw: RawRecord
-    pair: Pair | None  # None: quarantined for `error`
+    pair: Pair | None  # None: quarantined for `error`, or unpaired
     tokenized: TokenizedPair | None
     flags: list[str]  # pair_flags
     error: str | None = None
     unknown_shape: bool = False  # the error says "not a preference shape" (for the KTO/SFT check)
+    scored: ScoredSummary | None = None  # on the first row of a record of scored completions
+
+    @property
+    def unpaired(self) -> bool:
+        return self.pair is None and self.error is None
+
+    @property
+    def quarantined(self) -> bool:
+        return self.pair is None and self.error is not None
 
 
 @dataclass
 class CheckedChunk:
-    """A chunk's records in order; a RangeChunk's lines are numbered from 1 within it."""
+    """A chunk's rows in order (a record of scored completions may give several, or one unpaired);
+    a RangeChunk's lines are numbered from 1 within it."""
 
     records: list[RecordResult]
     pair_index: np.ndarray  # (p,) int64 positions of the pairs in `records`
@@ -55,6 +68,7 @@ class CheckChunk:
     settings: TokenizeSettings
     policy: Policy
     leak_index: PromptLeakIndex | None = None
+    pairing: PairingSettings = field(default_factory=PairingSettings)  # scored completions -> pairs
     made_in: int = field(default_factory=os.getpid)  # the process that made the stage
 
     def setup(self) -> None:
@@ -74,15 +88,20 @@ class CheckChunk:
             spans.append((offset, length))
         records: list[RecordResult] = []
         pair_index: list[int] = []
-        for position, (raw, done) in enumerate(zip(raws, normalize_and_tokenize(raws, self.pair_tokenizer, self.settings))):
-            if done.pair is None:
+        rows = normalize_and_tokenize(raws, self.pair_tokenizer, self.settings, self.pairing)
+        for position, done in enumerate(rows):
+            raw = raws[done.record]
+            if done.error is not None:
                 # The fast parse keeps no raw text: quarantine.jsonl and the report want the exact record.
-                exact = exact_record(chunk, position, raw.source_line, spans[position], data=data)
+                exact = exact_record(chunk, done.record, raw.source_line, spans[done.record], data=data)
                 records.append(RecordResult(exact, None, None, [], done.error, done.unknown_shape))
                 continue
-            flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index)
             where = RawRecord(raw.source_file, raw.source_line)
-            records.append(RecordResult(where, done.pair, done.tokenized, flags))
+            if done.pair is None:  # scored completions that made no pair
+                records.append(RecordResult(where, None, None, [], scored=done.scored))
+                continue
+            flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index)
+            records.append(RecordResult(where, done.pair, done.tokenized, flags, scored=done.scored))
             pair_index.append(position)
         pairs = [records[i].pair for i in pair_index]
         return CheckedChunk(

@@ -1,6 +1,7 @@
 """The dataset health report, collected: a streaming accumulator over checked rows.
 
-`ReportBuilder.add(row)` is called once per input record (kept, dropped or quarantined); `add_compact`
+`ReportBuilder.add(row)` is called once per row (a pair kept or dropped, a quarantined record, or an
+unpaired record of scored completions); `add_compact`
 takes a run of rows checked elsewhere in bulk. Memory stays flat apart from compact per-row hash
 arrays (8-byte prompt and pair hashes plus a location, for the exact-duplicate sections) and small
 bounded samples. `build()` hands the collected state to report.sections, which lays out report.json
@@ -28,6 +29,7 @@ from prefdata.report.compact import (
     token_lengths,
 )
 from prefdata.report.distributions import IntDistribution
+from prefdata.report.scored import ScoredStats
 from prefdata.report.sections import LINES_PER_GROUP, TOP_GROUPS, build_report
 from prefdata.report.similarity import SimilaritySample
 
@@ -99,6 +101,7 @@ class ReportBuilder:
         # measured them with the bounded method; the report names them.
         self.bounded_rows = 0
         self.bounded_examples: list[dict[str, Any]] = []
+        self.scored = ScoredStats()  # records of scored completions: what pairing made of them
 
     # ------------------------------------------------------------------ per row
 
@@ -111,8 +114,13 @@ class ReportBuilder:
         self.file_index.append(file_id)
         self.line.append(raw.source_line)
         pair = row.pair
+        if row.scored is not None:
+            self.scored.add(row.scored, raw.source_file, raw.source_line)
         if ordinal < EXCERPT_ROWS:
-            self.prompt_excerpts.append(excerpt(pair.prompt) if pair is not None else "")
+            prompt = pair.prompt if pair is not None else (row.scored.prompt if row.scored is not None else None)
+            self.prompt_excerpts.append(excerpt(prompt))
+        if row.outcome == "unpaired":  # no pair to check; the scored section says why
+            return
         if pair is None:
             self._add_quarantined(row)
             return
@@ -152,6 +160,8 @@ class ReportBuilder:
                 self._add_quarantined(row)
             else:
                 self._add_flagged(row, f"{int(rows.pair_keys[at]):016x}")
+        for position, summary in rows.scored:
+            self.scored.add(summary, rows.source_file, int(rows.lines[position]))
         pairs = np.asarray(rows.pair_index, dtype=np.int64)
         self.pair_row.frombytes((pairs + first).tobytes())
         self.prompt_key.frombytes(np.asarray(rows.prompt_keys, dtype=np.uint64).tobytes())
