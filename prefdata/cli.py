@@ -67,6 +67,36 @@ def _add_template_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def _add_pairing_options(parser: argparse.ArgumentParser) -> None:
+    """How records of scored completions become pairs: the same flags on prepare and validate."""
+    from prefdata.pairing import DEFAULT_TOP_K, STRATEGIES
+
+    parser.add_argument(
+        "--pairing", choices=STRATEGIES,
+        help="scored completions -> pairs: best-worst (default: the best vs the worst), best-vs-random-lower "
+        "(the best vs a random lower-scored one), all-pairs (every better/worse pair), top-k (the --top-k pairs "
+        "with the widest score gaps); tied scores are never paired",
+    )
+    parser.add_argument("--pairing-seed", type=int, metavar="N",
+                        help="seed for the random picks of --pairing (default 0; the pairs do not depend on --workers or --engine)")
+    parser.add_argument("--min-score-margin", type=_non_negative_float, metavar="X",
+                        help="pair only completions whose scores differ by at least X (rank steps for ranks; default 0: any strict difference)")
+    parser.add_argument("--rating", metavar="mean|NAME",
+                        help="completions with several ratings (UltraFeedback's annotations): their mean (default) or the one "
+                        "named, e.g. helpfulness or overall_score")
+    parser.add_argument("--top-k", type=_positive_int, metavar="K", help=f"pairs per prompt with --pairing top-k (default {DEFAULT_TOP_K})")
+
+
 def _add_engine_options(parser: argparse.ArgumentParser, partitioned: bool = True) -> None:
     parser.add_argument("--engine", choices=["local", "ray"], help="where the work runs: worker processes here (local, default) or a Ray cluster")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local Ray)")
@@ -105,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="all completion tokens in the loss (default), or only the answer: a leading reasoning block "
         "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)",
     )
+    _add_pairing_options(p)
     p.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT written by prefdata")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")
@@ -130,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     v.add_argument("--baseline", metavar="REPORT.json", help="report from the base branch: only regressions fail")
     v.add_argument("--against", metavar="OTHER", help="flag prompts that also occur in OTHER (e.g. the eval split)")
+    _add_pairing_options(v)
     v.add_argument("--workers", type=_positive_int, metavar="N", help="processes that check raw input (default: all cores, at most 8; with --engine ray: Ray actors)")
     _add_engine_options(v)
     _add_common(v)
