@@ -85,7 +85,7 @@ def _add_pairing_options(parser: argparse.ArgumentParser) -> None:
         "--pairing", choices=STRATEGIES,
         help="scored completions -> pairs: best-worst (default: the best vs the worst), best-vs-random-lower "
         "(the best vs a random lower-scored one), all-pairs (every better/worse pair), top-k (the --top-k pairs "
-        "with the widest score gaps); tied scores are never paired",
+        "with the widest score gaps); higher scores and lower ranks are better (rank 1 beats rank 2); tied scores are never paired",
     )
     parser.add_argument("--pairing-seed", type=int, metavar="N",
                         help="seed for the random picks of --pairing (default 0; the pairs do not depend on --workers or --engine)")
