@@ -112,16 +112,18 @@ def status_line(report: Report) -> str:
 
 def headline(report: Report) -> str:
     acc = report.get("accounting", {})
+    unpaired = acc.get("records_unpaired", 0)  # scored completions that made no pair (dropped.jsonl says why)
+    no_pair = f" · {num(unpaired)} {'record' if unpaired == 1 else 'records'} made no pair" if unpaired else ""
     if report.get("command") == "validate":  # validate writes nothing: it finds, it keeps and drops nothing
-        dropped = acc.get("rows_dropped", 0)
+        dropped = acc.get("rows_dropped", 0) - unpaired
         would = f" ({num(dropped)} that prepare would drop)" if dropped else ""
         return (
             f"{num(acc.get('rows_in', 0))} rows in · {num(report.get('rows_checked', 0))} pairs checked · "
-            f"{num(report.get('rows_flagged', 0))} with findings{would} · {num(acc.get('rows_quarantined', 0))} quarantined"
+            f"{num(report.get('rows_flagged', 0))} with findings{would}{no_pair} · {num(acc.get('rows_quarantined', 0))} quarantined"
         )
     return (
         f"{num(acc.get('rows_in', 0))} rows in · {num(acc.get('rows_out', 0))} kept · "
-        f"{num(acc.get('rows_dropped', 0))} dropped · {num(acc.get('rows_quarantined', 0))} quarantined"
+        f"{num(acc.get('rows_dropped', 0) - unpaired)} dropped{no_pair} · {num(acc.get('rows_quarantined', 0))} quarantined"
     )
 
 
