@@ -220,3 +220,13 @@ def test_pairing_flags_are_on_prepare_and_validate(capsys) -> None:
     assert (args.pairing, args.top_k, args.min_score_margin, args.rating, args.pairing_seed) == ("top-k", 3, 0.5, "helpfulness", 4)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["prepare", "r", "o", "--min-score-margin", "-1"])
+
+
+def test_scored_records_lend_their_prompts_to_against(raw) -> None:
+    from prefdata.checks.checker import build_leak_index
+    from prefdata.records import Pair
+
+    index = build_leak_index(raw)
+    for prompt in ("Question 3: name a colour.", "All equal", "Alone"):  # paired or not
+        assert index.contains_pair(Pair("f", 1, prompt, "a", "b"))
+    assert not index.contains_pair(Pair("f", 1, "never seen", "a", "b"))
