@@ -105,7 +105,7 @@ def choose_pairs(scores: list[float | None], settings: PairingSettings, key: str
         choice.pairs = [(chosen, rng.choice(lower))]
     else:
         every = [(i, j) for i, si in ranked for j, sj in ranked if valid(si, sj)]
-        if strategy == "top-k":  # the widest gaps first; equal gaps in input order
+        if strategy == "top-k":  # the widest gaps first; equal gaps best-first (a stable sort of the ranked pairs)
             every.sort(key=lambda p: -(scores[p[0]] - scores[p[1]]))  # type: ignore[operator]
             every = every[: settings.top_k]
         choice.pairs = every

@@ -16,8 +16,8 @@ Shapes, detected per row (no `chosen`/`rejected`; a list under `completions`, `g
 Scores: higher is better. Ranks: lower is better (rank 1 beats rank 2); pairs from ranks carry
 `rank_chosen`/`rank_rejected`, pairs from scores `reward_chosen`/`reward_rejected` (so the reward
 checks apply). A score may be a number, numeric text ("4"), or several named ratings (an
-`annotations`/`scores` object): `--rating mean` averages them, `--rating NAME` takes one.
-"N/A" or null: unscored.
+`annotations`/`scores` object): `--rating mean` averages them, `--rating NAME` takes one (a
+completion with one plain score keeps it whatever NAME is). "N/A" or null: unscored.
 
 Every pair keeps `group_id` (a stable hash of the record's content: the same record gets the same
 id wherever it sits) and `chosen_sample`/`rejected_sample` (the completions' positions in the
@@ -209,8 +209,8 @@ def _completion_body(item: Any, where: str) -> tuple[str, list[Message] | None]:
         return _completion_text(messages), messages
     for key in TEXT_KEYS:
         if key in item:
-            return _completion_body(item[key], f"{where}.{key}") if type(item[key]) is not dict else \
-                _completion_body([item[key]], f"{where}.{key}")
+            body = item[key]
+            return _completion_body([body] if type(body) is dict else body, f"{where}.{key}")  # dict: one message
     raise RecordError(f"field {where!r} has no text (expected one of {', '.join(TEXT_KEYS)})")
 
 

@@ -29,10 +29,6 @@ class ProcessedRecord:
     record: int = 0  # position of the row's record in the batch (a record may give several rows)
     scored: ScoredSummary | None = None  # on the first row of a record of scored completions
 
-    @property
-    def unpaired(self) -> bool:
-        return self.pair is None and self.error is None
-
 
 def normalize_and_tokenize(
     records: list[RawRecord], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings,
