@@ -14,6 +14,19 @@ memory). Reported as prompts/s and the ratio prefdata / TRL.
 
     python bench/bench_online.py                 # CPU section; GPU section when CUDA is available
     python bench/bench_online.py --prompts 64 --batch-pairs 8 --max-new-tokens 32
+
+`--learn` asks whether the policy gets better, not only how fast a round runs: the learning case of
+`prefdata.online.learning_case` (a tiny random Llama policy on a 6k-vocabulary ChatML tokenizer,
+conversational prompts, a rule reward = the answer's share of letters a to m; and a second case with a tiny
+reward model) trained by `prefdata online` and by TRL's OnlineDPOTrainer from the same policy with
+the same prompts, 2 samples per prompt, max new tokens, learning rate and schedule, beta, batch and
+number of optimizer steps (prefdata: R rounds of all prompts, 1 epoch each; TRL: R epochs). Printed:
+the mean reward of each round's fresh samples for both (TRL: its per-step `objective/scores`,
+averaged over each epoch), then one common evaluation of the start and both final policies (fresh
+samples, same seed, same generation code) and the gain ratio, and time per prompt for both.
+
+    python bench/bench_online.py --learn                  # both cases, 48 prompts, 4 rounds
+    python bench/bench_online.py --learn --case rule --seeds 0 1 2
 """
 
 from __future__ import annotations
@@ -114,6 +127,128 @@ def section(name: str, device: str, args: argparse.Namespace) -> None:
               f"ratio prefdata/TRL = {theirs / ours:.2f}x")
 
 
+def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new_tokens: int, seed: int) -> float:
+    """Mean reward of fresh samples from `policy` (the same generation code and seed for every policy)."""
+    import statistics
+
+    from prefdata.online.generate import GenerateSettings, generate_rows
+    from prefdata.online.prompts import read_prompts
+    from prefdata.online.score import answer_only
+
+    rows = generate_rows(read_prompts(prompts_file).rows, policy,
+                         GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, seed=seed, batch_size=64,
+                                          device="cpu"), progress=False)
+    rewards = scorer([r["prompt"] for r in rows], [answer_only(r["completion"]) for r in rows], {})
+    return statistics.fmean(rewards)
+
+
+def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace, seed: int) -> tuple[float, list[float]]:
+    from prefdata.online.rounds import run_online
+
+    started = time.perf_counter()
+    result = run_online(
+        case["prompts"], model=case["policy"], output=out, rounds=args.rounds, prompts_per_round=args.prompts,
+        samples=2, max_new_tokens=args.max_new_tokens, temperature=1.0, batch_size=args.prompts,
+        batch_pairs=args.batch_pairs, lr=args.lr, beta=args.beta, lr_schedule=args.lr_schedule, epochs=1,
+        seed=seed, device="cpu", progress=False, **reward,
+    )
+    return time.perf_counter() - started, [line["reward_mean"] for line in result.rounds]
+
+
+def learn_trl(case: dict, out: Path, reward: dict, args: argparse.Namespace, seed: int) -> tuple[float, list[float]]:
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+    from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
+
+    from prefdata.online.learning_case import first_half_share
+
+    started = time.perf_counter()
+    policy = AutoModelForCausalLM.from_pretrained(str(case["policy"]), dtype=torch.float32)
+    ref = AutoModelForCausalLM.from_pretrained(str(case["policy"]), dtype=torch.float32)
+    if "reward_model" in reward:
+        funcs = AutoModelForSequenceClassification.from_pretrained(reward["reward_model"], num_labels=1)
+        extra = {"reward_processing_classes": AutoTokenizer.from_pretrained(reward["reward_model"])}
+    else:
+        funcs, extra = first_half_share, {}
+    config = OnlineDPOConfig(
+        output_dir=str(out), per_device_train_batch_size=args.batch_pairs, num_train_epochs=args.rounds,
+        learning_rate=args.lr, beta=[args.beta], max_new_tokens=args.max_new_tokens, temperature=1.0,
+        lr_scheduler_type=args.lr_schedule, warmup_steps=0, max_grad_norm=1.0, logging_steps=1,
+        save_strategy="no", report_to="none", use_cpu=True, bf16=False, disable_tqdm=True, seed=seed,
+        gradient_checkpointing=False,  # TRL's default is on; prefdata does not checkpoint, so neither does TRL here
+    )
+    from prefdata.online.prompts import read_prompts
+
+    prompts = [row.prompt for row in read_prompts(case["prompts"]).rows]
+    trainer = OnlineDPOTrainer(model=policy, ref_model=ref, reward_funcs=funcs, args=config,
+                               train_dataset=datasets.Dataset.from_dict({"prompt": prompts}),
+                               processing_class=AutoTokenizer.from_pretrained(str(case["policy"])), **extra)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # its per-step dicts would drown the comparison
+    trainer.train()
+    seconds = time.perf_counter() - started
+    trainer.save_model(str(out / "final"))
+    steps_per_round = -(-args.prompts // args.batch_pairs)
+    scores = [log["objective/scores"] for log in trainer.state.log_history if "objective/scores" in log]
+    curve = [sum(scores[i:i + steps_per_round]) / len(scores[i:i + steps_per_round])
+             for i in range(0, len(scores), steps_per_round)]
+    return seconds, curve
+
+
+def learn_section(args: argparse.Namespace) -> None:
+    import statistics
+
+    from prefdata.online.learning_case import build_learning_case, first_half_share
+    from prefdata.online.rewards import RewardModelScorer
+    from prefdata.online.tiny import build_tiny_reward_model
+
+    steps = args.rounds * -(-args.prompts // args.batch_pairs)
+    print(f"learning: {args.prompts} prompts x 2 samples, {args.max_new_tokens} new tokens, lr {args.lr} "
+          f"({args.lr_schedule} over the run), beta {args.beta}, {args.batch_pairs} pairs per step, {steps} optimizer "
+          f"steps (prefdata: {args.rounds} rounds x 1 epoch; TRL: {args.rounds} epochs), tiny Llama "
+          f"{args.hidden} x {args.layers} layers, 6k vocabulary, CPU")
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        case = build_learning_case(work / "case", prompts=args.prompts, hidden_size=args.hidden,
+                                   num_layers=args.layers)
+        cases = []
+        if args.case in ("rule", "both"):
+            cases.append(("rule reward (a-m share)", {"reward_fn": str(case["reward_fn"])},
+                          lambda p, c, k: first_half_share(p, c)))
+        if args.case in ("rm", "both"):
+            build_tiny_reward_model(work / "rm", hidden_size=args.hidden, num_layers=args.layers)
+            rm = RewardModelScorer(work / "rm", device="cpu", batch_size=64)
+            cases.append(("reward model (tiny Llama RM)", {"reward_model": str(work / "rm")}, rm))
+        for name, reward, scorer in cases:
+            gains: dict[str, list[float]] = {"prefdata": [], "TRL": []}
+            times: dict[str, list[float]] = {"prefdata": [], "TRL": []}
+            for seed in args.seeds:
+                start = _eval_reward(case["policy"], case["prompts"], scorer, 4, args.max_new_tokens, 1000 + seed)
+                ours_s, ours_curve = learn_prefdata(case, work / f"p-{name[:4]}-{seed}", reward, args, seed)
+                theirs_s, theirs_curve = learn_trl(case, work / f"t-{name[:4]}-{seed}", reward, args, seed)
+                ours = _eval_reward(work / f"p-{name[:4]}-{seed}" / "policy", case["prompts"], scorer, 4,
+                                    args.max_new_tokens, 1000 + seed)
+                theirs = _eval_reward(work / f"t-{name[:4]}-{seed}" / "final", case["prompts"], scorer, 4,
+                                      args.max_new_tokens, 1000 + seed)
+                print(f"  {name}, seed {seed}: reward of each round's fresh samples")
+                print("    prefdata: " + " -> ".join(f"{v:.4f}" for v in ours_curve))
+                print("    TRL:      " + " -> ".join(f"{v:.4f}" for v in theirs_curve))
+                print(f"    evaluation (4 fresh samples per prompt): start {start:.4f}; prefdata {ours:.4f} "
+                      f"(gain {ours - start:+.4f}); TRL {theirs:.4f} (gain {theirs - start:+.4f})")
+                print(f"    time: prefdata {ours_s:.1f}s, TRL {theirs_s:.1f}s")
+                gains["prefdata"].append(ours - start)
+                gains["TRL"].append(theirs - start)
+                times["prefdata"].append(ours_s)
+                times["TRL"].append(theirs_s)
+            g_ours, g_theirs = statistics.fmean(gains["prefdata"]), statistics.fmean(gains["TRL"])
+            per_prompt = {k: statistics.fmean(v) / (args.prompts * args.rounds) for k, v in times.items()}
+            ratio = "n/a (TRL gained nothing)" if g_theirs <= 0 else f"{g_ours / g_theirs:.2f}x"
+            print(f"  {name}: mean gain over {len(args.seeds)} seed(s): prefdata {g_ours:+.4f}, TRL {g_theirs:+.4f}; "
+                  f"gain ratio prefdata/TRL = {ratio}; time per prompt: prefdata {per_prompt['prefdata'] * 1000:.0f} ms, "
+                  f"TRL {per_prompt['TRL'] * 1000:.0f} ms ({per_prompt['TRL'] / per_prompt['prefdata']:.2f}x faster)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=32)
@@ -124,8 +259,24 @@ def main() -> int:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--learn", action="store_true", help="the learning benchmark (see above) instead of throughput")
+    parser.add_argument("--case", choices=["rule", "rm", "both"], default="both", help="--learn: which reward")
+    parser.add_argument("--rounds", type=int, default=4, help="--learn: rounds (TRL: epochs) over the prompts")
+    parser.add_argument("--beta", type=float, default=0.1)
+    parser.add_argument("--lr-schedule", default="cosine", choices=["cosine", "linear", "constant"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="--learn: seeds to average over")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.learn:
+        learn_defaults = {"prompts": 48, "max_new_tokens": 24, "lr": 2e-3}
+        for key, value in learn_defaults.items():
+            if getattr(args, key) == parser.get_default(key):
+                setattr(args, key, value)
+        quiet = {"TRANSFORMERS_VERBOSITY": "error", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+                 "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+        os.environ.update({k: v for k, v in quiet.items() if k not in os.environ})
+        learn_section(args)
+        return 0
     section("CPU", "cpu", args)
     if torch.cuda.is_available():
         gpu = argparse.Namespace(**{**vars(args), "prompts": max(args.prompts, 256), "hidden": 512, "layers": 8,

@@ -32,6 +32,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {value}")
+    return value
+
+
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML settings file (flags override it)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="hide progress bars")
@@ -97,6 +107,31 @@ def _add_pairing_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=_positive_int, metavar="K", help=f"pairs per prompt with --pairing top-k (default {DEFAULT_TOP_K})")
 
 
+def _add_decontaminate_options(parser: argparse.ArgumentParser) -> None:
+    """Benchmark decontamination: the same flags on prepare and validate."""
+    parser.add_argument(
+        "--decontaminate-against", nargs="+", metavar="PATH",
+        help="benchmark files, directories or Hub ids (org/name:split) in any format prefdata reads; pairs whose prompt "
+        "shares a run of N words with a benchmark item are flagged benchmark_overlap (default policy: drop; pr: error). "
+        "The item's text is read from --decontaminate-field, else from the first of prompt, question, problem, "
+        "instruction, input, text that it has, else from a preference row's prompt",
+    )
+    parser.add_argument(
+        "--decontaminate-field", action="append", metavar="NAME",
+        help="the benchmark field that holds the text, when it is none of the common ones (repeatable: each field "
+        "is matched on its own)",
+    )
+    parser.add_argument(
+        "--decontaminate-ngram", type=_positive_int, metavar="N",
+        help="words in a run (default 13, as lm-eval-harness and GPT-3); words are lowercased and stripped of "
+        "punctuation; benchmark items of 8 to N-1 words are matched whole",
+    )
+    parser.add_argument(
+        "--decontaminate-completions", action="store_true", default=None,
+        help="also flag pairs whose chosen or rejected completion overlaps a benchmark item (e.g. a leaked answer)",
+    )
+
+
 def _add_engine_options(parser: argparse.ArgumentParser, partitioned: bool = True) -> None:
     parser.add_argument("--engine", choices=["local", "ray"], help="where the work runs: worker processes here (local, default) or a Ray cluster")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local Ray)")
@@ -125,7 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
     )
     p.add_argument("raw", metavar="RAW", help="a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, a save_to_disk dataset, "
-                   "or a Hub dataset id with a split (org/name:split, streamed)")
+                   "a Hub dataset id with a split (org/name:split, streamed), or a mix file (mix.toml: [[source]] tables "
+                   "with path and weight or rows, and a seed; see README 'Mixing sources')")
     p.add_argument("out", metavar="OUT", help="output directory (must not exist unless --overwrite)")
     p.add_argument("--tokenizer", metavar="PATH", help="Hugging Face tokenizer directory (required)")
     _add_tokenize_options(p)
@@ -136,6 +172,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)",
     )
     _add_pairing_options(p)
+    _add_decontaminate_options(p)
+    p.add_argument(
+        "--balance-length", type=_share, nargs="?", const=0.5, metavar="TARGET",
+        help="subsample the kept pairs so that chosen is the longer half (tokens, before truncation) in TARGET of "
+        "them (default 0.5); the pairs removed go to dropped.jsonl flagged length_balance (seeded by --seed; "
+        "they do not count toward max_dropped_share). Give it after RAW OUT, or with a value",
+    )
+    p.add_argument("--seed", type=int, help="seed of --balance-length's subsample (default: the mix file's seed, else 0)")
     p.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT written by prefdata")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")
@@ -153,7 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Writes nothing but --output.",
         epilog=EPILOG,
     )
-    v.add_argument("input", metavar="INPUT", help="raw file/directory or a prepared OUT/")
+    v.add_argument("input", metavar="INPUT", help="raw file/directory, a mix file (mix.toml, the records prepare would sample), "
+                   "or a prepared OUT/")
     v.add_argument("--tokenizer", metavar="PATH", help="also run token-level checks (after truncation)")
     _add_tokenize_options(v)
     v.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr` (strict, for PRs), or a TOML file")
@@ -162,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--baseline", metavar="REPORT.json", help="report from the base branch: only regressions fail")
     v.add_argument("--against", metavar="OTHER", help="flag prompts that also occur in OTHER (e.g. the eval split)")
     _add_pairing_options(v)
+    _add_decontaminate_options(v)
     v.add_argument("--workers", type=_positive_int, metavar="N", help="processes that check raw input (default: all cores, at most 8; with --engine ray: Ray actors)")
     _add_engine_options(v)
     _add_common(v)
@@ -207,7 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--eval", dest="eval_dir", metavar="OUT_EVAL", help="a prepared eval split to evaluate on")
     t.add_argument("--eval-every", type=_positive_int, metavar="N", help="also evaluate every N steps")
     t.add_argument("--simpo-gamma", type=float, help="SimPO target margin (default 0.5)")
+    t.add_argument("--ld-alpha", type=float, metavar="ALPHA",
+                   help="length-desensitized DPO (LD-DPO, TRL's ld_alpha), in [0, 1]: the log-probs of each half's "
+                   "tokens beyond the shorter half's length count ALPHA times, in the policy's and the reference's sums "
+                   "(1 is plain DPO, 0 ignores the extra length); needs refs from this prefdata version; not with simpo"),
     t.add_argument("--warmup-ratio", type=float, help="share of steps for linear warmup (default 0.1)")
+    t.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"],
+                   help="learning rate after warmup: cosine or linear decay to 0 at the last step, or constant (default cosine)")
     t.add_argument("--max-grad-norm", type=float, help="gradient clipping norm (default 1.0)")
     t.add_argument("--save-every", type=_positive_int, metavar="N", help="checkpoint every N steps (default 500)")
     t.add_argument("--stall-steps", type=_positive_int, metavar="N", help="steps at ln 2 before the stall warning (default 20)")
@@ -283,6 +335,8 @@ def _add_online_commands(sub: Any) -> None:
     sc.add_argument("--output", metavar="FILE", help="scored rows (default: generations in place, else INPUT.scored.jsonl)")
     sc.add_argument("--pairs", metavar="FILE", help="where generation pairs go (default: pairs.jsonl beside INPUT)")
     sc.add_argument("--batch-size", type=_positive_int, metavar="B", help="rows per reward-model batch (default 8)")
+    sc.add_argument("--missing-eos-penalty", type=float, metavar="X",
+                    help="subtract X from the reward of an unfinished sample before pairing (TRL's missing_eos_penalty)")
     sc.add_argument("--device", help="auto (default), cpu, cuda or cuda:N")
     sc.add_argument("--trust-remote-code", action="store_true", default=None, help="allow model code from the reward model directory")
     _add_common(sc)
@@ -307,12 +361,24 @@ def _add_online_commands(sub: Any) -> None:
     o.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr`, or a TOML file")
     o.add_argument("--loss", choices=["sigmoid", "ipo", "hinge", "robust"], help="preference loss (default sigmoid)")
     o.add_argument("--beta", type=float, help="DPO beta (default 0.1)")
-    o.add_argument("--lr", type=float, help="learning rate (default 5e-6)")
-    o.add_argument("--epochs", type=_positive_int, help="epochs over each round's pairs (default 1)")
-    o.add_argument("--batch-pairs", type=_positive_int, metavar="N", help="pairs per optimizer step (default 8)")
-    o.add_argument("--warmup-ratio", type=float, help="share of each round's steps for warmup (default 0)")
+    o.add_argument("--lr", type=float, help="peak learning rate (default 5e-6)")
+    o.add_argument("--lr-schedule", choices=["cosine", "linear", "constant"],
+                   help="one schedule over the whole run, not per round: one optimizer (AdamW) continues from round "
+                   "to round, as in TRL's OnlineDPOTrainer; the rate decays to 0 at the run's planned last step "
+                   "(rounds x epochs x ceil(prompts-per-round / batch-pairs)) (default cosine)")
+    o.add_argument("--epochs", type=_positive_int,
+                   help="passes over each round's pairs before sampling again (default 1; TRL: one pass)")
+    o.add_argument("--batch-pairs", type=_positive_int, metavar="N",
+                   help="pairs per optimizer step (default 8; TRL's per_device_train_batch_size). A round of N prompts "
+                   "takes ceil(N / batch-pairs) steps per epoch: N = batch-pairs is fully online (a step per sampling)")
+    o.add_argument("--warmup-ratio", type=float, help="share of the run's planned steps for linear warmup (default 0)")
+    o.add_argument("--missing-eos-penalty", type=float, metavar="X",
+                   help="subtract X from the reward of a sample that hit --max-new-tokens before pairing "
+                   "(TRL's missing_eos_penalty; default none). To drop such pairs instead: completion_truncated = "
+                   "\"drop\" in the check policy")
     o.add_argument("--keep-round-policies", action="store_true", default=None,
                    help="keep every round's weights (default: only the current policy's)")
+    _add_template_options(o)
     _add_common(o)
 
 

@@ -21,6 +21,8 @@ REASONING_LOST = "reasoning_lost"
 REASONING_MISMATCH = "reasoning_mismatch"
 SAME_FINAL_ANSWER = "same_final_answer"
 TOOL_CALL_INVALID = "tool_call_invalid"
+BENCHMARK_OVERLAP = "benchmark_overlap"
+LENGTH_BALANCE = "length_balance"  # removed by prepare --balance-length's subsample (prepare.balance)
 
 ALL_FLAGS: tuple[str, ...] = (
     IDENTICAL,
@@ -44,6 +46,8 @@ ALL_FLAGS: tuple[str, ...] = (
     REASONING_MISMATCH,
     SAME_FINAL_ANSWER,
     TOOL_CALL_INVALID,
+    BENCHMARK_OVERLAP,
+    LENGTH_BALANCE,
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).

@@ -15,6 +15,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from prefdata.checks.checker import build_leak_index, verdict
+from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import DatasetMerge, dataset_flags
 from prefdata.checks.partitioned import PartitionedMerge, PartitionedResult, block_from_digests, partitioned_dataset_checks
 from prefdata.checks.policy import Policy, load_policy
@@ -23,6 +24,7 @@ from prefdata.engine.local import Engine, LocalEngine
 from prefdata.errors import PrefdataError
 from prefdata.io.chunks import Chunk, LineNumbers, iter_chunks
 from prefdata.io.hub import iter_hub_chunks, parse_hub_id
+from prefdata.io.mix import MixPlan, plan_mix, read_mix
 from prefdata.pairing import PairingSettings
 from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
@@ -97,17 +99,25 @@ class ShapeProbe:
         self._check()
 
 
-def input_chunks(raw_path: str | Path) -> Iterator[Chunk]:
+def input_chunks(raw_path: str | Path | MixPlan) -> Iterator[Chunk]:
     """The input as work units: byte ranges of JSON lines (the workers read them), record chunks of
-    other files, or of a Hub split (`org/name:split`, streamed here: prefdata.io.hub)."""
+    other files, or of a Hub split (`org/name:split`, streamed here: prefdata.io.hub); a mixture's
+    sources one after the other, each chunk with its sample (prefdata.io.mix)."""
+    if isinstance(raw_path, MixPlan):
+        return raw_path.chunks()
     hub = parse_hub_id(raw_path)
     if hub:
         return iter_hub_chunks(hub, CHUNK_LINES)
     return iter_chunks(raw_path, max_lines=CHUNK_LINES, max_bytes=CHUNK_BYTES)
 
 
+def plan_input_mix(raw_path: str | Path) -> MixPlan:
+    """The mix file at `raw_path`, read and planned with the chunk sizes this module reads in."""
+    return plan_mix(read_mix(raw_path), CHUNK_LINES, CHUNK_BYTES)
+
+
 def iter_checked_rows(
-    raw_path: str | Path,
+    raw_path: str | Path | MixPlan,
     *,
     tokenizer_path: str | None = None,
     policy: Policy | None = None,
@@ -120,6 +130,7 @@ def iter_checked_rows(
     workers: int = 1,
     merge: DatasetMerge | PartitionedMerge | None = None,
     engine: Engine | None = None,
+    benchmarks: BenchmarkIndex | None = None,
     pairing: PairingSettings | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
@@ -131,6 +142,7 @@ def iter_checked_rows(
     are through. An input whose first `batch_size` records are all of an unknown shape is not
     preference data. A `PartitionedMerge` makes a first pass over the input for the dataset-wide
     checks by hash partitioning (on Ray: no process holds every row's digests); the rows are the same.
+    `benchmarks`: flag `benchmark_overlap` against them (prefdata.checks.decontaminate).
     `pairing`: how records of scored completions become pairs (one row per pair, or one "unpaired" row).
     """
     policy = policy or load_policy(None)
@@ -139,10 +151,10 @@ def iter_checked_rows(
         pair_tokenizer = PairTokenizer(tokenizer_path, settings, trust_remote_code=trust_remote_code)
         pair_tokenizer.setup()
     leak_index = build_leak_index(against) if against is not None else None
-    stage = CheckChunk(pair_tokenizer, settings, policy, leak_index, pairing or PairingSettings())
+    stage = CheckChunk(pair_tokenizer, settings, policy, leak_index, benchmarks, pairing or PairingSettings())
     engine = engine or LocalEngine(workers, in_flight=IN_FLIGHT_PER_WORKER * workers)
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
-    probe = ShapeProbe(raw_path, batch_size)
+    probe = ShapeProbe(raw_path.mix.path if isinstance(raw_path, MixPlan) else raw_path, batch_size)
     lines = LineNumbers()
     bar = progress_bar(progress)
     chunks = input_chunks(raw_path)
@@ -178,7 +190,7 @@ class _DigestsOf:
         return len(checked.records), checked.pair_index, checked.digests
 
 
-def _partitioned_answers(runner: Any, stage: CheckChunk, raw_path: str | Path, threshold: float) -> PartitionedResult:
+def _partitioned_answers(runner: Any, stage: CheckChunk, raw_path: str | Path | MixPlan, threshold: float) -> PartitionedResult:
     """Duplicates, conflicts and near-duplicate prompts of the whole input by hash partitioning
     (prefdata.checks.partitioned): the workers' digests go to the object store as they come (a
     Ray engine), and the shuffle runs there; only the flagged rows come back. On an engine

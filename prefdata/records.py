@@ -56,6 +56,9 @@ class Pair:
     extra: dict[str, Any] = field(default_factory=dict)  # pass-through columns, untouched
     flags: list[str] = field(default_factory=list)  # flags found while normalizing
     shape: str = ""  # which input shape was detected (explicit, conversational, hh, ...)
+    # With --decontaminate-against: the benchmark item this pair overlaps (a
+    # prefdata.checks.decontaminate.BenchmarkMatch), else None.
+    benchmark_match: Any = None
 
     @property
     def is_conversational(self) -> bool:

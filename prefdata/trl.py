@@ -7,7 +7,9 @@ and training loop and changes only what the data needs:
 
 - `_prepare_dataset` returns OUT's rows untouched: no re-tokenizing, no `map`, no cache files in OUT.
 - With `ref_chosen_logps`/`ref_rejected_logps` in OUT, `precompute_ref_log_probs` is switched on and
-  `_precompute_ref_logps` returns them as stored: no reference model is loaded or run.
+  `_precompute_ref_logps` returns them as stored: no reference model is loaded or run. With
+  `DPOConfig(ld_alpha=α)` (LD-DPO) the refs handed to TRL are public + α·(all - public), from the
+  public-length sums `prefdata refs` stores: what TRL's own precompute path computes with ld_alpha.
 - Before anything is loaded, it refuses (one line naming both values) a tokenizer whose fingerprint
   differs from OUT's, a `max_length` that disagrees with OUT's, and refs missing where the loss needs
   them; and data prepared with `--loss-on answer` (TRL's collator would put the reasoning tokens back
@@ -50,6 +52,7 @@ if _trl.__version__ not in SpecifierSet(TESTED_TRL):
     warnings.warn(f"prefdata.trl is tested with trl{TESTED_TRL}, found {_trl.__version__}", stacklevel=2)
 ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
+PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")
 # TRL 1.16 losses that never read the reference log-probs.
 REFERENCE_FREE_LOSSES = frozenset({"sft"})
 
@@ -157,6 +160,28 @@ def finite_rows(dataset: datasets.Dataset) -> datasets.Dataset:
     return dataset.select(np.flatnonzero(keep), keep_in_memory=True)
 
 
+def length_desensitized_refs(dataset: datasets.Dataset, alpha: float, name: str = "train_dataset") -> datasets.Dataset:
+    """The dataset with its ref columns as TRL's precompute path computes them under `ld_alpha`
+    (shared + α·tail), from the stored sums; in memory, so nothing is written inside OUT."""
+    import numpy as np
+
+    if not all(column in dataset.column_names for column in PUBLIC_REF_COLUMNS):
+        raise PrefdataError(
+            f"DPOConfig(ld_alpha={alpha}) needs the reference's public-length sums, which {name}'s refs predate: "
+            "run `prefdata refs OUT --model REF` again"
+        )
+    table = dataset.data.table
+    weighted = {}
+    for full_name, public_name in zip(REF_COLUMNS, PUBLIC_REF_COLUMNS):
+        full = table.column(full_name).to_numpy().astype(np.float32)
+        public = table.column(public_name).to_numpy().astype(np.float32)
+        weighted[full_name] = public + np.float32(alpha) * (full - public)
+    out = dataset.remove_columns(list(REF_COLUMNS))
+    for column, values in weighted.items():
+        out = out.add_column(column, values.tolist(), feature=datasets.Value("float32"))
+    return out
+
+
 @contextmanager
 def _no_model_hash(content_hash: str) -> Iterator[None]:
     """TRL hashes every weight of the policy to key its precompute cache file; the hand-off never
@@ -239,11 +264,17 @@ class DPOTrainer(_trl.DPOTrainer):
         self._check_reference(args, ref_model, peft_config)
         if self._prefdata_uses_stored_refs:
             args.precompute_ref_log_probs = True  # TRL then reads the refs from each batch and builds no ref model
-            train_dataset = finite_rows(train_dataset)
+            alpha = getattr(args, "ld_alpha", None)
+
+            def stored(dataset: Any, name: str) -> Any:
+                dataset = finite_rows(dataset)
+                return dataset if alpha is None else length_desensitized_refs(dataset, alpha, name)
+
+            train_dataset = stored(train_dataset, "train_dataset")
             if isinstance(eval_dataset, dict):
-                eval_dataset = {key: finite_rows(value) for key, value in eval_dataset.items()}
+                eval_dataset = {key: stored(value, f"eval_dataset[{key!r}]") for key, value in eval_dataset.items()}
             elif eval_dataset is not None:
-                eval_dataset = finite_rows(eval_dataset)
+                eval_dataset = stored(eval_dataset, "eval_dataset")
 
         template = getattr(self, "_prefdata_template", None)
         if template:  # OUT was rendered with --chat-template-file: the saved tokenizer carries that template
@@ -278,11 +309,6 @@ class DPOTrainer(_trl.DPOTrainer):
                 raise PrefdataError(
                     "the data carries reference log-probs (prefdata refs) and a ref_model was passed too: "
                     "pass no ref_model to train on the stored refs"
-                )
-            if getattr(args, "ld_alpha", None) is not None:
-                raise PrefdataError(
-                    f"DPOConfig(ld_alpha={args.ld_alpha}) weighs reference tokens differently from the stored "
-                    "refs (plain sums over the completion): use ld_alpha=None"
                 )
             return
         if set(losses) <= REFERENCE_FREE_LOSSES or ref_model is not None or peft_config is not None:

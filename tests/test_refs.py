@@ -269,7 +269,8 @@ def test_merge_refuses_missing_shards(tmp_path):
     work = tmp_path / "work"
     work.mkdir()
     R.save_shard(R.shard_path(work, 0), R.ShardValues(
-        np.array([0, 1]), np.zeros(2, np.float32), np.zeros(2, np.float32), np.ones(2, np.int64), np.ones(2, np.int64)))
+        np.array([0, 1]), np.zeros(2, np.float32), np.zeros(2, np.float32), np.ones(2, np.int64), np.ones(2, np.int64),
+        np.zeros(2, np.float32), np.zeros(2, np.float32)))
     with pytest.raises(PrefdataError, match="shard 1 is missing"):
         R.merge_shards(work, 2, 3)
     with pytest.raises(PrefdataError, match="do not cover 1 rows"):

@@ -160,6 +160,51 @@ def test_a_different_policy_is_scored_against_the_stored_refs(with_refs, other_p
     assert loss == pytest.approx(expected, abs=2e-3)
 
 
+def _plain_ld_logps(model_dir: str, rows: list[dict], alpha: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """LD-DPO sums by a plain forward: each half's first min(|yc|, |yr|) completion tokens in full,
+    the rest times alpha."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    out = {"chosen": [], "rejected": []}
+    with torch.no_grad():
+        for row in rows:
+            tokens = {}
+            for half in out:
+                ids = torch.tensor([row["prompt_ids"] + row[f"{half}_ids"]])
+                logps = torch.log_softmax(model(ids).logits[0, :-1].float(), dim=-1)
+                tokens[half] = logps.gather(1, ids[0, 1:, None])[:, 0][len(row["prompt_ids"]) - 1 :]
+            k = min(len(tokens["chosen"]), len(tokens["rejected"]))
+            for half in out:
+                out[half].append(tokens[half][:k].sum() + alpha * tokens[half][k:].sum())
+    return torch.stack(out["chosen"]), torch.stack(out["rejected"])
+
+
+def test_ld_alpha_weighs_the_stored_refs_as_trls_precompute_would(with_refs, other_policy_dir, tiny_model_dir, tmp_path):
+    """DPOConfig(ld_alpha): TRL weighs the policy's sums itself; the hand-off gives it refs weighted the
+    same way (public + alpha * rest, from the public-length sums `prefdata refs` stored)."""
+    from transformers import AutoTokenizer
+
+    from prefdata.trl import DPOTrainer
+
+    alpha, beta = 0.2, 1.0
+    rows = datasets.load_from_disk(str(with_refs)).to_list()
+    policy_c, policy_r = _plain_ld_logps(other_policy_dir, rows, alpha)
+    ref_c, ref_r = _plain_ld_logps(tiny_model_dir, rows, alpha)
+    expected = -torch.nn.functional.logsigmoid(beta * ((policy_c - ref_c) - (policy_r - ref_r))).mean().item()
+    plain_c, plain_r = _plain_logps(other_policy_dir, rows)
+    stored_c = torch.tensor([row["ref_chosen_logps"] for row in rows])
+    stored_r = torch.tensor([row["ref_rejected_logps"] for row in rows])
+    unweighted = -torch.nn.functional.logsigmoid(beta * ((plain_c - stored_c) - (plain_r - stored_r))).mean().item()
+    assert abs(expected - unweighted) > 5e-3  # ld_alpha really changes the loss here: the check below can fail
+
+    trainer = DPOTrainer(other_policy_dir, args=_config(tmp_path, beta=beta, ld_alpha=alpha), train_dataset=str(with_refs),
+                         processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+    torch.testing.assert_close(torch.tensor(trainer.train_dataset["ref_chosen_logps"]), ref_c, rtol=1e-4, atol=1e-4)
+    trainer.train()
+    assert trainer.state.log_history[0]["loss"] == pytest.approx(expected, abs=2e-3)
+
+
 # --------------------------------------------------------------------------------------------- refusals
 
 

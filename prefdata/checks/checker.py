@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from prefdata import flags as F
 from prefdata.checks.dataset import PromptLeakIndex
@@ -15,6 +15,9 @@ from prefdata.io.scored import record_pairs
 from prefdata.pairing import PairingSettings
 from prefdata.io.readers import iter_raw_records
 from prefdata.records import Pair, TokenizedPair
+
+if TYPE_CHECKING:
+    from prefdata.checks.decontaminate import BenchmarkIndex
 
 
 def build_leak_index(against: str | Path) -> PromptLeakIndex:
@@ -35,14 +38,22 @@ def build_leak_index(against: str | Path) -> PromptLeakIndex:
     return PromptLeakIndex(prompts)
 
 
-def pair_flags(pair: Pair, tokenized: TokenizedPair | None, policy: Policy, leak_index: PromptLeakIndex | None) -> list[str]:
+def pair_flags(
+    pair: Pair, tokenized: TokenizedPair | None, policy: Policy, leak_index: PromptLeakIndex | None,
+    benchmarks: "BenchmarkIndex | None" = None,
+) -> list[str]:
     """The pair's own flags: found while normalizing, text checks, token checks on the final ids,
-    prompt leak. Everything but the dataset-wide flags, before the policy."""
+    prompt leak, benchmark overlap (which also sets `pair.benchmark_match`). Everything but the
+    dataset-wide flags, before the policy."""
     found = list(pair.flags) + text_flags(pair, policy)
     if tokenized is not None:
         found = token_flags(tokenized, found)
     if leak_index is not None and leak_index.contains_pair(pair):
         found.append(F.PROMPT_LEAK)
+    if benchmarks is not None:
+        pair.benchmark_match = benchmarks.match(pair)
+        if pair.benchmark_match is not None:
+            found.append(F.BENCHMARK_OVERLAP)
     return found
 
 
@@ -59,16 +70,18 @@ class PairChecker:
     Holds the dataset-wide merge, so one instance must see the rows in input order.
     """
 
-    def __init__(self, policy: Policy, leak_index: PromptLeakIndex | None = None, merge: DatasetMerge | None = None):
+    def __init__(self, policy: Policy, leak_index: PromptLeakIndex | None = None, merge: DatasetMerge | None = None,
+                 benchmarks: "BenchmarkIndex | None" = None):
         self.policy = policy
         self.leak_index = leak_index
+        self.benchmarks = benchmarks
         self.merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
 
     def check(
         self, pair: Pair, tokenized: TokenizedPair | None, extra_flags: Iterable[str] = (), *, ordinal: int
     ) -> tuple[list[str], str | None, str]:
         """(flags kept by the policy, worst severity, outcome) of the pair at row `ordinal`."""
-        found = pair_flags(pair, tokenized, self.policy, self.leak_index)
+        found = pair_flags(pair, tokenized, self.policy, self.leak_index, self.benchmarks)
         found += self.merge.merge_pair(ordinal, pair)
         found.extend(extra_flags)
         return verdict(found, self.policy)

@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from prefdata.checks.dataset import PromptLeakIndex
+from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.checker import pair_flags
 from prefdata.checks.policy import Policy
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data
+from prefdata.io.mix import SOURCE_COLUMN
 from prefdata.pairing import PairingSettings
 from prefdata.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.tokenize.batch import normalize_and_tokenize
@@ -68,6 +70,7 @@ class CheckChunk:
     settings: TokenizeSettings
     policy: Policy
     leak_index: PromptLeakIndex | None = None
+    benchmarks: BenchmarkIndex | None = None  # --decontaminate-against
     pairing: PairingSettings = field(default_factory=PairingSettings)  # scored completions -> pairs
     made_in: int = field(default_factory=os.getpid)  # the process that made the stage
 
@@ -86,23 +89,32 @@ class CheckChunk:
         for raw, offset, length in chunk_records(chunk, data):
             raws.append(raw)
             spans.append((offset, length))
+        positions = range(len(raws))
+        selection = chunk.selection
+        if selection is not None:  # a mixture: only the sampled records are input rows (prefdata.io.mix)
+            positions = np.flatnonzero(selection.mask(len(raws))).tolist()
+            raws = [raws[i] for i in positions]
         records: list[RecordResult] = []
         pair_index: list[int] = []
         rows = normalize_and_tokenize(raws, self.pair_tokenizer, self.settings, self.pairing)
-        for position, done in enumerate(rows):
+        for at, done in enumerate(rows):  # `at`: the row; `done.record`: its record among `raws`
             raw = raws[done.record]
             if done.error is not None:
                 # The fast parse keeps no raw text: quarantine.jsonl and the report want the exact record.
-                exact = exact_record(chunk, done.record, raw.source_line, spans[done.record], data=data)
+                position = positions[done.record]
+                exact = exact_record(chunk, position, raw.source_line, spans[position], data=data)
                 records.append(RecordResult(exact, None, None, [], done.error, done.unknown_shape))
                 continue
             where = RawRecord(raw.source_file, raw.source_line)
             if done.pair is None:  # scored completions that made no pair
                 records.append(RecordResult(where, None, None, [], scored=done.scored))
                 continue
-            flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index)
+            if selection is not None:
+                _tag_source(done.pair, selection.source)
+            # Every pair of a record of scored completions is checked on its own (benchmark_overlap included).
+            flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index, self.benchmarks)
             records.append(RecordResult(where, done.pair, done.tokenized, flags, scored=done.scored))
-            pair_index.append(position)
+            pair_index.append(at)
         pairs = [records[i].pair for i in pair_index]
         return CheckedChunk(
             records=records,
@@ -110,3 +122,11 @@ class CheckChunk:
             digests=pair_digests(pairs),  # type: ignore[arg-type]
             line_count=line_count(data) if data is not None else 0,
         )
+
+
+def _tag_source(pair: Pair, source: str) -> None:
+    """The mixture's `source` column; a pass-through column of that name is kept as `raw_source`."""
+    extra = pair.extra
+    if SOURCE_COLUMN in extra:
+        extra["raw_source"] = extra.pop(SOURCE_COLUMN)
+    extra[SOURCE_COLUMN] = source

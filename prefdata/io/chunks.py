@@ -19,13 +19,16 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Union
+from typing import TYPE_CHECKING, BinaryIO, Union
 
 from prefdata.errors import PrefdataError
 from prefdata.io.json_decode import _keys_big_floats, _open_binary, _string_colons
 from prefdata.io.json_lines import _broken_line, _Overlong, _read_lines, _Truncated, json_line_record
 from prefdata.io.readers import _iter_file, _kind, _parses, _sniff, list_input_files
 from prefdata.records import RawRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 try:
     from orjson import loads as _fast_loads
@@ -50,6 +53,7 @@ class RangeChunk:
     path: str
     start: int
     end: int
+    selection: "RecordSelection | None" = None  # a mixture's sample of the chunk's records (io.mix)
 
 
 @dataclass
@@ -60,6 +64,7 @@ class LinesChunk:
     source_file: str
     first_line: int
     items: list[LineItem]
+    selection: "RecordSelection | None" = None
 
 
 @dataclass
@@ -68,14 +73,37 @@ class RecordsChunk:
 
     source_file: str
     records: list[RawRecord]
+    selection: "RecordSelection | None" = None
 
 
 Chunk = Union[RangeChunk, LinesChunk, RecordsChunk]
 
 
-def iter_chunks(path: str | Path, max_lines: int | None = None, max_bytes: int | None = None) -> Iterator[Chunk]:
+@dataclass(frozen=True)
+class RecordSelection:
+    """Which records of a chunk a mixture samples (prefdata.io.mix), and the source they belong to.
+
+    The chunk's records are positions `first`, `first + 1`, ... of their source; the sample keeps
+    those whose key (prefdata.sampling) is at or below `threshold`. Set by the main process, which
+    counted the records of the chunks before this one; the worker decides each record alone."""
+
+    source: str  # the mixture's name for the source: the `source` column
+    base: int
+    threshold: int
+    first: int
+
+    def mask(self, count: int) -> "np.ndarray":
+        from prefdata.sampling import keep_mask
+
+        return keep_mask(self.base, self.threshold, self.first, count)
+
+
+def iter_chunks(
+    path: str | Path, max_lines: int | None = None, max_bytes: int | None = None, label: str | None = None
+) -> Iterator[Chunk]:
     """Every record under `path` in `iter_raw_records` order, as chunks of about `max_bytes` bytes
-    or `max_lines` lines (default CHUNK_BYTES, CHUNK_LINES).
+    or `max_lines` lines (default CHUNK_BYTES, CHUNK_LINES). `label`: what a single file is called
+    in `source_file` (default `path`), and the prefix of a directory's relative file names.
 
     File-level problems raise PrefdataError when reached, as `iter_raw_records` does; an input
     without any record is for the caller to detect (it sees the records, this only sees lines)."""
@@ -85,7 +113,8 @@ def iter_chunks(path: str | Path, max_lines: int | None = None, max_bytes: int |
     files = list_input_files(root)
     single = not root.is_dir()
     for file in files:
-        name = str(path) if single else file.relative_to(root).as_posix()
+        relative = file.relative_to(root).as_posix()
+        name = (label or str(path)) if single else (f"{label.rstrip('/')}/{relative}" if label else relative)
         if not _is_json_lines(file):
             batch: list[RawRecord] = []
             for record in _iter_file(file, name):
@@ -229,6 +258,29 @@ def chunk_records(chunk: Chunk, data: bytes | None = None) -> Iterator[tuple[Raw
             if record is not None:
                 yield record, start, end - start
         start, line_no = end + 1, line_no + 1
+
+
+def record_count(chunk: Chunk) -> int:
+    """How many records `chunk_records` yields for the chunk, without parsing them: every line but
+    blank ones (a file's leading BOM aside), or every record already read."""
+    if isinstance(chunk, RecordsChunk):
+        return len(chunk.records)
+    if isinstance(chunk, LinesChunk):
+        count = 0
+        for line_no, item in enumerate(chunk.items, start=chunk.first_line):
+            if type(item) is not bytes:
+                count += 1  # a broken stream or an overlong line: a record (with an error)
+            else:
+                count += bool(_without_bom(item, line_no == 1).strip())
+        return count
+    lines = range_data(chunk).split(b"\n")
+    if chunk.start == 0 and lines:
+        lines[0] = _without_bom(lines[0], True)
+    return sum(1 for line in lines if line.strip())
+
+
+def _without_bom(line: bytes, file_start: bool) -> bytes:
+    return line[3:] if file_start and line.startswith(codecs.BOM_UTF8) else line
 
 
 def exact_record(

@@ -19,6 +19,7 @@ from prefdata.records import CheckedRow
 _RESERVED = frozenset(
     {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "flags", "source_file", "source_line"}
     | {"ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count"}
+    | {"ref_chosen_public_logps", "ref_rejected_public_logps"}
     | {"prompt_messages", "chosen_messages", "rejected_messages", "tools"}
     | {"chosen_loss_start", "rejected_loss_start"}
 )
@@ -65,6 +66,8 @@ def dropped_record(row: CheckedRow) -> dict[str, Any]:
         "chosen": pair.chosen,
         "rejected": pair.rejected,
     }
+    if pair.benchmark_match is not None and "benchmark_overlap" in row.flags:  # which benchmark item, and where
+        record["benchmark_overlap"] = pair.benchmark_match.record()
     if pair.extra:
         record["extra"] = pair.extra
     return record

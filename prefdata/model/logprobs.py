@@ -133,6 +133,9 @@ class CompletionLogps:
     logps: torch.Tensor  # [num_sequences], differentiable under grad
     counts: torch.Tensor  # long [num_sequences]: completion tokens that have a predicting token
     logit_sums: torch.Tensor  # [num_sequences], detached: sum over those tokens of the vocab-mean logit
+    # With `public_pairs`: the sum over each half's first min(|yc|, |yr|) counted tokens (LD-DPO's
+    # public length), differentiable like `logps`; else None.
+    public_logps: torch.Tensor | None = None
 
 
 def _hidden_states(model: Any, batch: SequenceBatch) -> torch.Tensor:
@@ -163,10 +166,12 @@ def _loss_sources(batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
     return target_idx, target_idx - 1
 
 
-def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> CompletionLogps:
+def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                     public_pairs: bool = False) -> CompletionLogps:
     """Sum of log-probs over each sequence's completion tokens, their counts and logit sums.
 
-    Only the hidden states that predict a completion token go through the output head (never a
+    `public_pairs`: the sequences are the halves of pairs, [chosen..., rejected...]; also sum each
+    half's public part (`public_logps`, for LD-DPO). Only the hidden states that predict a completion token go through the output head (never a
     prompt position), a chunk of rows at a time; under grad each head chunk is recomputed in
     backward, so its logits are not kept. A completion token with no predicting token (first token
     of an empty prompt) is not counted.
@@ -184,12 +189,13 @@ def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT
     sums = torch.zeros(n, dtype=torch.float32, device=device)
     counts = torch.zeros(n, dtype=torch.long, device=device)
     logit_sums = torch.zeros(n, dtype=torch.float32, device=device)
+    public = torch.zeros(n, dtype=torch.float32, device=device) if public_pairs else None
     if batch.input_ids.numel() == 0:
-        return CompletionLogps(sums, counts, logit_sums)
+        return CompletionLogps(sums, counts, logit_sums, public)
     hidden = _hidden_states(model, batch)
     target_idx, source_idx = _loss_sources(batch)
     if target_idx.numel() == 0:
-        return CompletionLogps(sums, counts, logit_sums)
+        return CompletionLogps(sums, counts, logit_sums, public)
     source_hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, source_idx)
     targets = batch.input_ids.flatten().index_select(0, target_idx)
     seq = batch.sequence_index.flatten().index_select(0, target_idx)
@@ -205,10 +211,32 @@ def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT
             lp, mean = _head_logps(model, h, t)
         token_logps.append(lp)
         token_means.append(mean)
-    sums = sums.index_add(0, seq, torch.cat(token_logps))
+    token_logps_all = torch.cat(token_logps)
+    sums = sums.index_add(0, seq, token_logps_all)
     counts = counts.index_add(0, seq, torch.ones_like(seq))
     logit_sums = logit_sums.index_add(0, seq, torch.cat(token_means))
-    return CompletionLogps(sums, counts, logit_sums)
+    if public is not None:
+        in_public = _token_ranks(seq, counts) <= public_lengths(counts).index_select(0, seq)
+        public = public.index_add(0, seq[in_public], token_logps_all[in_public])
+    return CompletionLogps(sums, counts, logit_sums, public)
+
+
+def public_lengths(counts: torch.Tensor) -> torch.Tensor:
+    """Per half of each pair ([chosen..., rejected...] counts): the public length min(|yc|, |yr|)
+    that LD-DPO (TRL's `ld_alpha`) weights fully; the tokens after it get alpha."""
+    n = counts.numel() // 2
+    shortest = torch.minimum(counts[:n], counts[n:])
+    return torch.cat([shortest, shortest])
+
+
+def _token_ranks(seq: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """1-based place of each counted token within its sequence. `seq` lists the tokens in flat
+    order, in which every layout keeps a sequence's tokens in completion order."""
+    order = torch.argsort(seq, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    ranks = torch.empty_like(seq)
+    ranks[order] = torch.arange(1, seq.numel() + 1, device=seq.device) - starts.index_select(0, seq[order])
+    return ranks
 
 
 def sequence_logps(

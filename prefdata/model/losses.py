@@ -15,6 +15,11 @@ implicit rewards TRL logs. Formulas follow TRL 1.16 (`DPOTrainer._compute_loss`,
            reference-free, length-normalized, target margin γ (TRL's `simpo_gamma`)
 
 Rewards: β·(π - r) per half (β·π/|y| for SimPO), detached, as TRL logs them.
+
+LD-DPO (length-desensitized, TRL's `ld_alpha`): before any loss, each half's log-prob sum, of the
+policy and of the reference alike, becomes  public + α·(all - public), where `public` sums the half's
+first min(|yc|, |yr|) completion tokens (`length_desensitized`). α = 1 is plain DPO; α = 0 ignores
+the tokens the longer half has beyond the shorter one.
 """
 
 from __future__ import annotations
@@ -36,6 +41,11 @@ class LossOutput:
     losses: torch.Tensor  # [num_pairs], differentiable; the training loss is its mean
     chosen_rewards: torch.Tensor  # [num_pairs], detached
     rejected_rewards: torch.Tensor  # [num_pairs], detached
+
+
+def length_desensitized(logps: torch.Tensor, public_logps: torch.Tensor, alpha: float) -> torch.Tensor:
+    """LD-DPO's sum: the public part in full, the rest weighted by `alpha` (TRL: shared + α·tail)."""
+    return public_logps + alpha * (logps - public_logps)
 
 
 def _require_counts(name: str, chosen_counts: torch.Tensor | None, rejected_counts: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

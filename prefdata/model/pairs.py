@@ -38,6 +38,9 @@ class PairLogps:
     rejected_logit_sums: torch.Tensor
     tokens: int  # tokens put through the model (no padding counted)
     shared_pairs: int  # pairs whose prompt went through once
+    # Sums over each half's first min(|yc|, |yr|) tokens (LD-DPO's public length), when asked for.
+    chosen_public: torch.Tensor | None = None
+    rejected_public: torch.Tensor | None = None
 
 
 def choose_layout(model: Any, layout: str) -> str:
@@ -83,11 +86,12 @@ def pair_tokens(prompt_len: int, chosen_len: int, rejected_len: int, shared: boo
 
 def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]],
                layout: str, pad_token_id: int, chosen_loss_starts: list[int] | None = None,
-               rejected_loss_starts: list[int] | None = None) -> PairLogps:
+               rejected_loss_starts: list[int] | None = None, public: bool = False) -> PairLogps:
     """Summed completion log-probs of both halves of every pair (``layout`` from `choose_layout`).
 
     With loss starts (`--loss-on answer`), each half sums (and counts) only its completion tokens
-    from its loss start on; the tokens before stay in the sequence as context."""
+    from its loss start on; the tokens before stay in the sequence as context. `public`: also the
+    sums over each half's public length (LD-DPO; `refs` stores them, `train --ld-alpha` weighs)."""
     n = len(prompts)
     shared = 0
     if layout in BLOCK_LAYOUTS:
@@ -97,9 +101,11 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
     else:
         batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id, chosen_loss_starts,
                                  rejected_loss_starts)
-    out = completion_logps(model, batch)  # sequences [chosen..., rejected...]
+    out = completion_logps(model, batch, public_pairs=public)  # sequences [chosen..., rejected...]
     return PairLogps(
         chosen=out.logps[:n], rejected=out.logps[n:], chosen_counts=out.counts[:n], rejected_counts=out.counts[n:],
         chosen_logit_sums=out.logit_sums[:n], rejected_logit_sums=out.logit_sums[n:], tokens=batch.num_tokens,
         shared_pairs=shared,
+        chosen_public=out.public_logps[:n] if out.public_logps is not None else None,
+        rejected_public=out.public_logps[n:] if out.public_logps is not None else None,
     )

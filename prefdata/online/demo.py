@@ -1,64 +1,59 @@
 """`python -m prefdata.online.demo`: online DPO on CPU in about a minute, with tiny models built in code.
 
-Three rounds of generate -> score -> prepare -> refs -> train with a rule reward (the number of
-letters "e" in the completion), printing the mean reward per round: it rises as the policy learns.
-Then the same prompts' pairs scored by a tiny reward model with its own tokenizer, and an offline
-preference file scored for `reward_disagrees`.
+Four rounds of generate -> score -> prepare -> refs -> train on the learning case of
+`bench/bench_online.py --learn` (a tiny random Llama policy, a 6k-vocabulary ChatML tokenizer, a rule
+reward = the answer's share of letters a to m), printing each round and the curve of the mean reward
+of fresh samples: it rises as the policy learns. Then an offline preference file scored by a tiny
+reward model with its own tokenizer, for `reward_disagrees`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-QUESTIONS = [
-    "What is the capital of France?", "Write a short poem about the sea.", "Give me three tips for sleep.",
-    "How many legs does a spider have?", "Translate good morning to German.", "Explain how to add numbers.",
-    "Suggest a name for a cat.", "What is 2 + 2?", "Tell me about the quick brown fox.", "Why is the sea blue?",
-    "Name a color.", "Say hello.", "Describe a lazy dog.", "What do cats eat?", "Count to five.", "Write one word.",
-]
-RULE = '''def count_e(prompts, completions, **kwargs):
-    """Reward = how many letters "e" the completion has (TRL's reward-function convention)."""
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [float(t.count("e")) for t in texts]
-'''
 
 
-def run_demo(work: Path, rounds: int = 3) -> int:
+def run_demo(work: Path, rounds: int = 4) -> int:
+    import statistics
+
+    from prefdata.online.generate import GenerateSettings, generate_rows
+    from prefdata.online.learning_case import build_learning_case, first_half_share
+    from prefdata.online.prompts import read_prompts
     from prefdata.online.rounds import run_online
     from prefdata.online.score import score
     from prefdata.online.tiny import build_tiny_reward_model
-    from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
 
     started = time.time()
     work.mkdir(parents=True, exist_ok=True)
-    policy, reward_model = work / "tiny-policy", work / "tiny-reward-model"
-    print(f"[1/3] tiny policy (Qwen2, ChatML) and tiny reward model (Llama, its own tokenizer) in {work}/")
-    build_tiny_tokenizer(work / "tiny-tokenizer")
-    build_tiny_model(policy, tokenizer_dir=work / "tiny-tokenizer")
-    build_tiny_reward_model(reward_model)
-    prompts = work / "prompts.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": q}]}) + "\n" for q in QUESTIONS))
-    (work / "rules.py").write_text(RULE)
+    print(f"[1/3] tiny Llama policy (6k-vocabulary ChatML tokenizer), 16 prompts and a rule reward in {work}/case/")
+    case = build_learning_case(work / "case", prompts=16)
+    build_tiny_reward_model(work / "tiny-reward-model")
 
     run = work / "online"
-    print(f"[2/3] prefdata online {prompts} --model {policy} --reward-fn {work / 'rules.py'}:count_e "
-          f"--rounds {rounds} --prompts-per-round 16 --samples 4 --lr 1e-2 --epochs 2 --output {run}")
+    print(f"[2/3] prefdata online {case['prompts']} --model {case['policy']} --reward-fn {case['reward_fn']} "
+          f"--rounds {rounds} --prompts-per-round 16 --samples 4 --max-new-tokens 16 --lr 5e-2 --batch-pairs 4 "
+          f"--output {run}")
     result = run_online(
-        prompts, model=policy, output=run, reward_fn=f"{work / 'rules.py'}:count_e", rounds=rounds,
-        prompts_per_round=16, samples=4, max_new_tokens=16, lr=1e-2, beta=0.1, batch_pairs=4, epochs=2,
-        batch_size=16, seed=0, device="cpu", progress=False,
+        case["prompts"], model=case["policy"], output=run, reward_fn=str(case["reward_fn"]), rounds=rounds,
+        prompts_per_round=16, samples=4, max_new_tokens=16, lr=5e-2, beta=0.1, batch_pairs=4, batch_size=64,
+        seed=0, device="cpu", progress=False,
     )
-    means = [line["reward_mean"] for line in result.rounds]
-    print("      mean reward per round: " + " -> ".join(f"{m:.2f}" for m in means))
 
-    print(f"[3/3] prefdata score {REPO / 'examples' / 'pairs'} --reward-model {reward_model}")
-    scored = score(REPO / "examples" / "pairs", reward_model=reward_model, output=work / "scored.jsonl",
-                   device="cpu", progress=False)
+    def fresh_reward(policy: Path) -> float:
+        settings = GenerateSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
+        rows = generate_rows(read_prompts(case["prompts"]).rows, policy, settings, progress=False)
+        return statistics.fmean(first_half_share([], [row["completion"] for row in rows]))
+
+    curve = [line["reward_mean"] for line in result.rounds] + [fresh_reward(result.policy)]
+    print("      mean reward of fresh samples, round 1 .. final policy: " + " -> ".join(f"{m:.3f}" for m in curve))
+
+    print(f"[3/3] prefdata score {REPO / 'examples' / 'pairs'} --reward-model {work / 'tiny-reward-model'}")
+    scored = score(REPO / "examples" / "pairs", reward_model=work / "tiny-reward-model",
+                   output=work / "scored.jsonl", device="cpu", progress=False)
     print("      " + scored.summary().replace("\n", "\n      "))
     print(f"\ndone in {time.time() - started:.0f}s: rounds in {run / 'rounds.jsonl'}, final policy in {run / 'policy'}/")
     return 0
@@ -67,9 +62,12 @@ def run_demo(work: Path, rounds: int = 3) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prefdata.online.demo", description=__doc__)
     parser.add_argument("--work", default=str(REPO / "demo-out" / "online"), help="where everything is written")
-    parser.add_argument("--rounds", type=int, default=3, help="online rounds (default 3)")
+    parser.add_argument("--rounds", type=int, default=4, help="online rounds (default 4)")
     args = parser.parse_args(argv)
-    return run_demo(Path(args.work), args.rounds)
+    from prefdata.quiet import quiet_libraries
+
+    with quiet_libraries(True):  # prefdata's own lines only
+        return run_demo(Path(args.work), args.rounds)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,16 @@ class GenerateSettings:
 
 
 @dataclass
+class Sample:
+    """One sampled completion: its text (no special tokens, think tags kept), whether it ended with a
+    stop token, and the sampled ids through that stop token (all of them when it did not stop)."""
+
+    text: str
+    finished: bool
+    ids: list[int]
+
+
+@dataclass
 class GenerateResult:
     path: Path
     prompts: int
@@ -125,8 +135,10 @@ def generate_rows(
     progress: bool = True,
     trust_remote_code: bool = False,
 ) -> list[dict[str, Any]]:
-    """The generation rows (prompt, completion, sample, source_file, source_line, finished), prompt by
-    prompt in input order, samples 0..K-1 of a prompt next to each other."""
+    """The generation rows (prompt, completion, sample, source_file, source_line, finished, prompt_ids,
+    completion_ids), prompt by prompt in input order, samples 0..K-1 of a prompt next to each other.
+    `completion_ids` are the sampled ids through the stop token (all of them when unfinished): what
+    online rounds train on, so training sees exactly what the policy sampled."""
     model_dir = Path(model)
     if not model_dir.is_dir():
         raise PrefdataError(f"--model {model} is not a local model directory")
@@ -141,10 +153,11 @@ def generate_rows(
     else:
         outputs = _transformers_generate(model_dir, tokenizer, prompt_ids, settings, progress, trust_remote_code, keep)
     rows: list[dict[str, Any]] = []
-    for row, samples in zip(prompts, outputs):
-        for k, (text, finished) in enumerate(samples):
-            rows.append({"prompt": row.prompt, "completion": text, "sample": k, "source_file": row.source_file,
-                         "source_line": row.source_line, "finished": finished})
+    for row, ids, samples in zip(prompts, prompt_ids, outputs):
+        for k, sample in enumerate(samples):
+            rows.append({"prompt": row.prompt, "completion": sample.text, "sample": k, "source_file": row.source_file,
+                         "source_line": row.source_line, "finished": sample.finished, "prompt_ids": ids,
+                         "completion_ids": sample.ids})
     return rows
 
 
@@ -214,7 +227,7 @@ def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
 
 def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[list[int]], settings: GenerateSettings,
                            progress: bool, trust_remote_code: bool,
-                           keep: dict[int, str] | None = None) -> list[list[tuple[str, bool]]]:
+                           keep: dict[int, str] | None = None) -> list[list[Sample]]:
     """Batched sampling with a KV cache: left-padded prompts, `samples` sequences per prompt."""
     import torch
     from tqdm.auto import tqdm
@@ -231,7 +244,7 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     sampling = settings.temperature > 0
     torch.manual_seed(settings.seed)
-    outputs: list[list[tuple[str, bool]]] = []
+    outputs: list[list[Sample]] = []
     starts = range(0, len(prompt_ids), settings.batch_size)
     for start in tqdm(starts, desc="generate", unit=" batches", disable=not progress or None):
         batch = prompt_ids[start : start + settings.batch_size]
@@ -253,10 +266,12 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
     return outputs
 
 
-def _decode(tokenizer: Any, ids: list[int], eos: list[int], keep: dict[int, str] | None = None) -> tuple[str, bool]:
-    """(text up to the first EOS, whether there was one); think tags in `keep` stay in the text."""
+def _decode(tokenizer: Any, ids: list[int], eos: list[int], keep: dict[int, str] | None = None) -> Sample:
+    """The sample up to its first EOS (the padding after it is not part of it); think tags in `keep`
+    stay in the text."""
     end = next((i for i, token in enumerate(ids) if token in eos), None)
-    return decode_completion(tokenizer, ids if end is None else ids[:end], keep or {}), end is not None
+    text = decode_completion(tokenizer, ids if end is None else ids[:end], keep or {})
+    return Sample(text, end is not None, ids if end is None else ids[: end + 1])
 
 
 def think_tag_tokens(tokenizer: Any) -> dict[int, str]:

@@ -6,10 +6,19 @@ sends the pairs through `prepare` (the same checks and policy as offline data, p
 continues from the last round's policy. Many prompts per round is semi-online DPO; as many prompts
 per round as pairs per optimizer step (one step per round) is fully online.
 
+One run, one optimizer: each round's `train` continues the previous round's AdamW state and a single
+learning-rate schedule planned over the whole run (rounds x epochs x ceil(prompts per round / batch
+pairs) steps), as TRL's OnlineDPOTrainer keeps one optimizer and one schedule. A schedule that
+restarted and decayed to zero inside every round moved the policy far less at the same settings.
+The pairs carry the sampled token ids (`generate` keeps them), so training sees exactly what the
+policy sampled; the checks read the decoded text next to them.
+
 Layout of DIR: `online_config.json`, `rounds.jsonl` (one line per finished round), `round-<r>/`
 (`generations.jsonl`, `pairs.jsonl`, `pairs/` = a prefdata OUT, `policy/` = that round's trained
 model and metrics.jsonl) and `policy/` (the final policy, save_pretrained). A round is finished when
-its line is in rounds.jsonl; a rerun after a kill redoes the unfinished round from the start.
+its line is in rounds.jsonl; a rerun after a kill redoes the unfinished round from the start, from
+the last finished round's policy and optimizer state (`round-<r>/policy/optimizer/`), so it ends
+where an uninterrupted run ends.
 """
 
 from __future__ import annotations
@@ -29,14 +38,21 @@ from prefdata.online.generate import GenerateSettings, generate_rows
 from prefdata.online.jsonl import read_jsonl, write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
 from prefdata.online.score import make_scorer, score_generations
+from prefdata.quiet import quiet_libraries, wants_quiet
+from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+from prefdata.train.checkpoint import OPTIMIZER_DIR
 
 ROUNDS_FILE = "rounds.jsonl"
 CONFIG_FILE = "online_config.json"
 # Settings a rerun must share with the run it continues (the prompt schedule and what was trained).
 _RESUME_KEYS = ("prompts", "model", "ref_model", "reward_model", "reward_fn", "prompts_per_round", "samples", "seed",
-                "max_new_tokens", "temperature", "top_p", "chat_template", "loss", "beta", "lr", "score_reasoning")
+                "max_new_tokens", "temperature", "top_p", "chat_template", "loss", "beta", "lr", "score_reasoning",
+                # the learning-rate schedule spans the planned run: these set its length and shape
+                "rounds", "epochs", "batch_pairs", "lr_schedule", "warmup_ratio", "missing_eos_penalty",
+                "template_kwargs", "chat_template_file", "template_date")
 # Resume keys a run directory written before they existed holds implicitly, at these values.
-_RESUME_DEFAULTS = {"score_reasoning": False}
+_RESUME_DEFAULTS = {"score_reasoning": False, "missing_eos_penalty": None, "template_kwargs": {},
+                    "chat_template_file": None, "template_date": DEFAULT_TEMPLATE_DATE}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 
 
@@ -59,6 +75,8 @@ def format_round(line: dict[str, Any]) -> str:
     """One human line per round: rewards, pairs, what training did."""
     mean, std = line.get("reward_mean"), line.get("reward_std")
     reward = "-" if mean is None else f"{mean:.4g} ± {std:.3g}"
+    if line.get("unfinished"):
+        reward += f" ({line['unfinished']} of {line['samples']} samples unfinished)"
     flags = ", ".join(f"{k} {v}" for k, v in sorted(line.get("flag_counts", {}).items())) or "no flags"
     text = (f"round {line['round']}: reward {reward}; pairs {line['pairs_kept']} kept, "
             f"{line['pairs_dropped']} dropped ({flags})")
@@ -96,17 +114,53 @@ def run_online(
     epochs: int = 1,
     batch_pairs: int = 8,
     warmup_ratio: float = 0.0,
+    lr_schedule: str = "cosine",
+    missing_eos_penalty: float | None = None,
     keep_round_policies: bool = False,
     device: str = "auto",
     progress: bool = True,
     trust_remote_code: bool = False,
     score_reasoning: bool = False,
+    template_kwargs: dict[str, Any] | list[str] | None = None,
+    chat_template_file: str | Path | None = None,
+    template_date: str = DEFAULT_TEMPLATE_DATE,
 ) -> OnlineResult:
     """Run `rounds` rounds of online DPO into `output` (see the module doc); continue a killed run.
     Generated reasoning stays in the completions that are trained on; rewards read the final answer
-    unless `score_reasoning`."""
+    unless `score_reasoning`. `missing_eos_penalty` is subtracted from unfinished samples' rewards
+    before pairing (TRL's). The template settings render prompts for generation (as `generate`)."""
     if rounds < 1 or prompts_per_round < 1 or samples < 2:
         raise PrefdataError("--rounds and --prompts-per-round must be at least 1, --samples at least 2")
+    if epochs < 1 or batch_pairs < 1:
+        raise PrefdataError("--epochs and --batch-pairs must be at least 1")
+    with quiet_libraries(wants_quiet(progress)):
+        template = TemplateSettings(parse_template_kwargs(template_kwargs),
+                                    str(chat_template_file) if chat_template_file else None, date=template_date)
+        return _run_online(
+            prompts, model=model, output=output, reward_model=reward_model, reward_fn=reward_fn, rounds=rounds,
+            prompts_per_round=prompts_per_round, samples=samples, ref_model=ref_model,
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
+            chat_template=chat_template, engine=engine, max_length=max_length, max_prompt_length=max_prompt_length,
+            policy=policy, loss=loss, beta=beta, lr=lr, epochs=epochs, batch_pairs=batch_pairs,
+            warmup_ratio=warmup_ratio, lr_schedule=lr_schedule, missing_eos_penalty=missing_eos_penalty,
+            keep_round_policies=keep_round_policies, device=device, progress=progress,
+            trust_remote_code=trust_remote_code, score_reasoning=score_reasoning, template=template,
+        )
+
+
+def planned_steps(rounds: int, prompts_per_round: int, epochs: int, batch_pairs: int) -> int:
+    """Optimizer steps of a run in which every prompt gives a kept pair: the schedule's length."""
+    return rounds * epochs * math.ceil(prompts_per_round / batch_pairs)
+
+
+def _run_online(prompts: str | Path, *, model: str | Path, output: str | Path, reward_model: str | Path | None,
+                reward_fn: str | None, rounds: int, prompts_per_round: int, samples: int,
+                ref_model: str | Path | None, max_new_tokens: int, temperature: float, top_p: float, seed: int,
+                batch_size: int, chat_template: bool, engine: str, max_length: int | None,
+                max_prompt_length: int | None, policy: str | Path | None, loss: str, beta: float, lr: float,
+                epochs: int, batch_pairs: int, warmup_ratio: float, lr_schedule: str,
+                missing_eos_penalty: float | None, keep_round_policies: bool, device: str, progress: bool,
+                trust_remote_code: bool, score_reasoning: bool, template: TemplateSettings) -> OnlineResult:
     if not Path(model).is_dir():
         raise PrefdataError(f"--model {model} is not a local model directory")
     out = Path(output)
@@ -120,21 +174,26 @@ def run_online(
         "temperature": temperature, "top_p": top_p, "chat_template": chat_template, "loss": loss, "beta": beta,
         "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs, "max_length": max_length, "engine": engine,
         "max_prompt_length": max_prompt_length, "policy": None if policy is None else str(policy),
-        "score_reasoning": score_reasoning,
+        "score_reasoning": score_reasoning, "rounds": rounds, "warmup_ratio": warmup_ratio,
+        "lr_schedule": lr_schedule, "missing_eos_penalty": missing_eos_penalty,
+        "template_kwargs": template.kwargs, "chat_template_file": template.chat_template_file,
+        "template_date": template.date,
+        "schedule_steps": planned_steps(rounds, prompts_per_round, epochs, batch_pairs),
     }
     done = _start_or_resume(out, config)
     scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
                          trust_remote_code=trust_remote_code)
     generation = GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
                                   top_p=top_p, seed=seed, batch_size=batch_size, chat_template=chat_template,
-                                  engine=engine, device=device)
+                                  engine=engine, device=device, template=template)
     context = _Round(
         out=out, start_model=Path(model), ref_model=Path(ref_model or model), scorer=scorer, generation=generation,
-        score_reasoning=score_reasoning,
+        score_reasoning=score_reasoning, missing_eos_penalty=missing_eos_penalty,
         prepare_kwargs={"max_length": max_length, "max_prompt_length": max_prompt_length,
                         "chat_template": chat_template, "policy": policy, "trust_remote_code": trust_remote_code},
         train_kwargs={"loss": loss, "beta": beta, "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs,
-                      "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code},
+                      "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code,
+                      "lr_schedule": lr_schedule, "schedule_steps": config["schedule_steps"], "save_optimizer": True},
         device=device, progress=progress, trust_remote_code=trust_remote_code,
     )
     result = OnlineResult(out, out / "policy", resumed_after=len(done))
@@ -172,10 +231,10 @@ def _start_or_resume(out: Path, config: dict[str, Any]) -> list[dict[str, Any]]:
     config_path = out / CONFIG_FILE
     if config_path.is_file():
         saved = json.loads(config_path.read_text(encoding="utf-8"))
-        saved = {**_RESUME_DEFAULTS, **saved}
-        changed = [k for k in _RESUME_KEYS if saved.get(k) != config.get(k)]
+        saved, wanted = {**_RESUME_DEFAULTS, **saved}, {**_RESUME_DEFAULTS, **config}
+        changed = [k for k in _RESUME_KEYS if saved.get(k) != wanted.get(k)]
         if changed:
-            detail = ", ".join(f"{k}: {saved.get(k)!r} -> {config.get(k)!r}" for k in changed)
+            detail = ", ".join(f"{k}: {saved.get(k)!r} -> {wanted.get(k)!r}" for k in changed)
             raise PrefdataError(f"{out} holds a run with other settings ({detail}): choose another --output")
         rounds_path = out / ROUNDS_FILE
         return read_jsonl(rounds_path) if rounds_path.is_file() else []
@@ -202,13 +261,15 @@ def _drop_old_weights(out: Path, finished: int, current: Path) -> None:
         for file in policy_dir.iterdir():
             if file.is_file() and file.name.endswith(_WEIGHT_SUFFIXES):
                 file.unlink()
+        shutil.rmtree(policy_dir / OPTIMIZER_DIR, ignore_errors=True)  # the next round continues `current`'s
 
 
 def _publish_policy(source: Path, target: Path) -> None:
     """Copy the final policy to DIR/policy via a temporary directory and a rename."""
     staging = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("checkpoints", "metrics.jsonl", "train_config.json"))
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns("checkpoints", "metrics.jsonl", "train_config.json",
+                                                                   OPTIMIZER_DIR))
     old = target.with_name(f".{target.name}.old")
     if target.exists():
         shutil.rmtree(old, ignore_errors=True)
@@ -232,6 +293,7 @@ class _Round:
     progress: bool
     trust_remote_code: bool
     score_reasoning: bool = False
+    missing_eos_penalty: float | None = None
 
     def run(self, r: int, prompts: list[PromptRow], policy_dir: Path) -> dict[str, Any]:
         from dataclasses import replace
@@ -250,7 +312,7 @@ class _Round:
                              trust_remote_code=self.trust_remote_code)
         clock.lap("generate")
         scored = score_generations(rows, self.scorer, rdir / "generations.jsonl", rdir / "pairs.jsonl", self.progress,
-                                   self.score_reasoning)
+                                   self.score_reasoning, self.missing_eos_penalty)
         clock.lap("score")
         rewards = [row["reward"] for row in rows if row["reward"] is not None]
         line: dict[str, Any] = {
@@ -258,6 +320,7 @@ class _Round:
             "reward_mean": statistics.fmean(rewards) if rewards else None,
             "reward_std": statistics.pstdev(rewards) if rewards else None,
             "finished_share": sum(row["finished"] for row in rows) / len(rows),
+            "unfinished": sum(not row["finished"] for row in rows),
             "pairs": scored.pair_stats.pairs if scored.pair_stats else 0,
             "pairs_kept": 0, "pairs_dropped": 0, "flag_counts": {}, "trained": False,
         }
@@ -275,8 +338,11 @@ class _Round:
                 compute_refs(rdir / "pairs", model=str(self.ref_model), device=self.device, progress=self.progress,
                              trust_remote_code=self.trust_remote_code)
                 clock.lap("refs")
+                # The first round starts the run's optimizer; later ones continue the last trained round's.
+                continued = None if policy_dir == self.start_model else policy_dir
                 trained = train(rdir / "pairs", model=policy_dir, output=rdir / "policy", seed=self.generation.seed + r,
-                                save_every=None, device=self.device, progress=self.progress, **self.train_kwargs)
+                                save_every=None, device=self.device, progress=self.progress,
+                                optimizer_from=continued, **self.train_kwargs)
                 clock.lap("train")
                 line.update(trained=True, steps=trained.steps, **_train_means(trained.metrics_path))
         line["seconds"] = round(time.time() - started, 3)

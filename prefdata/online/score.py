@@ -83,6 +83,7 @@ def score(
     progress: bool = True,
     trust_remote_code: bool = False,
     score_reasoning: bool = False,
+    missing_eos_penalty: float | None = None,
 ) -> ScoreResult:
     """Score INPUT (see the module doc). Generations are rewritten in place unless `output` is given;
     pairs go to `pairs` (default: pairs.jsonl next to the generations). Offline files go to `output`
@@ -94,7 +95,8 @@ def score(
     source = Path(input)
     if generations is not None:
         result = score_generations(generations, scorer, Path(output) if output else source,
-                                   Path(pairs) if pairs else source.parent / "pairs.jsonl", progress, score_reasoning)
+                                   Path(pairs) if pairs else source.parent / "pairs.jsonl", progress, score_reasoning,
+                                   missing_eos_penalty)
     else:
         default = source.with_name(source.name.split(".")[0] + ".scored.jsonl")
         result = score_pairs(input, scorer, Path(output) if output else default, progress, score_reasoning)
@@ -165,17 +167,20 @@ def _json_reward(value: float) -> float | None:
 
 
 def score_generations(rows: list[dict[str, Any]], scorer: Scorer, output: Path, pairs_path: Path,
-                      progress: bool = True, score_reasoning: bool = False) -> ScoreResult:
-    """Add `reward` to every generation row, write them, and write the best-vs-worst pairs."""
+                      progress: bool = True, score_reasoning: bool = False,
+                      missing_eos_penalty: float | None = None) -> ScoreResult:
+    """Add `reward` to every generation row, write them, and write the best-vs-worst pairs (chosen on
+    rewards less `missing_eos_penalty` for unfinished samples). Reward functions get the sampled
+    `completion_ids` as a keyword, as TRL hands them."""
     for row in rows:
         if not isinstance(row.get("completion"), str) or not isinstance(row.get("prompt"), (str, list)):
             raise PrefdataError("generation rows need a string 'completion' and a 'prompt' (as `prefdata generate` writes)")
     rewards = _score_all(scorer, [r["prompt"] for r in rows], [r["completion"] for r in rows], rows, progress,
-                         {"prompt", "completion", "reward"}, score_reasoning)
+                         {"prompt", "completion", "reward", "prompt_ids"}, score_reasoning)
     for row, value in zip(rows, rewards):
         row["reward"] = _json_reward(value)
     write_jsonl(output, rows)
-    pair_rows, stats = make_pairs(rows)
+    pair_rows, stats = make_pairs(rows, missing_eos_penalty)
     write_jsonl(pairs_path, pair_rows)
     mean, std = _stats(rewards)
     return ScoreResult("generations", output, len(rows), sum(not math.isfinite(v) for v in rewards), mean, std,

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefdata.errors import PrefdataError
+from prefdata.online.generate import Sample
 
 if TYPE_CHECKING:
     from prefdata.online.generate import GenerateSettings
@@ -26,8 +27,9 @@ def vllm_available() -> str | None:
 
 def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: GenerateSettings,
                   trust_remote_code: bool,
-                  decode: Callable[[list[int]], str] | None = None) -> list[list[tuple[str, bool]]]:
-    """`samples` completions per prompt: (text without the stop token, finished with EOS/stop).
+                  decode: Callable[[list[int]], str] | None = None) -> list[list[Sample]]:
+    """`samples` completions per prompt: text without the stop token, finished with EOS/stop, and the
+    sampled ids (vLLM's `token_ids`: through the EOS it stopped on).
     `decode` (given when the tokenizer marks think tags special, which vLLM's text would drop) turns
     the token ids into text instead."""
     reason = vllm_available()
@@ -51,4 +53,5 @@ def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: Genera
             ids = ids[:-1]  # ended on EOS or a stop token id: that token is not text
         return decode(ids)
 
-    return [[(text_of(c), c.finish_reason == "stop") for c in sorted(r.outputs, key=lambda c: c.index)] for r in results]
+    return [[Sample(text_of(c), c.finish_reason == "stop", list(c.token_ids))
+             for c in sorted(r.outputs, key=lambda c: c.index)] for r in results]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prefdata import FORMAT_VERSION, __version__
+from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import Policy, load_policy
@@ -24,15 +25,18 @@ from prefdata.checks.stage import CheckChunk
 from prefdata.engine.local import default_workers
 from prefdata.engine.select import check_engine, select_engine
 from prefdata.errors import PrefdataError
-from prefdata.ingest import iter_checked_rows
+from prefdata.ingest import iter_checked_rows, plan_input_mix
 from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
+from prefdata.io.mix import MixPlan, is_mix_file
 from prefdata.io.readers import list_input_files
 from prefdata.io.write_errors import write_problem
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
 from prefdata.pairing import DEFAULT_TOP_K, PairingSettings
+from prefdata.prepare.balance import check_target
 from prefdata.prepare.written import Written, write_rows
+from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -80,6 +84,12 @@ def prepare(
     min_score_margin: float = 0.0,
     rating: str = "mean",
     top_k: int = DEFAULT_TOP_K,
+    decontaminate_against: str | Path | list[str | Path] | None = None,
+    decontaminate_field: str | list[str] | None = None,
+    decontaminate_ngram: int = DEFAULT_NGRAM,
+    decontaminate_completions: bool = False,
+    balance_length: float | None = None,
+    seed: int | None = None,
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
@@ -93,18 +103,38 @@ def prepare(
     (prefdata.tokenize.template); `loss_on="answer"` keeps a leading reasoning block out of the loss.
     Records of scored completions become pairs by `pairing` (best-worst, best-vs-random-lower,
     all-pairs, top-k with `top_k` pairs), seeded by `pairing_seed`, at least `min_score_margin`
-    apart, several ratings combined by `rating` ("mean" or one aspect's name): prefdata.pairing."""
+    apart, several ratings combined by `rating` ("mean" or one aspect's name): prefdata.pairing.
+    `decontaminate_against`: benchmark files (or Hub ids); pairs whose prompt (and, with
+    `decontaminate_completions`, a completion) shares a run of `decontaminate_ngram` words with a
+    benchmark item are flagged `benchmark_overlap` (prefdata.checks.decontaminate); the text is in
+    `decontaminate_field`, else found in a common field.
+    RAW may be a mix file (`mix.toml`, prefdata.io.mix): its sources' sampled records, with a
+    `source` column and a per-source report. `balance_length`: subsample the kept pairs to this
+    share of chosen-longer pairs (prefdata.prepare.balance; the rest are dropped as `length_balance`);
+    `seed`: its seed (default: the mix file's seed, else 0). Balancing runs in the two-pass write
+    (`worker_writes`), on either engine. Pairs made from scored completions are pairs like any
+    other: checked for benchmark overlap, balanced, counted in the pair ledger."""
     from prefdata.io import writer as W
 
     started = time.time()
     check_engine(engine)
     workers = _check_numbers(batch_size, workers, engine)
+    if balance_length is not None:
+        balance_length = check_target(balance_length)
+        if worker_writes is False:
+            raise PrefdataError("--balance-length needs the two-pass write: leave out --no-worker-writes")
+        worker_writes = True  # the subsample needs the whole set's counts: decided between the two passes
     worker_writes = engine == "ray" if worker_writes is None else worker_writes
     partitioned_checks = partitioned_checks or worker_writes  # a worker writes a row once its flags are known
     raw_path, out_path = Path(raw), Path(out)
-    hub = parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
-    input_files = [] if hub else _input_files(raw_path, out_path)
+    mix = plan_input_mix(raw_path) if is_mix_file(raw_path) else None  # RAW may be a mix file
+    hub = None if mix else parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
+    input_files = [] if hub else _input_files(raw_path, out_path, mix)
+    seed = seed if seed is not None else (mix.mix.seed if mix else 0)
     loaded_policy = load_policy(policy)
+    benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
+                                 completions=decontaminate_completions)
+    index = benchmarks[0] if benchmarks else None
     template = TemplateSettings(
         kwargs=parse_template_kwargs(template_kwargs),
         chat_template_file=str(chat_template_file) if chat_template_file else None,
@@ -131,26 +161,34 @@ def prepare(
         "worker_writes": worker_writes,
         "trust_remote_code": trust_remote_code,
         "policy": loaded_policy.to_dict(),
+        "balance_length": balance_length,
+        "seed": seed,
     }
+    if benchmarks is not None:
+        config["decontaminate"] = benchmarks[1].settings()
 
     lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT
     try:
         tmp = _staging_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
         try:
+            report = _report_builder(loaded_policy, mix)
+            balance = (balance_length, seed) if balance_length is not None else None
             if worker_writes:
-                written = _write_with_workers(raw_path, hub, input_files, tmp, pair_tokenizer, settings, loaded_policy,
-                                              workers, engine, ray_address, batch_size, progress, config,
-                                              pairing_settings)
+                written = _write_with_workers(mix or raw_path, hub, input_files, tmp, pair_tokenizer, settings,
+                                              loaded_policy, workers, engine, ray_address, batch_size, progress, config,
+                                              report, balance, index, pairing_settings)
             else:
                 threshold = loaded_policy.near_duplicate_prompt_threshold
                 merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
                 rows = iter_checked_rows(
-                    raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
+                    mix or raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
                     progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
-                    engine=select_engine(engine, workers, ray_address), pairing=pairing_settings,
+                    engine=select_engine(engine, workers, ray_address), benchmarks=index, pairing=pairing_settings,
                 )
-                written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer))
+                written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer), report)
                 written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+            if benchmarks is not None:
+                written.report.benchmarks = benchmarks[1]
             meta = {
                 "input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare",
                 "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
@@ -159,7 +197,7 @@ def prepare(
             built = _write_reports(tmp, written.report.build(written.accounting, meta))
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
             if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
-                manifest = _manifest(written, input_files, config, pair_tokenizer, hub)
+                manifest = _manifest(written, input_files, config, pair_tokenizer, hub, mix)
                 write_manifest(tmp, manifest)  # last: marks OUT finished
             W.publish(tmp, out_path)
         except BaseException as exc:
@@ -203,9 +241,10 @@ def prepare(
 
 
 def _write_with_workers(
-    raw_path: Path, hub: HubSource | None, input_files: list[Path], tmp: Path, pair_tokenizer: PairTokenizer,
+    raw_path: Path | MixPlan, hub: HubSource | None, input_files: list[Path], tmp: Path, pair_tokenizer: PairTokenizer,
     settings: TokenizeSettings, policy: Policy, workers: int, engine: str, ray_address: str | None, batch_size: int,
-    progress: bool, config: dict[str, Any], pairing: PairingSettings,
+    progress: bool, config: dict[str, Any], report: ReportBuilder, balance: tuple[float, int] | None,
+    benchmarks: BenchmarkIndex | None = None, pairing: PairingSettings | None = None,
 ) -> Written:
     """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
     from prefdata import ingest
@@ -218,10 +257,22 @@ def _write_with_workers(
         input_bytes = sum(path.stat().st_size for path in input_files)
         shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), ingest.CHUNK_BYTES)
     return shards.write_with_workers(
-        ingest.input_chunks(raw_path), tmp, check=CheckChunk(pair_tokenizer, settings, policy, pairing=pairing), policy=policy, engine=runner,
+        ingest.input_chunks(raw_path), tmp,
+        check=CheckChunk(pair_tokenizer, settings, policy, benchmarks=benchmarks, pairing=pairing or PairingSettings()),
+        policy=policy, engine=runner,
         shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),
-        input_name=str(raw_path), progress=progress,
+        input_name=str(raw_path.mix.path if isinstance(raw_path, MixPlan) else raw_path), progress=progress,
+        report=report, balance=balance,
     )
+
+
+def _report_builder(policy: Policy, mix: MixPlan | None) -> ReportBuilder:
+    """The report's builder; for a mixture, with each file's source and the mix's own numbers."""
+    if mix is None:
+        return ReportBuilder(policy)
+    report = ReportBuilder(policy, sources=mix.file_sources())
+    report.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
+    return report
 
 
 def _staging_dir(out_path: Path, overwrite: bool) -> Path:
@@ -271,10 +322,14 @@ def _check_numbers(batch_size: int, workers: int | None, engine: str = "local") 
     return workers
 
 
-def _input_files(raw_path: Path, out_path: Path) -> list[Path]:
-    input_files = list_input_files(raw_path)  # raises on a missing path / nothing readable
-    if out_path.resolve() == raw_path.resolve() or raw_path.resolve() in out_path.resolve().parents:
-        raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({raw_path})")
+def _input_files(raw_path: Path, out_path: Path, mix: MixPlan | None = None) -> list[Path]:
+    """The data files read (a mixture's path sources' files), after checking OUT is not among them."""
+    roots = [s.source.location for s in mix.sources if s.source.location is not None] if mix else [raw_path]
+    input_files: list[Path] = []
+    for root in roots:
+        input_files += list_input_files(root)  # raises on a missing path / nothing readable
+        if out_path.resolve() == root.resolve() or root.resolve() in out_path.resolve().parents:
+            raise PrefdataError(f"OUT ({out_path}) must not be inside the input ({root})")
     return input_files
 
 
@@ -292,7 +347,7 @@ def _write_reports(tmp: Path, built: dict[str, Any]) -> dict[str, Any]:
 
 def _manifest(
     written: Written, input_files: list[Path], config: dict[str, Any], pair_tokenizer: PairTokenizer,
-    hub: HubSource | None,
+    hub: HubSource | None, mix: MixPlan | None = None,
 ) -> dict[str, Any]:
     tok = pair_tokenizer.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -300,7 +355,7 @@ def _manifest(
         "format_version": FORMAT_VERSION,
         "prefdata_version": __version__,
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "inputs": [hub_input(hub)] if hub else [
+        "inputs": mix.inputs() if mix else [hub_input(hub)] if hub else [
             {"path": str(p), "bytes": p.stat().st_size, "sha256": sha256_file(p)} for p in input_files
         ],
         "config": config,
@@ -323,4 +378,6 @@ def _manifest(
         "text_columns": written.text_columns,
         "shards": written.shards,
         "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
+        # A mixture's ledger: per source available = sampled + not_sampled; records_in = the sampled.
+        **({"mix": mix.record()} if mix else {}),
     }

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from prefdata import flags as F
 from prefdata.checks.checker import verdict
 from prefdata.checks.merge import dataset_flags
 from prefdata.checks.partitioned import DigestBlock, block_from_digests, join_blocks, member
@@ -35,6 +36,7 @@ from prefdata.io.chunks import Chunk
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
 from prefdata.io.ledger import Ledger
+from prefdata.prepare.balance import pair_classes
 from prefdata.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 
@@ -59,8 +61,10 @@ class ChunkCounts:
 
     records: int  # rows (a record of scored completions may give several)
     line_count: int  # of a RangeChunk (prefdata.io.chunks.LineNumbers), else 0
-    pair_index: np.ndarray  # (p,) positions of its rows that are preference data: pairs and unpaired rows
+    pair_index: np.ndarray  # (p,) positions of its pairs (row ordinals of --balance-length's classes)
+    known: np.ndarray  # positions of its rows that are preference data: pairs and unpaired rows (ShapeProbe)
     quarantined: list[tuple[int, int, str, bool]]  # (position, line within the chunk, error, unknown shape)
+    classes: np.ndarray | None = None  # with --balance-length: per pair, prepare.balance.pair_classes
 
 
 @dataclass
@@ -76,6 +80,7 @@ class ScanGroup:
 
     check: CheckChunk
     cache_dir: str
+    balance: bool = False  # also each pair's class for --balance-length (prefdata.prepare.balance)
 
     def setup(self) -> None:
         self.check.setup()
@@ -94,7 +99,9 @@ class ScanGroup:
                     for i, r in enumerate(checked.records) if r.quarantined
                 ]
                 known = np.array([i for i, r in enumerate(checked.records) if not r.quarantined], dtype=np.int64)
-                counts.append(ChunkCounts(len(checked.records), checked.line_count, known, quarantined))
+                classes = pair_classes(checked, self.check.policy) if self.balance else None
+                counts.append(ChunkCounts(len(checked.records), checked.line_count, checked.pair_index, known,
+                                          quarantined, classes))
                 blocks.append(block_from_digests(checked.pair_index + rows, checked.digests))
                 rows += len(checked.records)
         return GroupScan(str(cache), counts, join_blocks(blocks))
@@ -121,6 +128,8 @@ class ShardUnit:
     conflicting_rows: np.ndarray  # ... and conflicting_pair
     sample_cutoff: int  # pairs with a report key below it bring their halves (the similarity sample)
     want_excerpts: bool  # the report still keeps prompt excerpts
+    # The group's rows --balance-length removes (ordinals, ascending): flagged length_balance.
+    balance_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 @dataclass
@@ -201,6 +210,7 @@ class WriteShard:
         pairs = checked.pair_index
         ordinals = pairs + place.first_row
         duplicate, conflicting = member(ordinals, unit.duplicate_rows), member(ordinals, unit.conflicting_rows)
+        balanced = member(ordinals, unit.balance_rows) if len(unit.balance_rows) else None
         keys = checked.digests.pair_keys
         below = set(pairs[keys < np.uint64(unit.sample_cutoff)].tolist()) if unit.sample_cutoff < 1 << 64 else None
         n = len(records)
@@ -234,6 +244,8 @@ class WriteShard:
                     report.excerpts.append("")
                 continue
             found = record.flags + dataset_flags(bool(duplicate[at_pair]), bool(conflicting[at_pair]))
+            if balanced is not None and balanced[at_pair]:
+                found.append(F.LENGTH_BALANCE)  # an ordinary dropped pair (a pair of scored completions too)
             row = CheckedRow(record.raw, pair, record.tokenized, *verdict(found, self.policy), scored=record.scored)
             result.ledger.add(row)
             report.lengths[at_pair] = (len(pair.prompt), len(pair.chosen), len(pair.rejected))
@@ -290,6 +302,7 @@ def _for_report(row: CheckedRow) -> CheckedRow:
     assert pair is not None
     cut = 4 * EXCERPT_CHARS
     light = Pair(pair.source_file, pair.source_line, pair.prompt[:cut], pair.chosen[:cut], pair.rejected[:cut])
+    light.benchmark_match = pair.benchmark_match  # small: the report names the benchmark item
     return CheckedRow(RawRecord(row.raw.source_file, row.raw.source_line), light, None, row.flags, row.severity,
                       row.outcome)
 

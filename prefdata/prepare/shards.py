@@ -39,6 +39,7 @@ from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
 from prefdata.prepare.shard_stages import (
     ChunkPlace, GroupScan, GroupUnit, RewritePart, ScanGroup, ShardUnit, ShardWritten, WriteShard,
 )
+from prefdata.prepare.balance import plan_balance
 from prefdata.prepare.written import Written
 from prefdata.report.builder import EXCERPT_ROWS, ReportBuilder
 from prefdata.report.compact import CompactRows
@@ -88,13 +89,24 @@ def group_chunks(chunks: Iterable[Chunk], max_bytes: int, max_chunks: int | None
 def write_with_workers(
     chunks: Iterable[Chunk], tmp: Path, *, check: CheckChunk, policy: Policy, engine: Engine, shard_bytes: int,
     batch_size: int, handoff: dict[str, Any], input_name: str, progress: bool,
+    report: ReportBuilder | None = None, balance: tuple[float, int] | None = None,
 ) -> Written:
     """Both passes (see the module doc): OUT's dataset, dropped.jsonl, quarantine.jsonl and the
-    report's rows, with the near-duplicate prompt groups already in the report."""
+    report's rows, with the near-duplicate prompt groups already in the report. `report`: the
+    builder to fill (default: a plain one). `balance`: (target, seed) of --balance-length: between
+    the passes prefdata.prepare.balance picks the pairs the second pass flags length_balance."""
     cache_dir = tmp / CACHE_DIR
     cache_dir.mkdir()
-    groups, answers = _first_pass(chunks, check, engine, cache_dir, shard_bytes, batch_size, input_name, progress)
-    written = _second_pass(groups, answers, tmp, policy, engine, batch_size, handoff, progress)
+    groups, answers, classes = _first_pass(chunks, check, engine, cache_dir, shard_bytes, batch_size, input_name,
+                                           progress, balance is not None)
+    report = report or ReportBuilder(policy)
+    drop_rows = np.zeros(0, dtype=np.int64)
+    if balance is not None:
+        plan = plan_balance(*classes, answers.duplicate_rows, answers.conflicting_rows, policy, *balance)
+        drop_rows = plan.drop_rows
+        report.length_balance = plan.summary
+        report.balance_dropped = plan.summary["dropped"]
+    written = _second_pass(groups, answers, tmp, policy, engine, batch_size, handoff, progress, report, drop_rows)
     shutil.rmtree(cache_dir, ignore_errors=True)
     written.report.add_near_duplicate_prompts(answers.near_duplicate_groups, written.report.location)
     return written
@@ -102,21 +114,28 @@ def write_with_workers(
 
 def _first_pass(
     chunks: Iterable[Chunk], check: CheckChunk, engine: Engine, cache_dir: Path, shard_bytes: int, batch_size: int,
-    input_name: str, progress: bool,
-) -> tuple[list[_Group], PartitionedResult]:
-    """Check and cache every group; number its lines and rows; the dataset-wide answers."""
+    input_name: str, progress: bool, balance: bool = False,
+) -> tuple[list[_Group], PartitionedResult, tuple[np.ndarray, np.ndarray]]:
+    """Check and cache every group; number its lines and rows; the dataset-wide answers; with
+    `balance`, every pair's row ordinal and class (prefdata.prepare.balance.pair_classes)."""
     put = getattr(engine, "put", lambda value: value)  # Ray: digests go to the object store at once
     probe = ShapeProbe(input_name, batch_size)
     lines = LineNumbers()
     groups: list[_Group] = []
     blocks: list[Any] = []
+    ordinals: list[np.ndarray] = []
+    classes: list[np.ndarray] = []
     rows = 0
     bar = progress_bar(progress, "checking")
     try:
         units = group_chunks(chunks, shard_bytes)
-        with closing(engine.map_ordered(ScanGroup(check, str(cache_dir)), units)) as results:
+        with closing(engine.map_ordered(ScanGroup(check, str(cache_dir), balance), units)) as results:
             for unit, scan in results:
                 groups.append(_place(unit, scan, lines, probe, rows))
+                if balance:
+                    for place, counts in zip(groups[-1].places, scan.chunks):
+                        ordinals.append(counts.pair_index + place.first_row)
+                        classes.append(counts.classes)  # type: ignore[arg-type]
                 blocks.append(put(shift_rows(scan.block, rows)))
                 rows = groups[-1].end_row
                 if bar is not None:
@@ -125,7 +144,9 @@ def _first_pass(
         if bar is not None:
             bar.close()
     probe.finish()
-    return groups, partitioned_on(engine, blocks, check.policy.near_duplicate_prompt_threshold)
+    pairs = (np.concatenate(ordinals) if ordinals else np.zeros(0, dtype=np.int64),
+             np.concatenate(classes) if classes else np.zeros(0, dtype=np.int8))
+    return groups, partitioned_on(engine, blocks, check.policy.near_duplicate_prompt_threshold), pairs
 
 
 def _place(unit: GroupUnit, scan: GroupScan, lines: LineNumbers, probe: ShapeProbe, first_row: int) -> _Group:
@@ -137,16 +158,15 @@ def _place(unit: GroupUnit, scan: GroupScan, lines: LineNumbers, probe: ShapePro
         places.append(ChunkPlace(chunk.source_file, offset, row))
         problems = [(i, f"{chunk.source_file}:{line + offset}: {error}", unknown)
                     for i, line, error, unknown in counts.quarantined]
-        probe.add_chunk(counts.records, counts.pair_index, problems)
+        probe.add_chunk(counts.records, counts.known, problems)
         row += counts.records
     return _Group(unit.index, scan.cache, places, first_row, row)
 
 
 def _second_pass(
     groups: list[_Group], answers: PartitionedResult, tmp: Path, policy: Policy, engine: Engine, batch_size: int,
-    handoff: dict[str, Any], progress: bool,
+    handoff: dict[str, Any], progress: bool, report: ReportBuilder, balance_rows: np.ndarray,
 ) -> Written:
-    report = ReportBuilder(policy)
     dropped = W.JsonlWriter(tmp / "dropped.jsonl")
     quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
     content = hashlib.blake2b(digest_size=16)
@@ -163,6 +183,7 @@ def _second_pass(
             _rows_between(answers.duplicate_rows, group.first_row, group.end_row),
             _rows_between(answers.conflicting_rows, group.first_row, group.end_row),
             report.similarity.cutoff(), group.first_row < EXCERPT_ROWS,
+            _rows_between(balance_rows, group.first_row, group.end_row),
         )
         for group in groups
     )

@@ -36,13 +36,15 @@ class Written:
 
 
 def write_rows(
-    rows: Iterable[CheckedRow], tmp: Path, policy: Policy, batch_size: int, handoff: dict[str, Any]
+    rows: Iterable[CheckedRow], tmp: Path, policy: Policy, batch_size: int, handoff: dict[str, Any],
+    report: ReportBuilder | None = None,
 ) -> Written:
-    """Every row to exactly one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report."""
+    """Every row to exactly one of the dataset, dropped.jsonl and quarantine.jsonl, and to the
+    report (`report`: the builder to fill, default a plain one)."""
     dataset = W.DatasetWriter(tmp)
     dropped = W.JsonlWriter(tmp / "dropped.jsonl")
     quarantine = W.JsonlWriter(tmp / "quarantine.jsonl")
-    report = ReportBuilder(policy)
+    report = report or ReportBuilder(policy)
     flag_counts: Counter[str] = Counter()
     content = hashlib.blake2b(digest_size=16)
     errors = 0

@@ -24,7 +24,7 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
     from prefdata.model.pairs import pair_logps
     from prefdata.schema import LOSS_START_COLUMNS
 
-    rows, chosen, rejected, chosen_count, rejected_count = [], [], [], [], []
+    rows, chosen, rejected, chosen_count, rejected_count, chosen_public, rejected_public = [], [], [], [], [], [], []
     tokens = shared = 0
     for batch_rows in batches:
         take = pa.array(batch_rows, type=pa.int64())
@@ -33,12 +33,14 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
         rejecteds = ids["rejected_ids"].take(take).to_pylist()
         # `--loss-on answer`: sum (and count) only the tokens after each half's reasoning block.
         starts = [ids[name].take(take).to_pylist() if name in ids else None for name in LOSS_START_COLUMNS]
-        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts)
+        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts, public=True)
         rows.append(np.asarray(batch_rows, dtype=np.int64))
         chosen.append(out.chosen.float().cpu().numpy())
         rejected.append(out.rejected.float().cpu().numpy())
         chosen_count.append(out.chosen_counts.cpu().numpy())
         rejected_count.append(out.rejected_counts.cpu().numpy())
+        chosen_public.append(out.chosen_public.float().cpu().numpy())
+        rejected_public.append(out.rejected_public.float().cpu().numpy())
         tokens += out.tokens
         shared += out.shared_pairs
         bar.update(out.tokens)  # as the summary counts: a shared prompt once
@@ -46,7 +48,9 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
         "rows": np.concatenate(rows), "chosen": np.concatenate(chosen).astype(np.float32),
         "rejected": np.concatenate(rejected).astype(np.float32),
         "chosen_count": np.concatenate(chosen_count).astype(np.int64),
-        "rejected_count": np.concatenate(rejected_count).astype(np.int64), "tokens": tokens, "shared": shared,
+        "rejected_count": np.concatenate(rejected_count).astype(np.int64),
+        "chosen_public": np.concatenate(chosen_public).astype(np.float32),
+        "rejected_public": np.concatenate(rejected_public).astype(np.float32), "tokens": tokens, "shared": shared,
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from prefdata.errors import PrefdataError
+from prefdata.refs.swap import REF_COLUMNS
 from prefdata.io.manifest import sha256_file, tokenizer_fingerprint
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
@@ -161,6 +162,8 @@ def held_refs(manifest: dict[str, Any], fingerprint: dict[str, Any], device_type
     Batch size and layout only reorder the arithmetic, so they do not count as a change."""
     refs = manifest.get("refs")
     if not isinstance(refs, dict):
+        return None
+    if not set(REF_COLUMNS) <= set(refs.get("columns") or []):  # an older OUT: no public-length sums yet
         return None
     model = {key: value for key, value in (refs.get("model") or {}).items() if key != "path"}
     device = str((refs.get("settings") or {}).get("device", "")).split(":")[0]

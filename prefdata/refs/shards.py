@@ -22,6 +22,8 @@ class ShardValues:
     rejected: np.ndarray  # float32 ref_rejected_logps
     chosen_count: np.ndarray  # int64
     rejected_count: np.ndarray  # int64
+    chosen_public: np.ndarray  # float32 ref_chosen_public_logps (LD-DPO's public length)
+    rejected_public: np.ndarray  # float32 ref_rejected_public_logps
 
 
 
@@ -52,6 +54,9 @@ def save_shard(path: Path, values: ShardValues) -> None:
 
 def load_shard(path: Path) -> ShardValues:
     with np.load(path) as data:
+        missing = [name for name in ShardValues.__dataclass_fields__ if name not in data]
+        if missing:  # written by an older prefdata: recompute rather than mix
+            raise PrefdataError(f"refs shard {path} lacks {', '.join(missing)}; delete {path.parent} and rerun")
         return ShardValues(**{name: data[name] for name in ShardValues.__dataclass_fields__})
 
 
@@ -65,6 +70,8 @@ def merge_shards(work: Path, num_shards: int, num_rows: int) -> ShardValues:
     rejected = np.full(num_rows, np.nan, dtype=np.float32)
     chosen_count = np.zeros(num_rows, dtype=np.int64)
     rejected_count = np.zeros(num_rows, dtype=np.int64)
+    chosen_public = np.full(num_rows, np.nan, dtype=np.float32)
+    rejected_public = np.full(num_rows, np.nan, dtype=np.float32)
     seen = np.zeros(num_rows, dtype=bool)
     for shard in range(num_shards):
         path = shard_path(work, shard)
@@ -75,10 +82,13 @@ def merge_shards(work: Path, num_shards: int, num_rows: int) -> ShardValues:
         rejected[part.rows] = part.rejected
         chosen_count[part.rows] = part.chosen_count
         rejected_count[part.rows] = part.rejected_count
+        chosen_public[part.rows] = part.chosen_public
+        rejected_public[part.rows] = part.rejected_public
         seen[part.rows] = True
     if not seen.all():
         raise PrefdataError(f"refs shards in {work} do not cover {int((~seen).sum())} rows; delete {work} and rerun")
-    return ShardValues(np.arange(num_rows, dtype=np.int64), chosen, rejected, chosen_count, rejected_count)
+    return ShardValues(np.arange(num_rows, dtype=np.int64), chosen, rejected, chosen_count, rejected_count,
+                       chosen_public, rejected_public)
 
 
 

@@ -15,7 +15,8 @@ import numpy as np
 from prefdata import flags as F
 from prefdata.refs.shards import ShardValues
 
-REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count")
+REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count",
+               "ref_chosen_public_logps", "ref_rejected_public_logps")
 WORK_DIR = ".refs-work"
 SWAP_JOURNAL = "swap.json"
 
@@ -104,4 +105,7 @@ def with_ref_columns(dataset: Any, values: ShardValues, non_finite: np.ndarray) 
     dataset = dataset.add_column("ref_rejected_logps", values.rejected, feature=Value("float32"))
     dataset = dataset.add_column("chosen_token_count", values.chosen_count, feature=Value("int64"))
     dataset = dataset.add_column("rejected_token_count", values.rejected_count, feature=Value("int64"))
+    # LD-DPO (`train --ld-alpha`): the sums over each half's first min(|yc|, |yr|) tokens.
+    dataset = dataset.add_column("ref_chosen_public_logps", values.chosen_public, feature=Value("float32"))
+    dataset = dataset.add_column("ref_rejected_public_logps", values.rejected_public, feature=Value("float32"))
     return dataset.select_columns(order + list(REF_COLUMNS))

@@ -29,9 +29,11 @@ from prefdata.report.compact import (
     token_lengths,
 )
 from prefdata.report.distributions import IntDistribution
+from prefdata.report.length_bias import compare, count_bias
 from prefdata.report.scored import ScoredStats
 from prefdata.report.sections import LINES_PER_GROUP, TOP_GROUPS, build_report
 from prefdata.report.similarity import SimilaritySample
+from prefdata.report.sources import SourceTally
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,8 +58,18 @@ class ReportBuilder:
         examples_per_flag: int = EXAMPLES_PER_FLAG,
         truncation_known: bool = True,
         quarantine_severity: str | None = None,
+        sources: Mapping[str, str] | None = None,
     ) -> None:
         self.policy = policy
+        # A mixture: each input file's source (io.mix.MixPlan.file_sources); the report gets a
+        # per-source section (report.sources). `source_plans`: the mix's own numbers, by source name.
+        self.file_sources = dict(sources) if sources else None
+        self.by_source: dict[str, SourceTally] = {}
+        self.source_plans: dict[str, dict[str, Any]] = {}
+        # --balance-length: what the subsample did (prepare.balance), and the pairs it dropped (they
+        # do not count against max_dropped_share: the user asked for them to go).
+        self.length_balance: dict[str, Any] | None = None
+        self.balance_dropped = 0
         # None: decided in build() from meta["command"] (see sections.QUARANTINE_SEVERITY), "error" otherwise.
         self.quarantine_severity = quarantine_severity
         # False when re-checking stored rows: their ids are already truncated and the lengths
@@ -88,6 +100,7 @@ class ReportBuilder:
         self.chars = {name: IntDistribution() for name in ("prompt", "chosen", "rejected")}
         self.tokens = {name: IntDistribution() for name in ("prompt", "chosen", "rejected")}
         self.bias = {"chars": Counter(), "tokens": Counter()}
+        self.bias_kept = {"chars": Counter(), "tokens": Counter()}  # over the kept pairs: what training sees
         # (prompt, chosen, rejected) character lengths not yet in `chars`/`bias`, counted in bulk.
         self._pending_chars = array("q")
         self.tokenized_rows = 0
@@ -101,6 +114,11 @@ class ReportBuilder:
         # measured them with the bounded method; the report names them.
         self.bounded_rows = 0
         self.bounded_examples: list[dict[str, Any]] = []
+        # --decontaminate-against: the benchmarks (a checks.decontaminate.BenchmarkCatalog, set by the
+        # command) and, per flagged pair, (file id, line, outcome, BenchmarkMatch); counted in full.
+        self.benchmarks: Any = None
+        self.benchmark_matches: list[tuple[int, int, str, Any]] = []
+        self.benchmark_pairs: Counter[str] = Counter()
         self.scored = ScoredStats()  # records of scored completions: what pairing made of them
 
     # ------------------------------------------------------------------ per row
@@ -119,6 +137,8 @@ class ReportBuilder:
         if ordinal < EXCERPT_ROWS:
             prompt = pair.prompt if pair is not None else (row.scored.prompt if row.scored is not None else None)
             self.prompt_excerpts.append(excerpt(prompt))
+        if self.file_sources is not None:
+            self._tally(raw.source_file).add_row(row)
         if row.outcome == "unpaired":  # no pair to check; the scored section says why
             return
         if pair is None:
@@ -154,12 +174,14 @@ class ReportBuilder:
             assert rows.excerpts is not None and len(rows.excerpts) == n, "excerpts are needed up to EXCERPT_ROWS"
             self.prompt_excerpts.extend(rows.excerpts[: EXCERPT_ROWS - first])
         at_pair = np.searchsorted(rows.pair_index, rows.detailed)
+        flag_lists: list[list[str]] = []
         for position, at in zip(rows.detailed, at_pair.tolist()):  # in input order, as flagged_rows keeps it
             row = rows.detail(position)
             if row.pair is None:
                 self._add_quarantined(row)
             else:
                 self._add_flagged(row, f"{int(rows.pair_keys[at]):016x}")
+                flag_lists.append(row.flags)
         for position, summary in rows.scored:
             self.scored.add(summary, rows.source_file, int(rows.lines[position]))
         pairs = np.asarray(rows.pair_index, dtype=np.int64)
@@ -175,6 +197,33 @@ class ReportBuilder:
             self._flush_lengths()
         if rows.tokens is not None:
             self._add_token_array(rows.tokens)
+        self._add_kept_compact(rows, pairs, lengths, flag_lists)
+
+    def _add_kept_compact(
+        self, rows: CompactRows, pairs: "np.ndarray", lengths: "np.ndarray", flag_lists: list[list[str]]
+    ) -> None:
+        """The kept pairs' length bias, and the source's tally, of `add_compact`'s rows."""
+        import numpy as np
+
+        kept = np.asarray(rows.outcome, dtype=np.int64)[pairs] == OUTCOMES.index("kept")
+        count_bias(self.bias_kept["chars"], lengths[kept, 1], lengths[kept, 2])
+        tokens = None if rows.tokens is None else np.asarray(rows.tokens, dtype=np.int64).reshape(-1, 6)
+        if tokens is not None and len(tokens) != len(pairs):
+            tokens = None  # not every pair tokenized: the token rows do not line up with the pairs
+        if tokens is not None:
+            count_bias(self.bias_kept["tokens"], tokens[kept, 1], tokens[kept, 2])
+        if self.file_sources is not None:
+            outcomes = [OUTCOMES[code] for code in np.asarray(rows.outcome, dtype=np.int64).tolist()]
+            later_pairs = sum(max(0, summary.pairs - 1) for _, summary in rows.scored)
+            self._tally(rows.source_file).add_arrays(outcomes, kept, lengths, tokens, flag_lists, later_pairs)
+
+    def _tally(self, source_file: str) -> SourceTally:
+        assert self.file_sources is not None
+        name = self.file_sources.get(source_file, source_file)
+        tally = self.by_source.get(name)
+        if tally is None:
+            tally = self.by_source[name] = SourceTally()
+        return tally
 
     def _add_bounded(self, source_file: str, source_line: int) -> None:
         self.bounded_rows += 1
@@ -223,6 +272,8 @@ class ReportBuilder:
             self.flagged_rows_any += 1
         if "prompt_boundary_mismatch" in row.flags and not pair.is_conversational and not ids_mode(pair):
             self.string_boundary_mismatches += 1
+        if pair.benchmark_match is not None and "benchmark_overlap" in row.flags:
+            self._add_benchmark_match(row)
         for flag in row.flags:
             self.flag_counts[flag] += 1
             examples = self.flag_examples.setdefault(flag, [])
@@ -238,6 +289,12 @@ class ReportBuilder:
                     }
                 )
         self._remember_flagged(row, list(dict.fromkeys(row.flags)), row.severity, digest)
+
+    def _add_benchmark_match(self, row: "CheckedRow") -> None:
+        match = row.pair.benchmark_match  # type: ignore[union-attr]
+        self.benchmark_pairs[match.benchmark] += 1
+        if len(self.benchmark_matches) < MAX_FLAGGED_ROWS:
+            self.benchmark_matches.append((self.files[row.raw.source_file], row.raw.source_line, row.outcome, match))
 
     def _remember_flagged(
         self, row: "CheckedRow", flags: list[str], severity: str | None, digest: str | None = None
@@ -275,9 +332,14 @@ class ReportBuilder:
         pending.append(len(pair.rejected))
         if len(pending) >= 3 * LENGTH_FLUSH_ROWS:
             self._flush_lengths()
+        kept = row.outcome == "kept"
+        if kept:
+            self.bias_kept["chars"][compare(len(pair.chosen), len(pair.rejected))] += 1
         tok = row.tokenized
         if tok is not None:
             self._add_token_lengths(token_lengths(tok))
+            if kept:
+                self.bias_kept["tokens"][compare(tok.chosen_len_full, tok.rejected_len_full)] += 1
 
     def _add_token_lengths(self, tok: TokenLengths) -> None:
         self.tokenized_rows += 1
@@ -286,7 +348,7 @@ class ReportBuilder:
         tokens["prompt"].add(tok.prompt)
         tokens["chosen"].add(tok.chosen)
         tokens["rejected"].add(tok.rejected)
-        self.bias["tokens"][_compare(tok.chosen, tok.rejected)] += 1
+        self.bias["tokens"][compare(tok.chosen, tok.rejected)] += 1
         self.truncated["prompt"] += tok.cut_prompt
         self.truncated["chosen"] += tok.cut_chosen
         self.truncated["rejected"] += tok.cut_rejected
@@ -302,7 +364,7 @@ class ReportBuilder:
         self.tokenized_rows += len(values)
         for column, name in enumerate(("prompt", "chosen", "rejected")):
             self.tokens[name].add_many(values[:, column])
-        _count_bias(self.bias["tokens"], values[:, 1], values[:, 2])
+        count_bias(self.bias["tokens"], values[:, 1], values[:, 2])
         cut = values[:, 3:6] != 0
         for column, name in enumerate(("prompt", "chosen", "rejected")):
             self.truncated[name] += int(cut[:, column].sum())
@@ -317,7 +379,7 @@ class ReportBuilder:
         values = np.frombuffer(self._pending_chars, dtype=np.int64).reshape(-1, 3)
         for column, name in enumerate(("prompt", "chosen", "rejected")):
             self.chars[name].add_many(values[:, column])
-        _count_bias(self.bias["chars"], values[:, 1], values[:, 2])
+        count_bias(self.bias["chars"], values[:, 1], values[:, 2])
         del values  # release the buffer export before replacing the array
         self._pending_chars = array("q")
 
@@ -361,21 +423,6 @@ class ReportBuilder:
         """The report.json dict; `accounting` and `meta` (command, input, tokenizer, ...) come from the caller."""
         self._flush_lengths()
         return build_report(self, accounting, meta)
-
-
-def _count_bias(bias: Counter[str], chosen: "np.ndarray", rejected: "np.ndarray") -> None:
-    """`bias[_compare(c, r)] += 1` for every pair of lengths, in bulk (only the keys that occur)."""
-    for key, count in (
-        ("chosen", int((chosen > rejected).sum())),
-        ("rejected", int((rejected > chosen).sum())),
-        ("equal", int((chosen == rejected).sum())),
-    ):
-        if count:
-            bias[key] += count
-
-
-def _compare(chosen: int, rejected: int) -> str:
-    return "chosen" if chosen > rejected else ("rejected" if rejected > chosen else "equal")
 
 
 def _as_location(value: Any) -> dict[str, Any]:

@@ -69,6 +69,17 @@ class IntDistribution:
                 return value
         return max(self.counts)
 
+    def summary(self) -> dict[str, Any]:
+        """count, mean, quantiles and max, without the histogram (the report's per-source lengths)."""
+        if self.n == 0:
+            return {"count": 0}
+        return {
+            "count": self.n,
+            "mean": round(self.total / self.n, 3),
+            "quantiles": {f"p{round(q * 100)}": self.quantile(q) for q in QUANTILES},
+            "max": self.max,
+        }
+
     def to_dict(self, bins: int = LENGTH_HISTOGRAM_BINS) -> dict[str, Any]:
         if self.n == 0:
             return {"count": 0}

@@ -25,6 +25,7 @@ FLAG_MEANINGS: dict[str, str] = {
     "conflicting_pair": "the same pair appears earlier with chosen and rejected swapped",
     "multi_turn_completion": "the completion spans several turns",
     "prompt_leak": "the prompt also occurs in the --against data",
+    "benchmark_overlap": "the prompt (or a completion) shares an N-word run with a benchmark item (--decontaminate-against)",
     "non_finite_ref_logps": "reference log-probs are not finite",
     "tied_reward": "the two generated samples got the same reward (within the tie threshold)",
     "reward_disagrees": "the reward model prefers rejected over chosen by more than the margin",
@@ -36,6 +37,7 @@ FLAG_MEANINGS: dict[str, str] = {
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
     "tool_call_invalid": "a tool call's arguments are not a JSON object, name a function not in `tools`, "
     "or break its parameter schema",
+    "length_balance": "removed by --balance-length's seeded subsample toward its target share of chosen-longer pairs",
     "quarantined": "the record could not be read or normalized",
 }
 
@@ -142,3 +144,58 @@ def bounded_line(report: Report) -> str:
         f"similarity: {rows:,} pair{'s' if rows != 1 else ''} over {report['similarity']['exact_limit']:,} "
         f"characters together measured by {bounded['method']}, not exactly ({locs(bounded['examples'], 5)})"
     )
+
+
+def length_bias_units_line(bias: Mapping[str, Any]) -> str:
+    """"in 62.0% of 1,000 pairs by tokens, 58.1% by characters (kept pairs: …)", or "" without pairs."""
+    def part(section: Mapping[str, Any] | None) -> str:
+        units = [f"{pct(section[unit]['chosen_longer'])} by {unit}" for unit in ("tokens", "characters")
+                 if section and section.get(unit) and section[unit].get("pairs")]
+        return ", ".join(units)
+
+    every = part(bias)
+    if not every or not bias.get("pairs"):
+        return ""
+    kept = part(bias.get("kept"))
+    return f"in {every} of {bias['pairs']:,} pairs" + (f" (kept pairs: {kept})" if kept else "")
+
+
+def balance_line(balance: Mapping[str, Any]) -> str:
+    """One line on what --balance-length did."""
+    line = (
+        f"--balance-length {balance['target']:g} (seed {balance['seed']}): chosen longer in "
+        f"{pct(balance['chosen_longer_before'])} of {balance['pairs_before']:,} kept pairs before, "
+        f"{pct(balance['chosen_longer_after'])} of {balance['pairs_after']:,} after; "
+        f"{balance['dropped']:,} {'pair' if balance['dropped'] == 1 else 'pairs'} dropped as `length_balance`"
+    )
+    if balance.get("note"):
+        line += f" ({balance['note']})"
+    return line
+
+
+def source_cells(row: Mapping[str, Any]) -> list[str]:
+    """A per-source row's cells: name, asked, rows in, kept, dropped (and records of scored completions
+    with no pair), quarantined, share of kept, chosen longer (tokens), chosen longer (characters), token p50s."""
+    mix = row.get("mix") or {}
+    asked = f"{mix['share']:.1%}" if mix.get("share") is not None else (f"{mix['rows']:,} rows" if mix.get("rows") else "–")
+    bias = row.get("length_bias") or {}
+    tokens = row.get("tokens")
+
+    def longer(unit: str) -> str:
+        section, kept = bias.get(unit), (bias.get("kept") or {}).get(unit)
+        if not section or not section.get("pairs"):
+            return "–"
+        text = pct(section["chosen_longer"])
+        if kept and kept.get("pairs") and kept["pairs"] != section["pairs"]:
+            text += f" (kept {pct(kept['chosen_longer'])})"
+        return text
+
+    dropped = f"{row['dropped']:,}"
+    if row.get("unpaired"):  # records of scored completions that made no pair (dropped.jsonl says why)
+        dropped += f" (+{row['unpaired']:,} with no pair)"
+    p50 = " / ".join(f"{tokens[p]['quantiles']['p50']:,}" if tokens[p].get("count") else "–"
+                     for p in ("prompt", "chosen", "rejected")) if tokens else "–"
+    return [
+        row["name"], asked, f"{row['rows_in']:,}", f"{row['kept']:,}", dropped, f"{row['quarantined']:,}",
+        pct(row["share_of_kept"]), longer("tokens"), longer("characters"), p50,
+    ]

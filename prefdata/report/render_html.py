@@ -19,6 +19,7 @@ from prefdata.report.render_common import (
     pct,
     threshold_findings,
 )
+from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
 from prefdata.report.render_scored import scored_html
 from prefdata.report.svg import svg_histogram
 
@@ -113,8 +114,10 @@ def render_html(report: Report) -> str:
     body += _html_flags(report)
     body += _html_quarantine(report.get("quarantine", {}))
     body += scored_html(report)
+    body += _html_decontamination(report.get("decontamination"))
     body += _html_dataset(report.get("dataset", {}))
     body += _html_distributions(report)
+    body += _html_sources(report.get("sources"))
     body.append(
         f"<footer>prefdata {esc(report.get('prefdata_version'))} · report schema {esc(report.get('schema_version'))} · "
         f"generated {esc(report.get('generated_at'))}</footer>"
@@ -201,6 +204,33 @@ def _html_quarantine(quarantine: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _html_decontamination(section: Mapping[str, Any] | None, limit: int = 200) -> list[str]:
+    if not section:
+        return []
+    index = section.get("index", {})
+    out = [
+        "<h2>Decontamination</h2>",
+        f"<p>{section['pairs_flagged']:,} pairs share a {esc(section['ngram'])}-word run with a benchmark item "
+        f"({'prompt and completions' if section.get('completions') else 'prompt'} checked; "
+        f"{index.get('runs', 0):,} benchmark runs, {index.get('bytes', 0) / 2**20:.1f} MiB).</p>",
+        "<table><tr><th>benchmark</th><th>items</th><th>too short</th><th>without text</th><th>pairs flagged</th></tr>",
+    ]
+    for b in section.get("benchmarks", []):
+        out.append(f"<tr><td><code>{esc(b['path'])}</code></td><td class=n>{b['items']:,}</td><td class=n>{b['items_short']:,}</td>"
+                   f"<td class=n>{b['items_without_text']:,}</td><td class=n>{b['pairs_flagged']:,}</td></tr>")
+    out.append("</table>")
+    matches = section.get("matches", [])
+    if matches:
+        out.append("<table><tr><th>pair</th><th>half</th><th>benchmark item</th><th>item excerpt</th><th>overlap</th></tr>")
+        for m in matches[:limit]:
+            out.append(f"<tr><td>{_loc_html(m)}</td><td>{esc(m['half'])}</td><td><span class=loc>{esc(m['item_file'])}:{esc(m['item_line'])}</span></td>"
+                       f"<td><q>{esc(m['item_excerpt'])}</q></td><td><q>{esc(m['overlap'])}</q></td></tr>")
+        out.append("</table>")
+        if len(matches) > limit or not section.get("matches_complete", True):
+            out.append(f"<p>… {section['pairs_flagged'] - min(limit, len(matches)):,} more (report.json lists them).</p>")
+    return out
+
+
 def _html_groups(top: list[Mapping[str, Any]], size_key: str = "count") -> str:
     return "".join(
         f'<div class="ex"><b>{g[size_key]:,}×</b> <span class=loc>{esc(locs(g["rows"], 4))}</span>'
@@ -276,7 +306,10 @@ def _html_distributions(report: Report) -> list[str]:
             f'<span style="width:{bias["rejected_longer"] * 100:.2f}%;background:#c4320a" title="rejected longer"></span>{marker}</div>'
             f'<div class="legend"><span><i class="dot" style="background:#12805c"></i>chosen longer {pct(bias["chosen_longer"])}</span>'
             f'<span><i class="dot" style="background:#d0d5dd"></i>equal {pct(bias["equal"])}</span>'
-            f'<span><i class="dot" style="background:#c4320a"></i>rejected longer {pct(bias["rejected_longer"])}</span></div></div>'
+            f'<span><i class="dot" style="background:#c4320a"></i>rejected longer {pct(bias["rejected_longer"])}</span></div>'
+            + (f'<div class="q">chosen longer {esc(length_bias_units_line(bias))}</div>' if length_bias_units_line(bias) else "")
+            + (f'<div class="q">{esc(balance_line(report["length_balance"]).replace("`", ""))}</div>' if report.get("length_balance") else "")
+            + "</div>"
         )
     trunc = report.get("truncation", {})
     if trunc.get("available"):
@@ -302,4 +335,18 @@ def _html_distributions(report: Report) -> list[str]:
             + "</div>"
         )
     out.append("</div>")
+    return out
+
+
+def _html_sources(sources: list[Mapping[str, Any]] | None) -> list[str]:
+    """A mixture's per-source table (report.json `sources`)."""
+    if not sources:
+        return []
+    heads = ("source", "asked", "rows in", "kept", "dropped", "quarantined", "share of kept", "chosen longer (tokens)",
+             "chosen longer (characters)", "tokens p50 prompt / chosen / rejected", "flags")
+    out = ["<h2>Sources</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in heads) + "</tr>"]
+    for row in sources:
+        flags = ", ".join(f"<code>{esc(name)}</code> {n:,}" for name, n in list(row["flags"].items())[:4]) or "–"
+        out.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in source_cells(row)) + f"<td>{flags}</td></tr>")
+    out.append("</table>")
     return out

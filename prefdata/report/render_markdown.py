@@ -20,6 +20,7 @@ from prefdata.report.render_common import (
     pct,
     threshold_findings,
 )
+from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
 
 
 def _md_escape(text: Any) -> str:
@@ -43,9 +44,11 @@ def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
     out += _md_flags(report, max_flagged_examples)
     out += _md_quarantine(report.get("quarantine", {}))
     out += scored_markdown(report, _spark)
+    out += _md_decontamination(report.get("decontamination"))
     out += _md_dataset(report.get("dataset", {}))
     out += _md_lengths(report.get("lengths", {}))
     out += _md_truncation_bias_similarity(report)
+    out += _md_sources(report.get("sources"))
     out += ["", f"<sub>prefdata {report.get('prefdata_version')} · report schema {report.get('schema_version')} · {report.get('generated_at')}</sub>", ""]
     return "\n".join(out)
 
@@ -121,6 +124,37 @@ def _md_flags(report: Report, max_flagged_examples: int) -> list[str]:
             )
     else:
         out.append("No flagged rows.")
+    out.append("")
+    return out
+
+
+def _md_decontamination(section: Mapping[str, Any] | None, limit: int = 50) -> list[str]:
+    """Per benchmark its items and flagged pairs, then each flagged pair with the item it overlaps."""
+    if not section:
+        return []
+    index = section.get("index", {})
+    out = [
+        "### Decontamination",
+        "",
+        f"{section['pairs_flagged']:,} pairs share a {section['ngram']}-word run with a benchmark item "
+        f"({'prompt and completions' if section.get('completions') else 'prompt'} checked; "
+        f"{index.get('runs', 0):,} benchmark runs, {index.get('bytes', 0) / 2**20:.1f} MiB).",
+        "",
+        "| benchmark | items | too short | without text | pairs flagged |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for b in section.get("benchmarks", []):
+        out.append(f"| `{_md_escape(b['path'])}` | {b['items']:,} | {b['items_short']:,} | {b['items_without_text']:,} | {b['pairs_flagged']:,} |")
+    matches = section.get("matches", [])
+    if matches:
+        out += ["", "| pair | half | benchmark item | item excerpt | overlap |", "| --- | --- | --- | --- | --- |"]
+        for m in matches[:limit]:
+            out.append(
+                f"| `{_md_escape(loc(m))}` | {m['half']} | `{_md_escape(m['item_file'])}:{m['item_line']}` "
+                f"| {_md_escape(m['item_excerpt'])[:80]} | {_md_escape(m['overlap'])[:80]} |"
+            )
+        if len(matches) > limit or not section.get("matches_complete", True):
+            out.append(f"| … {section['pairs_flagged'] - min(limit, len(matches)):,} more (report.json lists them) | | | | |")
     out.append("")
     return out
 
@@ -203,6 +237,11 @@ def _md_truncation_bias_similarity(report: Report) -> list[str]:
             f"{pct(bias['rejected_longer'])}, equal in {pct(bias['equal'])} of {bias['pairs']:,} pairs"
             + (f" (limit {pct(bias['limit'])})." if bias.get("limit") is not None else ".")
         )
+    units = length_bias_units_line(bias)
+    if units:
+        out.append(f"- Chosen longer {units}.")
+    if report.get("length_balance"):
+        out.append(f"- {_md_escape(balance_line(report['length_balance']))}.")
     if sim.get("rows_measured"):
         sampled = f" (sample of {sim['rows_measured']:,} of {sim['rows_total']:,})" if sim.get("sampled") else ""
         out.append(
@@ -214,4 +253,25 @@ def _md_truncation_bias_similarity(report: Report) -> list[str]:
     if bounded_line(report):
         line = _md_escape(bounded_line(report))
         out.append(f"- {line[:1].upper()}{line[1:]}.")
+    return out
+
+
+def _md_sources(sources: list[Mapping[str, Any]] | None) -> list[str]:
+    """A mixture's per-source table (report.json `sources`)."""
+    if not sources:
+        return []
+    out = [
+        "",
+        "### Sources",
+        "",
+        "| source | asked | rows in | kept | dropped | quarantined | share of kept | chosen longer (tokens) | "
+        "chosen longer (characters) | tokens p50 prompt / chosen / rejected | flags |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for row in sources:
+        out.append(
+            "| " + " | ".join(_md_escape(cell) for cell in source_cells(row)[:10])
+            + " | " + (", ".join(f"`{name}` {n:,}" for name, n in list(row["flags"].items())[:4]) or "–") + " |"
+        )
+    out.append("")
     return out

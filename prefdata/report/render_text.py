@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prefdata.report.render_common import (
     FLAG_MEANINGS,
+    balance_line,
+    pct,
     bounded_line,
     Report,
     flags_by_severity,
@@ -43,6 +45,11 @@ def render_text(report: Report, top: int = 8) -> str:
             lines.append("  limit: " + threshold_line(f).replace("`", ""))
     if "reasoning_lost" in flags:  # content the trainer would never see: say how to keep it
         lines.append("  reasoning_lost: " + FLAG_MEANINGS["reasoning_lost"].replace("`", ""))
+    if report.get("length_balance"):
+        lines.append("  " + balance_line(report["length_balance"]).replace("`", ""))
+    if report.get("sources"):  # a mixture: each source's kept pairs and share of the output
+        lines.append("  sources: " + ", ".join(
+            f"{s['name']} {s['kept']:,} kept ({pct(s['share_of_kept'])})" for s in report["sources"]))
     lines += [f"  hint: {line}" for line in hint_lines(report)]
     if bounded_line(report):
         lines.append("  " + bounded_line(report).replace("`", ""))

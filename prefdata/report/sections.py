@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 from prefdata import __version__
 from prefdata.checks.similarity import BOUNDED_METHOD, EXACT_LIMIT
 from prefdata.report.hints import chat_template_hint, dropped_share_hint
+from prefdata.report.length_bias import bias_dict
+from prefdata.report.sources import sources_section
 
 if TYPE_CHECKING:
     from prefdata.report.builder import ReportBuilder
@@ -48,6 +50,15 @@ def build_report(
         "chosen_longer": _share(bias["chosen"], bias_total),
         "rejected_longer": _share(bias["rejected"], bias_total),
         "equal": _share(bias["equal"], bias_total),
+        # Both units, over every checked pair and over the kept ones (what training sees).
+        "tokens": bias_dict(builder.bias["tokens"]) if tokens else None,
+        "characters": bias_dict(builder.bias["chars"]),
+        "kept": {
+            # Only when every pair is tokenized: a run of rows checked in bulk cannot tell which
+            # of its pairs a partial set of token rows belongs to.
+            "tokens": bias_dict(builder.bias_kept["tokens"]) if tokens and builder.tokenized_rows == pairs else None,
+            "characters": bias_dict(builder.bias_kept["chars"]),
+        },
     }
     flags = {
         flag: {
@@ -93,10 +104,16 @@ def build_report(
         "length_bias": {**length_bias, "limit": getattr(policy, "length_bias_limit", None)},
         "similarity": _similarity_section(builder, getattr(policy, "near_duplicate_threshold", None)),
         "scored": builder.scored.to_dict(),
+        **({"length_balance": builder.length_balance} if builder.length_balance is not None else {}),
+        **({"sources": sources_section(builder.by_source, list(builder.source_plans), accounting["rows_in"],
+                                       accounting["rows_out"], builder.source_plans)}
+           if builder.file_sources is not None else {}),
         "flagged_rows": flagged_rows,
         "flagged_rows_total": builder.flagged_total,
         "flagged_rows_complete": builder.flagged_total == len(builder.flagged),
     }
+    if builder.benchmarks is not None:
+        report["decontamination"] = _decontamination_section(builder)
     if meta:
         report["meta"] = meta
     return report
@@ -155,7 +172,7 @@ def _findings(
         findings.append(_threshold("length_bias", share, bias_limit, share > bias_limit))
     dropped_limit = getattr(policy, "max_dropped_share", None)
     if dropped_limit is not None and pairs:
-        share = builder.outcomes["dropped"] / pairs
+        share = _policy_dropped(builder) / pairs
         findings.append(_threshold("max_dropped_share", share, dropped_limit, share > dropped_limit))
     order = {"error": 0, "drop": 1, "warn": 2, None: 3}
     findings.sort(key=lambda f: (order.get(f["severity"], 3), -f.get("count", 0), f["name"]))
@@ -170,11 +187,17 @@ def _hints(
     settings = meta.get("settings") or {}
     for finding in findings:
         if finding["name"] == "max_dropped_share" and finding["exceeded"]:
-            hints.append(dropped_share_hint(flags, builder.outcomes["dropped"], pairs, finding["limit"], settings))
+            balanced = {k: v for k, v in flags.items() if k != "length_balance"}  # asked for, not a cause
+            hints.append(dropped_share_hint(balanced, _policy_dropped(builder), pairs, finding["limit"], settings))
     chat = chat_template_hint(builder.string_boundary_mismatches, pairs, meta)
     if chat is not None:
         hints.append(chat)
     return hints
+
+
+def _policy_dropped(builder: "ReportBuilder") -> int:
+    """Pairs the policy dropped: `--balance-length`'s subsample is not a sign of bad data or settings."""
+    return builder.outcomes["dropped"] - builder.balance_dropped
 
 
 def _flagged_rows(builder: "ReportBuilder", q_severity: str) -> list[dict[str, Any]]:
@@ -320,3 +343,31 @@ def _similarity_section(builder: "ReportBuilder", threshold: float | None) -> di
     section["exact_limit"] = EXACT_LIMIT
     section["bounded"] = {"method": BOUNDED_METHOD, "rows": builder.bounded_rows, "examples": builder.bounded_examples}
     return section
+
+
+def _decontamination_section(builder: "ReportBuilder") -> dict[str, Any]:
+    """--decontaminate-against: the benchmarks, the run table's size, and for each flagged pair the
+    benchmark item it overlaps (file, line, excerpt) and the overlapping words."""
+    catalog = builder.benchmarks
+    files = builder.file_names()
+    matches = [
+        {
+            "source_file": files[file_id], "source_line": line, "outcome": outcome, **match.record(),
+            "item_excerpt": catalog.excerpt(match.item),
+        }
+        for file_id, line, outcome, match in builder.benchmark_matches
+    ]
+    total = sum(builder.benchmark_pairs.values())
+    return {
+        **catalog.settings(),
+        "normalization": "lowercase, punctuation deleted (ASCII and Unicode), split on whitespace (lm-eval-harness)",
+        "benchmarks": [{**b, "pairs_flagged": builder.benchmark_pairs.get(b["path"], 0)} for b in catalog.benchmarks],
+        "index": {
+            "runs": catalog.runs,
+            "bytes": catalog.index_bytes,
+            "bytes_per_million_runs": round(catalog.index_bytes / catalog.runs * 1e6) if catalog.runs else 0,
+        },
+        "pairs_flagged": total,
+        "matches": matches,
+        "matches_complete": len(matches) == total,
+    }

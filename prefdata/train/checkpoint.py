@@ -14,10 +14,12 @@ from prefdata.errors import PrefdataError
 from prefdata.train.runtime import set_rng_state
 
 CHECKPOINT_DIR = "checkpoints"
+OPTIMIZER_DIR = "optimizer"  # a finished run's optimizer and schedule, for a run that continues it
 # Settings that shape the trajectory: a resume with any of them changed would not continue the run.
 RESUME_KEYS = (
     "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens",
     "batch_pairs", "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "layout", "shuffle",
+    "lr_schedule", "schedule_steps", "optimizer_from", "ld_alpha",
 )
 
 
@@ -81,3 +83,27 @@ def save_final_model(policy, tokenizer, output: Path, lora: bool) -> None:
     policy.config.use_cache = True
     policy.save_pretrained(str(output))
     tokenizer.save_pretrained(str(output))
+
+
+def save_optimizer_state(output: Path, optimizer, scheduler) -> None:
+    """The optimizer and schedule at the end of a run, to `output/optimizer/` (temporary dir + rename)."""
+    final = output / OPTIMIZER_DIR
+    tmp = output / f".tmp-{OPTIMIZER_DIR}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def load_optimizer_state(run_dir: Path, optimizer, scheduler, device: torch.device) -> None:
+    """Continue the optimizer and schedule an earlier run saved with `save_optimizer_state`."""
+    state = run_dir / OPTIMIZER_DIR
+    if not (state / "optimizer.pt").is_file() or not (state / "scheduler.pt").is_file():
+        raise PrefdataError(f"{run_dir} has no saved optimizer state ({OPTIMIZER_DIR}/optimizer.pt, scheduler.pt)")
+    try:
+        optimizer.load_state_dict(torch.load(state / "optimizer.pt", map_location=device, weights_only=True))
+    except (ValueError, KeyError) as exc:
+        raise PrefdataError(f"the optimizer state in {state} does not fit this model: {exc}") from None
+    scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))

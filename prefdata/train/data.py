@@ -18,6 +18,7 @@ from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
+PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")  # for --ld-alpha
 
 
 @dataclass
@@ -37,6 +38,7 @@ class PairData:
     padding_free: bool = False
     shared_pairs: int = 0  # kept rows whose prompt goes through the model once
     loss_on_answer: bool = False  # `--loss-on answer`: rows carry per-half loss starts
+    has_public_refs: bool = False  # the reference's public-length sums (LD-DPO) are loaded
 
     def pair_tokens_of(self, rows: list[int]) -> list[int]:
         """TRL's token count (prompt twice + both completions) of dataset rows."""
@@ -58,8 +60,9 @@ class PairData:
         self.padding_free, self.shared_pairs = True, sum(share)
 
 
-def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
-    """Open OUT/, check it has what the loss needs, and keep the rows that can be trained on."""
+def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False) -> PairData:
+    """Open OUT/, check it has what the loss needs, and keep the rows that can be trained on.
+    `need_public_refs` (`--ld-alpha`): also the reference's public-length sums."""
     import datasets
     import polars as pl
     import pyarrow.compute as pc
@@ -81,6 +84,12 @@ def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
     has_refs = all(c in dataset.column_names for c in REF_COLUMNS)
     if need_refs and not has_refs:
         raise PrefdataError(f"{out_dir} has no reference log-probs: run `prefdata refs {out_dir} --model ...` first")
+    has_public = need_public_refs and has_refs
+    if has_public and not all(c in dataset.column_names for c in PUBLIC_REF_COLUMNS):
+        raise PrefdataError(
+            f"{out_dir}'s reference log-probs predate --ld-alpha (no {PUBLIC_REF_COLUMNS[0]} column): "
+            f"run `prefdata refs {out_dir} --model ...` again"
+        )
     loss_on_answer = has_loss_starts(dataset.column_names)
     if has_refs:
         check_refs_loss_on(manifest, loss_on_answer, out_dir)
@@ -107,11 +116,12 @@ def load_pairs(out_dir: Path, *, need_refs: bool) -> PairData:
     identical = int(same.to_numpy()[keep].sum())
 
     columns = ["prompt_ids", "chosen_ids", "rejected_ids"] + (list(REF_COLUMNS) if has_refs else [])
+    columns += list(PUBLIC_REF_COLUMNS) if has_public else []
     columns += list(LOSS_START_COLUMNS) if loss_on_answer else []
     return PairData(
         dataset=dataset.select_columns(columns), rows=rows, pair_tokens=pair_tokens, manifest=manifest,
         has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
-        loss_on_answer=loss_on_answer,
+        loss_on_answer=loss_on_answer, has_public_refs=has_public,
     )
 
 

@@ -5,7 +5,7 @@ One recipe, read top to bottom in `train()`:
   1. load OUT/ (refs columns required unless the loss is reference-free), skip non-finite refs rows
   2. load the policy, refuse a tokenizer that differs from the one OUT/ was prepared with
   3. plan batches: a deterministic shuffle per epoch, by pairs or by token budget, sharded by rank
-  4. AdamW + linear warmup + cosine decay, gradient accumulation, clipping, bf16 autocast on CUDA
+  4. AdamW + linear warmup + cosine (or linear, constant) decay, gradient accumulation, clipping, bf16 autocast on CUDA
   5. per optimizer step: metrics.jsonl with TRL's names, the stall detector, checkpoints, eval
   6. save the final model with save_pretrained (+ tokenizer) so transformers loads it back
 
@@ -30,7 +30,9 @@ from prefdata.model.pairs import choose_layout
 from prefdata.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
+    load_optimizer_state,
     save_final_model,
+    save_optimizer_state,
 )
 from prefdata.train.data import (
     check_same_tokenizer,
@@ -39,6 +41,7 @@ from prefdata.train.data import (
     pad_token_id,
 )
 from prefdata.train.loop import Loop, Schedule, run_steps
+from prefdata.train.lr_schedule import LR_SCHEDULES, make_scheduler
 from prefdata.train.metrics import METRICS_FILE, TrainResult, truncate_metrics
 from prefdata.train.runtime import (
     check_settings,
@@ -83,25 +86,44 @@ def train(
     trust_remote_code: bool = False,
     shuffle: bool = True,
     layout: str = "auto",
+    lr_schedule: str = "cosine",
+    schedule_steps: int | None = None,
+    optimizer_from: str | Path | None = None,
+    save_optimizer: bool = False,
+    ld_alpha: float | None = None,
 ) -> TrainResult:
     """Train a policy with a preference loss on OUT/ and save it to `output`.
 
     `shuffle=False` keeps the data order (batches by token budget: longest first). `layout` (auto,
     right, left, packed, blocks, shared) is for tests and benchmarks: auto runs padding-free rows of
     pairs with the prompt shared where that pays, when the model supports it (see model/pairs.py).
+
+    Runs that continue one another (online rounds): `schedule_steps` is the length the learning-rate
+    schedule spans (default: this run's steps), `save_optimizer` writes the optimizer and schedule
+    state to `output/optimizer/`, and `optimizer_from` (such a directory's parent) continues them, so
+    several calls train as one run with one optimizer and one schedule.
+    `ld_alpha` (LD-DPO, TRL's `ld_alpha`, in [0, 1]): the log-probs of each half's tokens beyond the
+    shorter half's length are weighted by it, in the policy's and the reference's sums alike (needs
+    refs from this prefdata: they store the reference's public-length sums). None: plain DPO.
     """
     import transformers
 
     check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tokens, batch_pairs, grad_accum,
-                   warmup_ratio, log_every, save_every, stall_steps, eval_every)
+                   warmup_ratio, log_every, save_every, stall_steps, eval_every, ld_alpha)
+    if lr_schedule not in LR_SCHEDULES:
+        raise PrefdataError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, not {lr_schedule!r}")
+    if schedule_steps is not None and schedule_steps < 1:
+        raise PrefdataError(f"schedule_steps must be >= 1, got {schedule_steps}")
     out_dir, output = Path(out_dir), Path(output)
     rank, world_size, created_group = init_distributed(device)  # torchrun: every rank plans the same batches
     torch_device = resolve_device(device)
 
     # 1. data
     need_refs = loss not in REFERENCE_FREE_LOSSES
-    data = load_pairs(out_dir, need_refs=need_refs)
-    eval_data = load_pairs(Path(eval_dir), need_refs=need_refs) if eval_dir is not None else None
+    need_public = ld_alpha is not None
+    data = load_pairs(out_dir, need_refs=need_refs, need_public_refs=need_public)
+    eval_data = (load_pairs(Path(eval_dir), need_refs=need_refs, need_public_refs=need_public)
+                 if eval_dir is not None else None)
 
     # 2. policy and tokenizer
     tokenizer = load_checked_tokenizer(model, data.manifest, out_dir, trust_remote_code)
@@ -122,6 +144,7 @@ def train(
         model=forward_model, layout=layout, pad_token_id=pad_token_id(data.manifest, tokenizer), device=torch_device,
         loss_kwargs={"loss_type": loss, "beta": beta, "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma},
         autocast=torch.autocast("cuda", dtype=torch.bfloat16) if torch_device.type == "cuda" else nullcontext(),
+        ld_alpha=ld_alpha,
     )
 
     # 3. batch plan
@@ -132,12 +155,16 @@ def train(
 
     # 4. optimizer and schedule
     params = [p for p in policy.parameters() if p.requires_grad]
-    optimizer, scheduler, warmup_steps = _optimizer(transformers, params, lr, warmup_ratio, total_steps, torch_device)
+    span = schedule_steps if schedule_steps is not None else total_steps
+    optimizer, scheduler, warmup_steps = _optimizer(params, lr, lr_schedule, warmup_ratio, span, torch_device)
+    if optimizer_from is not None:
+        load_optimizer_state(Path(optimizer_from), optimizer, scheduler, torch_device)
     settings = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
     config = {
         **settings, "out_dir": str(out_dir), "model": str(model), "layout": layout,
         "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
-        "total_steps": total_steps, "warmup_steps": warmup_steps, "train_pairs": len(data.rows),
+        "total_steps": total_steps, "warmup_steps": warmup_steps, "schedule_steps": span,
+        "optimizer_from": None if optimizer_from is None else str(optimizer_from), "train_pairs": len(data.rows),
         "loss_on": "answer" if data.loss_on_answer else "all",
         "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
     }
@@ -167,6 +194,8 @@ def train(
                                        world_size=world_size, step=step, epoch=result.epochs, metrics_path=metrics_path)
     if rank == 0:
         save_final_model(policy, tokenizer, output, lora)
+        if save_optimizer:
+            save_optimizer_state(output, optimizer, scheduler)
     if world_size > 1:
         _leave_distributed(created_group)
     return result
@@ -175,19 +204,19 @@ def train(
 # Settings recorded as given in train_config.json (and compared on resume, see checkpoint.py).
 _CONFIG_KEYS = (
     "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens", "batch_pairs",
-    "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "shuffle",
+    "grad_accum", "seed", "warmup_ratio", "max_grad_norm", "lora", "world_size", "shuffle", "lr_schedule", "ld_alpha",
 )
 
 
-def _optimizer(transformers: Any, params: list[torch.nn.Parameter], lr: float, warmup_ratio: float,
-               total_steps: int, device: torch.device) -> tuple[torch.optim.Optimizer, Any, int]:
-    """AdamW (no weight decay) with linear warmup then cosine decay."""
+def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, warmup_ratio: float,
+               span: int, device: torch.device) -> tuple[torch.optim.Optimizer, Any, int]:
+    """AdamW (no weight decay) with linear warmup, then the schedule over `span` steps."""
     if not params:
         raise PrefdataError("the policy has no trainable parameters")
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                                   fused=device.type == "cuda")
-    warmup_steps = math.ceil(warmup_ratio * total_steps)
-    return optimizer, transformers.get_cosine_schedule_with_warmup(optimizer, warmup_steps, total_steps), warmup_steps
+    warmup_steps = math.ceil(warmup_ratio * span)
+    return optimizer, make_scheduler(optimizer, lr_schedule, warmup_steps, span), warmup_steps
 
 
 def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch.device, trust_remote_code: bool):

@@ -14,7 +14,7 @@ from prefdata.model.losses import LOSS_TYPES
 
 
 def check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tokens, batch_pairs, grad_accum,
-                    warmup_ratio, log_every, save_every, stall_steps, eval_every) -> None:
+                    warmup_ratio, log_every, save_every, stall_steps, eval_every, ld_alpha=None) -> None:
     if loss not in LOSS_TYPES:
         raise PrefdataError(f"unknown loss {loss!r}: choose one of {', '.join(LOSS_TYPES)}")
     if beta <= 0:
@@ -23,6 +23,10 @@ def check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tok
         raise PrefdataError(f"--label-smoothing must be in [0, 0.5), got {label_smoothing}")
     if label_smoothing and loss in ("ipo", "hinge"):
         raise PrefdataError(f"--label-smoothing is not defined for --loss {loss}")
+    if ld_alpha is not None and not 0.0 <= ld_alpha <= 1.0:
+        raise PrefdataError(f"--ld-alpha must be in [0, 1], got {ld_alpha}")
+    if ld_alpha is not None and loss == "simpo":
+        raise PrefdataError("--ld-alpha weighs log-prob ratios against the reference (LD-DPO); it is not defined for --loss simpo")
     if lr < 0:
         raise PrefdataError(f"--lr must be >= 0, got {lr}")
     if max_steps is None and epochs < 1:

@@ -4,13 +4,13 @@ reference, and evaluation over a whole split."""
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from prefdata.model.losses import LossOutput, dpo_loss
+from prefdata.model.losses import LossOutput, dpo_loss, length_desensitized
 from prefdata.model.pairs import PairLogps, pair_logps
 from prefdata.train.data import PairData, plan_token_batches
 from prefdata.train.metrics import Sums, append_jsonl
@@ -27,23 +27,38 @@ class PairForward:
     device: torch.device
     loss_kwargs: dict[str, Any]
     autocast: Any = field(default_factory=nullcontext)
+    ld_alpha: float | None = None  # LD-DPO: weight of the tokens past the shorter half's length
 
 
 def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[LossOutput, PairLogps, int]:
     """Policy log-probs for both halves of `rows`, the loss against the stored reference, and the
-    rows' token count (prompt twice + both completions: TRL's count, whatever the layout)."""
+    rows' token count (prompt twice + both completions: TRL's count, whatever the layout).
+
+    With `ld_alpha` (LD-DPO, as TRL), policy and reference sums alike become public + α·(rest) before
+    the loss, and the returned log-probs are those weighted sums (TRL logs them as logps/*)."""
     batch_rows = data.dataset[rows]
     # `--loss-on answer`: the policy sums the same answer tokens as the stored refs.
     starts = (None, None)
     if data.loss_on_answer:
         starts = (batch_rows["chosen_loss_start"], batch_rows["rejected_loss_start"])
     with fwd.autocast:
+        ld = fwd.ld_alpha is not None
         logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
-                           fwd.layout, fwd.pad_token_id, *starts)
+                           fwd.layout, fwd.pad_token_id, *starts, **({"public": True} if ld else {}))
         ref_c = ref_r = None
         if data.has_refs:
-            ref_c = torch.tensor(batch_rows["ref_chosen_logps"], dtype=torch.float32, device=logps.chosen.device)
-            ref_r = torch.tensor(batch_rows["ref_rejected_logps"], dtype=torch.float32, device=logps.chosen.device)
+            ref_c, ref_r = (torch.tensor(batch_rows[f"ref_{half}_logps"], dtype=torch.float32, device=logps.chosen.device)
+                            for half in ("chosen", "rejected"))
+        if ld:
+            alpha = float(fwd.ld_alpha)  # type: ignore[arg-type]
+            logps = replace(logps, chosen=length_desensitized(logps.chosen, logps.chosen_public, alpha),
+                            rejected=length_desensitized(logps.rejected, logps.rejected_public, alpha))
+            if data.has_refs:
+                ref_c, ref_r = (
+                    length_desensitized(ref, torch.tensor(batch_rows[f"ref_{half}_public_logps"], dtype=torch.float32,
+                                                          device=ref.device), alpha)
+                    for ref, half in ((ref_c, "chosen"), (ref_r, "rejected"))
+                )
         out = dpo_loss(logps.chosen, logps.rejected, ref_c, ref_r, chosen_counts=logps.chosen_counts,
                        rejected_counts=logps.rejected_counts, **fwd.loss_kwargs)
     return out, logps, sum(data.pair_tokens_of(rows))

@@ -19,6 +19,8 @@ from prefdata.errors import PrefdataError
 from prefdata.io.formats import text_of
 from prefdata.io.hub import parse_hub_id
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
+from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
+from prefdata.io.mix import MixPlan, is_mix_file
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
@@ -93,6 +95,10 @@ def validate(
     min_score_margin: float = 0.0,
     rating: str = "mean",
     top_k: int = 2,
+    decontaminate_against: str | Path | list[str | Path] | None = None,
+    decontaminate_field: str | list[str] | None = None,
+    decontaminate_ngram: int = DEFAULT_NGRAM,
+    decontaminate_completions: bool = False,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -109,6 +115,9 @@ def validate(
     `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
     `pairing`, `pairing_seed`, `min_score_margin`, `rating`, `top_k`: how records of scored
     completions become pairs, as in `prepare` (prefdata.pairing).
+    `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
+    INPUT may be a mix file (prefdata.io.mix): the same sampled records `prepare` reads from it, and
+    the report's per-source section.
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -131,13 +140,25 @@ def validate(
 
     check_engine(engine)
     _refuse_unfinished_out(input_path)
+    benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
+                                 completions=decontaminate_completions)
+    index = benchmarks[0] if benchmarks else None
     prepared = is_prepared_dir(input_path)
-    builder = ReportBuilder(loaded_policy, truncation_known=not prepared)
+    mix = None
+    if not prepared and is_mix_file(input_path):
+        from prefdata.ingest import plan_input_mix
+
+        mix = plan_input_mix(input_path)
+    builder = ReportBuilder(loaded_policy, truncation_known=not prepared, sources=mix.file_sources() if mix else None)
+    builder.benchmarks = benchmarks[1] if benchmarks else None
+    if mix is not None:
+        builder.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
     if prepared:
         from prefdata.schema import check_out
 
         check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
-        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size)
+        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
+                        benchmarks=index)
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
         from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -150,9 +171,9 @@ def validate(
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
                                     chat_template=chat_template, template=template)
         _check_raw(
-            input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
+            mix or input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
             batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,
-            ray_address=ray_address, partitioned_checks=partitioned_checks, pairing=pairing_settings,
+            ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index, pairing=pairing_settings,
         )
 
     meta: dict[str, Any] = {
@@ -162,7 +183,7 @@ def validate(
         "input_kind": "prepared" if prepared else "raw",
         "against": str(against) if against is not None else None,
         # Rows of a directory input name their file relative to it; annotations need the full path.
-        "source_root": str(input) if input_path.is_dir() and not prepared else None,
+        "source_root": str(input) if input_path.is_dir() and not prepared else (str(input_path.parent) if mix else None),
         "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
         "tokenizer_chat_template": _has_chat_template(tokenizer, trust_remote_code) if tokenizer and not prepared else None,
     }
@@ -195,17 +216,19 @@ def _has_chat_template(tokenizer: str, trust_remote_code: bool) -> bool:
 
 
 def _check_prepared(
-    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int
+    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> None:
     from prefdata.checks.merge import DatasetMerge
 
     merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
-    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge)
+    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge,
+                              benchmarks=benchmarks)
     _accumulate(rows, builder, merge)
 
 
 def _check_raw(
-    input_path: Path,
+    input_path: "Path | MixPlan",
     builder: ReportBuilder,
     policy: Policy,
     settings: Any,
@@ -219,6 +242,7 @@ def _check_raw(
     engine: str = "local",
     ray_address: str | None = None,
     partitioned_checks: bool = False,
+    benchmarks: BenchmarkIndex | None = None,
     pairing: Any = None,
 ) -> None:
     """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest).
@@ -231,13 +255,15 @@ def _check_raw(
     if workers is None:
         workers = 0 if engine == "ray" else default_workers()
     runner = select_engine(engine, workers, ray_address)
-    byte_ranges = parse_hub_id(input_path) is None  # the bulk text path reads files in byte ranges
+    # The bulk text path reads plain files in byte ranges (not a Hub split, not a mixture's samples).
+    byte_ranges = not isinstance(input_path, MixPlan) and parse_hub_id(input_path) is None
     if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks and byte_ranges:
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(
             input_path, builder, policy=policy, settings=settings, against=against,
-            batch_size=batch_size, progress=progress, workers=workers, engine=runner, pairing=pairing,
+            batch_size=batch_size, progress=progress, workers=workers, engine=runner, benchmarks=benchmarks,
+            pairing=pairing,
         )
         return
     from prefdata.ingest import iter_checked_rows
@@ -247,7 +273,7 @@ def _check_raw(
     rows = iter_checked_rows(
         input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
         progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
-        engine=runner, pairing=pairing,
+        engine=runner, benchmarks=benchmarks, pairing=pairing,
     )
     _accumulate(rows, builder, merge)
 
@@ -271,6 +297,7 @@ def iter_prepared_rows(
     progress: bool = True,
     batch_size: int = 1000,
     merge: DatasetMerge | None = None,
+    benchmarks: BenchmarkIndex | None = None,
 ) -> Iterator[Any]:
     """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
 
@@ -292,7 +319,7 @@ def iter_prepared_rows(
     )
     if missing:
         raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
-    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge)
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge, benchmarks)
     has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
     batches = dataset.iter(batch_size=batch_size)
     if progress:

@@ -27,6 +27,7 @@ from prefdata.errors import PrefdataError
 from prefdata.io.scored import record_pairs
 from prefdata.pairing import PairingSettings
 from prefdata.checks.checker import build_leak_index
+from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import DatasetMerge
 from prefdata.engine.local import Engine, LocalEngine
 from prefdata.ingest import progress_bar
@@ -53,6 +54,7 @@ def check_raw_text(
     progress: bool = True,
     workers: int = 2,
     engine: Engine | None = None,
+    benchmarks: BenchmarkIndex | None = None,
     pairing: PairingSettings | None = None,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
@@ -63,7 +65,7 @@ def check_raw_text(
     leak_index = build_leak_index(against) if against is not None else None
     engine = engine or LocalEngine(workers)
     pairing = pairing or PairingSettings()
-    merger = _Merger(input_path, builder, policy, batch_size, progress, pairing)
+    merger = _Merger(input_path, builder, policy, batch_size, progress, benchmarks, pairing)
     with closing(merger):
         # Units are made as the engine takes them: what the report wants from a chunk (the sample
         # cut-off, excerpts) is known only once the chunks before it are merged -- or most of them:
@@ -72,7 +74,8 @@ def check_raw_text(
             ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
             for chunk in iter_chunks(input_path)
         )
-        with closing(engine.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index, pairing)), units)) as scans:
+        scan_settings = ScanSettings(policy, settings, leak_index, benchmarks, pairing)
+        with closing(engine.map_ordered(ScanChunks(scan_settings), units)) as scans:
             for unit, scan in scans:
                 merger.merge(unit.chunk, scan)
         merger.check_end()
@@ -93,8 +96,9 @@ class _Merger:
     """Folds chunk results into the dataset-wide tables, the report and MinHash, in input order."""
 
     def __init__(self, input_path: str | Path, builder: ReportBuilder, policy: Policy, batch_size: int, progress: bool,
-                 pairing: PairingSettings | None = None):
+                 benchmarks: BenchmarkIndex | None = None, pairing: PairingSettings | None = None):
         self.input_path = input_path
+        self.benchmarks = benchmarks  # the workers' matches are not sent back: a detailed row is matched again
         self.pairing = pairing or PairingSettings()
         self.builder = builder
         self.policy = policy
@@ -148,6 +152,8 @@ class _Merger:
             # The row's pair: a record of scored completions gives several, in order (pairing is deterministic).
             first = position if scan.record_of is None else int(np.searchsorted(scan.record_of, record))
             pair = record_pairs(raw, self.pairing).pairs[position - first]
+            if self.benchmarks is not None and F.BENCHMARK_OVERLAP in kept_flags[position]:
+                pair.benchmark_match = self.benchmarks.match(pair)
             return CheckedRow(raw, pair, None, kept_flags[position], SEVERITY_CODES[code], name)
 
         self.builder.add_compact(

@@ -1,7 +1,7 @@
 """Check one chunk of raw input without a tokenizer: the per-record work of text-level `validate`.
 
 Runs in a worker process (or in-process): parse, normalize, the pair's own flags (text checks,
-pre-tokenized truncation, prompt leak), the digests the dataset-wide checks and the report key on,
+pre-tokenized truncation, prompt leak, benchmark overlap), the digests the dataset-wide checks and the report key on,
 character lengths, and the MinHash signatures of the prompts. Everything that depends on earlier
 chunks (duplicates, conflicts, the similarity sample, exact-duplicate prompts) is left to the
 main process, which merges the chunks in input order (prefdata.validate.merge).
@@ -21,6 +21,7 @@ from prefdata import flags as F
 from prefdata.checks.checker import pair_flags
 from prefdata.checks.pair import similarity
 from prefdata.checks.dataset import PromptLeakIndex, pair_digests_and_key
+from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.errors import RecordError, UnknownShapeError
 from prefdata.io.scored import record_pairs
 from prefdata.pairing import PairingSettings
@@ -46,6 +47,7 @@ class ScanSettings:
     policy: Policy
     tokenize: TokenizeSettings
     leak_index: PromptLeakIndex | None = None
+    benchmarks: BenchmarkIndex | None = None  # --decontaminate-against
     pairing: PairingSettings = field(default_factory=PairingSettings)  # scored completions -> pairs
 
 
@@ -160,7 +162,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             if pair.chosen_ids is not None:  # pre-tokenized: token checks on the truncated ids
                 tokenized = truncate_pair(pair.prompt_ids, pair.chosen_ids, pair.rejected_ids, tokenize, None)
                 tokens.append(token_row(tokenized))
-            found = pair_flags(pair, tokenized, policy, leak_index)
+            found = pair_flags(pair, tokenized, policy, leak_index, settings.benchmarks)
             mask = 0
             for flag in found:
                 mask |= bit[flag]

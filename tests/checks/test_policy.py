@@ -35,6 +35,8 @@ DESIGN_DEFAULTS = {
     F.REASONING_MISMATCH: "warn",
     F.SAME_FINAL_ANSWER: "info",
     F.TOOL_CALL_INVALID: "error",
+    F.BENCHMARK_OVERLAP: "drop",
+    F.LENGTH_BALANCE: "drop",
 }
 
 
@@ -57,8 +59,9 @@ def test_shipped_default_toml_equals_embedded_default():
 def test_pr_policy_is_strict():
     pr = load_policy(REPO / "checks" / "pr.toml")
     for flag, severity in DESIGN_DEFAULTS.items():
-        if severity == "drop":
+        if severity == "drop" and flag != F.LENGTH_BALANCE:  # a subsample the user asked for, not bad data
             assert pr.severity(flag) == "error", flag
+    assert pr.severity(F.LENGTH_BALANCE) == "drop"
     assert pr.severity(F.CONFLICTING_PAIR) == "error"
     assert pr.severity(F.PROMPT_LEAK) == "error"
     assert pr.severity(F.NEAR_DUPLICATE) == "warn"  # not listed: keeps the default

@@ -182,6 +182,32 @@ def test_prepare_on_ray_workers_write_the_shards_and_the_driver_writes_no_row(
     assert frame.height == on_ray.rows_out and frame["source_line"].to_list() == loaded["source_line"]
 
 
+def test_decontamination_on_ray_flags_what_the_local_engine_flags(cluster, raw, tmp_path, tiny_tokenizer_dir, small_chunks) -> None:
+    """--decontaminate-against: the benchmark's run table travels to the actors; the same pairs are
+    dropped (dropped.jsonl names the same benchmark item) and OUT has the same content hash."""
+    from prefdata.prepare import prepare
+    from prefdata.validate.command import validate
+
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"question": "Question 7: how do plants make food from light? Explain it to a child."}) + "\n"
+                     + json.dumps({"question": "By photosynthesis, step 12."}) + "\n", encoding="utf-8")
+    kwargs = {"progress": False, "batch_size": 8, "decontaminate_against": [str(bench)], "decontaminate_ngram": 8,
+              "decontaminate_completions": True}
+    local = prepare(raw, tmp_path / "local", tokenizer=tiny_tokenizer_dir, workers=1, **kwargs)
+    on_ray = prepare(raw, tmp_path / "ray", tokenizer=tiny_tokenizer_dir, engine="ray", **kwargs)
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("local", "ray")]
+    assert manifests[0]["flag_counts"]["benchmark_overlap"] >= 3
+    for key in ("content_hash", "row_accounting", "flag_counts"):
+        assert manifests[1][key] == manifests[0][key]
+    assert (tmp_path / "local" / "dropped.jsonl").read_bytes() == (tmp_path / "ray" / "dropped.jsonl").read_bytes()
+    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+    assert local.report["decontamination"]["pairs_flagged"] == manifests[0]["flag_counts"]["benchmark_overlap"]
+    reports = [validate(raw, engine=engine, progress=False, **{k: v for k, v in kwargs.items() if k != "progress"}).report
+               for engine in ("local", "ray")]
+    assert reports[0]["decontamination"] == reports[1]["decontamination"] == local.report["decontamination"] | {
+        "matches": reports[0]["decontamination"]["matches"]}
+
+
 def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw, small_chunks) -> None:
     from prefdata.validate.command import validate
 
@@ -316,3 +342,34 @@ def test_without_ray_the_engine_says_what_to_install(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray now fails as if it were not installed
     with pytest.raises(PrefdataError, match=r'^the Ray engine needs Ray: pip install "prefdata\[ray\]"$'):
         ray_engine.import_ray()
+
+
+def test_a_mix_with_balance_length_on_ray_writes_what_the_local_engine_writes(cluster, tmp_path, tiny_tokenizer_dir, small_chunks) -> None:
+    """A mixture's samples and --balance-length's subsample are decided record by record from
+    (seed, source, index) and (seed, row): the Ray actors take and remove the very pairs the local
+    engine does, so OUT is the same (content hash, dropped lines, report)."""
+    from prefdata.prepare import prepare
+    from prefdata.validate.command import validate
+
+    lines = _rows()
+    (tmp_path / "a.jsonl").write_text("\n".join(lines * 2) + "\n", encoding="utf-8")
+    (tmp_path / "b").mkdir()
+    longer = [json.dumps({"prompt": f"Tell me about {i}.", "chosen": "A full answer " * (1 + i % 5), "rejected": f"No {i}."})
+              for i in range(60)]
+    (tmp_path / "b" / "more.jsonl").write_text("\n".join(longer) + "\n", encoding="utf-8")
+    mix = tmp_path / "mix.toml"
+    mix.write_text('seed = 11\n[[source]]\nname = "a"\npath = "a.jsonl"\nweight = 0.6\n'
+                   '[[source]]\nname = "b"\npath = "b"\nweight = 0.4\n', encoding="utf-8")
+    local = prepare(mix, tmp_path / "local", tokenizer=tiny_tokenizer_dir, workers=2, progress=False, batch_size=8,
+                    balance_length=0.5)
+    on_ray = prepare(mix, tmp_path / "ray", tokenizer=tiny_tokenizer_dir, engine="ray", progress=False, batch_size=8,
+                     balance_length=0.5)
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("local", "ray")]
+    for key in ("content_hash", "row_accounting", "flag_counts", "columns", "mix"):
+        assert manifests[1][key] == manifests[0][key], key
+    for file in ("dropped.jsonl", "quarantine.jsonl"):
+        assert (tmp_path / "local" / file).read_bytes() == (tmp_path / "ray" / file).read_bytes()
+    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+    assert local.report["length_balance"]["dropped"] > 0 and [s["name"] for s in local.report["sources"]] == ["a", "b"]
+    checked = [validate(mix, format="json", progress=False, **options) for options in ({"workers": 1}, {"engine": "ray"})]
+    assert _without_run_details(checked[0].report) == _without_run_details(checked[1].report)

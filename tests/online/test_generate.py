@@ -9,7 +9,7 @@ import pytest
 
 from prefdata.cli import main
 from prefdata.errors import PrefdataError
-from prefdata.online.generate import _decode, generate, render_prompts
+from prefdata.online.generate import Sample, _decode, generate, render_prompts
 from prefdata.online.prompts import PromptRow, read_prompts
 
 
@@ -33,9 +33,19 @@ def test_one_line_per_sample_with_provenance(tmp_path, tiny_model_dir):
     assert rows[0]["prompt"] == "What is the capital of France?"
     assert rows[3]["prompt"] == [{"role": "user", "content": "Write a poem."}]  # as given
     assert rows[6]["prompt"] == "Translate: good morning"  # a preference row gives its prompt
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     for row in rows:
-        assert set(row) == {"prompt", "completion", "sample", "source_file", "source_line", "finished"}
+        assert set(row) == {"prompt", "completion", "sample", "source_file", "source_line", "finished", "prompt_ids",
+                            "completion_ids"}
         assert isinstance(row["completion"], str) and isinstance(row["finished"], bool)
+        # The sampled ids: through the stop token when finished, max_new_tokens of them otherwise, and
+        # their text is the completion.
+        ids = row["completion_ids"]
+        assert (ids[-1] == tokenizer.eos_token_id) == row["finished"] and (row["finished"] or len(ids) == 5)
+        assert tokenizer.decode(ids[:-1] if row["finished"] else ids, skip_special_tokens=True) == row["completion"]
+    assert rows[0]["prompt_ids"] == rows[1]["prompt_ids"] != rows[3]["prompt_ids"]
     with pytest.raises(PrefdataError, match="--overwrite"):  # generations may hold rewards by now
         generate(prompts, tmp_path / "gen", model=tiny_model_dir, samples=1, max_new_tokens=2, progress=False)
 
@@ -76,8 +86,8 @@ def test_decode_stops_at_the_first_eos():
         def decode(self, ids, skip_special_tokens):
             return " ".join(map(str, ids))
 
-    assert _decode(Tok(), [5, 6, 2, 7], [2]) == ("5 6", True)
-    assert _decode(Tok(), [5, 6, 7], [2]) == ("5 6 7", False)
+    assert _decode(Tok(), [5, 6, 2, 7], [2]) == Sample("5 6", True, [5, 6, 2])  # ids through the EOS
+    assert _decode(Tok(), [5, 6, 7], [2]) == Sample("5 6 7", False, [5, 6, 7])
 
 
 def test_prompts_from_a_directory_of_preference_data():

@@ -134,7 +134,9 @@ def test_generated_think_tags_survive_decoding(tiny_tokenizer_dir, special):
     assert bool(keep) == special
     ids = tokenizer("<think>\nfour\n</think>\n\n4", add_special_tokens=False)["input_ids"]
     eos = [tokenizer.eos_token_id]
-    text, finished = _decode(tokenizer, ids + eos + ids, eos, keep)
+    sample = _decode(tokenizer, ids + eos + ids, eos, keep)
+    text, finished = sample.text, sample.finished
+    assert sample.ids == ids + eos  # the sampled ids through the stop token, think tags included
     assert finished and text.startswith("<think>") and "</think>" in text and text.endswith("4")
     assert decode_completion(tokenizer, ids, keep) == text
     if special:  # the plain decode the engines used would have dropped them

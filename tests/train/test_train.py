@@ -383,3 +383,50 @@ def test_cli_no_shuffle_flag_reaches_train(monkeypatch):
     captured.clear()
     cli.main(["train", "OUT", "--model", "m", "--output", "o"])
     assert "shuffle" not in captured  # the API default (True) applies
+
+
+def _weights(path: Path) -> dict[str, torch.Tensor]:
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).state_dict()
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+def test_runs_that_continue_the_optimizer_train_as_one_run(tmp_path, tiny_model_dir, schedule):
+    """Online rounds call train once per round: with the optimizer and schedule state carried from
+    one call to the next, 2 + 2 steps equal 4 steps of one run (weights and learning rates)."""
+    out = make_out(tmp_path / "out", tiny_model_dir, [(p, CHOSEN, REJECTED) for p in PROMPTS[:4]])
+    common = dict(FAST, shuffle=False, save_every=None, lr_schedule=schedule, schedule_steps=4)  # 1 batch = all pairs
+    train(out, model=tiny_model_dir, output=tmp_path / "whole", max_steps=4, **common)
+    train(out, model=tiny_model_dir, output=tmp_path / "first", max_steps=2, save_optimizer=True, **common)
+    assert (tmp_path / "first" / "optimizer" / "optimizer.pt").is_file()
+    train(out, model=tmp_path / "first", output=tmp_path / "second", max_steps=2, optimizer_from=tmp_path / "first",
+          **common)
+    whole, continued = _weights(tmp_path / "whole"), _weights(tmp_path / "second")
+    assert all(torch.allclose(whole[k], continued[k], atol=1e-6, rtol=0) for k in whole)
+    lrs = [m["lr"] for m in _metrics(tmp_path / "whole") if "loss" in m]
+    assert [m["lr"] for m in _metrics(tmp_path / "second") if "loss" in m] == pytest.approx(lrs[2:])
+    assert lrs[0] == pytest.approx(3e-3) and lrs[3] < lrs[2] < lrs[0]  # one decay over the 4 steps
+
+    # Without the carried state the second call is a fresh run (new Adam moments, lr back at its peak).
+    train(out, model=tmp_path / "first", output=tmp_path / "restarted", max_steps=2, **common)
+    restarted = _weights(tmp_path / "restarted")
+    assert not all(torch.allclose(whole[k], restarted[k], atol=1e-6, rtol=0) for k in whole)
+
+
+def test_continuing_needs_a_saved_optimizer_state(tmp_path, learnable_out, tiny_model_dir):
+    with pytest.raises(PrefdataError, match="no saved optimizer state"):
+        train(learnable_out, model=tiny_model_dir, output=tmp_path / "run", max_steps=1, save_every=None,
+              optimizer_from=tmp_path, **FAST)
+    with pytest.raises(PrefdataError, match="--lr-schedule"):
+        train(learnable_out, model=tiny_model_dir, output=tmp_path / "run", max_steps=1, lr_schedule="step", **FAST)
+
+
+def test_schedules_decay_to_zero_at_the_planned_end_and_stay_there():
+    from prefdata.train.lr_schedule import lr_factor
+
+    for kind in ("cosine", "linear"):
+        values = [lr_factor(step, kind=kind, warmup_steps=2, total_steps=10) for step in range(14)]
+        assert values[:3] == [0.0, 0.5, 1.0] and values[10] == pytest.approx(0.0, abs=1e-12)
+        assert all(a >= b for a, b in zip(values[2:], values[3:]))  # never turns back up past the end
+    assert [lr_factor(s, kind="constant", warmup_steps=0, total_steps=3) for s in range(5)] == [1.0] * 5
