@@ -77,6 +77,36 @@ def _add_template_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+def _add_pairing_options(parser: argparse.ArgumentParser) -> None:
+    """How records of scored completions become pairs: the same flags on prepare and validate."""
+    from prefdata.pairing import DEFAULT_TOP_K, STRATEGIES
+
+    parser.add_argument(
+        "--pairing", choices=STRATEGIES,
+        help="scored completions -> pairs: best-worst (default: the best vs the worst), best-vs-random-lower "
+        "(the best vs a random lower-scored one), all-pairs (every better/worse pair), top-k (the --top-k pairs "
+        "with the widest score gaps); higher scores and lower ranks are better (rank 1 beats rank 2); tied scores are never paired",
+    )
+    parser.add_argument("--pairing-seed", type=int, metavar="N",
+                        help="seed for the random picks of --pairing (default 0; the pairs do not depend on --workers or --engine)")
+    parser.add_argument("--min-score-margin", type=_non_negative_float, metavar="X",
+                        help="pair only completions whose scores differ by at least X (rank steps for ranks; default 0: any strict difference)")
+    parser.add_argument("--rating", metavar="mean|NAME",
+                        help="completions with several ratings (UltraFeedback's annotations): their mean (default) or the one "
+                        "named, e.g. helpfulness or overall_score")
+    parser.add_argument("--top-k", type=_positive_int, metavar="K", help=f"pairs per prompt with --pairing top-k (default {DEFAULT_TOP_K})")
+
+
 def _add_decontaminate_options(parser: argparse.ArgumentParser) -> None:
     """Benchmark decontamination: the same flags on prepare and validate."""
     parser.add_argument(
@@ -141,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="all completion tokens in the loss (default), or only the answer: a leading reasoning block "
         "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)",
     )
+    _add_pairing_options(p)
     _add_decontaminate_options(p)
     p.add_argument(
         "--balance-length", type=_share, nargs="?", const=0.5, metavar="TARGET",
@@ -175,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--output", metavar="FILE", help="write the report here instead of stdout")
     v.add_argument("--baseline", metavar="REPORT.json", help="report from the base branch: only regressions fail")
     v.add_argument("--against", metavar="OTHER", help="flag prompts that also occur in OTHER (e.g. the eval split)")
+    _add_pairing_options(v)
     _add_decontaminate_options(v)
     v.add_argument("--workers", type=_positive_int, metavar="N", help="processes that check raw input (default: all cores, at most 8; with --engine ray: Ray actors)")
     _add_engine_options(v)

@@ -72,7 +72,8 @@ _KNOWN_SHARED = {
     "tokenizer", "policy", "max_length", "max_prompt_length", "chat_template", "model", "device",
     "dtype", "batch_tokens", "batch_size", "trust_remote_code", "seed", "progress", "engine", "ray_address",
     "workers", "partitioned_checks", "worker_writes", "template_kwargs", "chat_template_file", "template_date",
-    "loss_on", "decontaminate_against", "decontaminate_field", "decontaminate_ngram", "decontaminate_completions", "balance_length",
+    "loss_on", "pairing", "pairing_seed", "min_score_margin", "rating", "top_k",
+    "decontaminate_against", "decontaminate_field", "decontaminate_ngram", "decontaminate_completions", "balance_length",
 }
 
 

@@ -25,6 +25,7 @@ from prefdata.errors import PrefdataError
 from prefdata.io.chunks import Chunk, LineNumbers, iter_chunks
 from prefdata.io.hub import iter_hub_chunks, parse_hub_id
 from prefdata.io.mix import MixPlan, plan_mix, read_mix
+from prefdata.pairing import PairingSettings
 from prefdata.records import CheckedRow
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
@@ -59,7 +60,7 @@ class ShapeProbe:
 
     def add(self, row: CheckedRow, unknown_shape: bool) -> None:
         self.records += 1
-        if row.pair is not None:
+        if row.outcome != "quarantined":  # a pair, or scored completions that made none: preference data
             self.pairs += 1
         else:
             self.only_unknown_shapes = self.only_unknown_shapes and unknown_shape
@@ -69,7 +70,7 @@ class ShapeProbe:
 
     def add_chunk(self, records: int, pair_index: np.ndarray, quarantined: list[tuple[int, str, bool]]) -> None:
         """`add` for a chunk's records at once (workers checked them): `pair_index`, the positions
-        of its pairs; `quarantined`: (position, "file:line: error", unknown shape), ascending. The
+        of its pairs and unpaired rows; `quarantined`: (position, "file:line: error", unknown shape), ascending. The
         probe is checked at the same record as `add` would."""
         at_probe = self.probe - self.records
         cut = at_probe if 0 < at_probe <= records else records
@@ -130,6 +131,7 @@ def iter_checked_rows(
     merge: DatasetMerge | PartitionedMerge | None = None,
     engine: Engine | None = None,
     benchmarks: BenchmarkIndex | None = None,
+    pairing: PairingSettings | None = None,
 ) -> Iterator[CheckedRow]:
     """Stream every input record through normalize, tokenize (when a tokenizer is given) and checks.
 
@@ -141,6 +143,7 @@ def iter_checked_rows(
     preference data. A `PartitionedMerge` makes a first pass over the input for the dataset-wide
     checks by hash partitioning (on Ray: no process holds every row's digests); the rows are the same.
     `benchmarks`: flag `benchmark_overlap` against them (prefdata.checks.decontaminate).
+    `pairing`: how records of scored completions become pairs (one row per pair, or one "unpaired" row).
     """
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
@@ -148,7 +151,7 @@ def iter_checked_rows(
         pair_tokenizer = PairTokenizer(tokenizer_path, settings, trust_remote_code=trust_remote_code)
         pair_tokenizer.setup()
     leak_index = build_leak_index(against) if against is not None else None
-    stage = CheckChunk(pair_tokenizer, settings, policy, leak_index, benchmarks)
+    stage = CheckChunk(pair_tokenizer, settings, policy, leak_index, benchmarks, pairing or PairingSettings())
     engine = engine or LocalEngine(workers, in_flight=IN_FLIGHT_PER_WORKER * workers)
     merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
     probe = ShapeProbe(raw_path.mix.path if isinstance(raw_path, MixPlan) else raw_path, batch_size)
@@ -230,8 +233,11 @@ def _merge_chunk(
     at_pair = 0
     for record in records:
         if record.pair is None:
+            if record.error is None:  # scored completions that made no pair: dropped.jsonl says why
+                yield CheckedRow(record.raw, None, None, [], None, "unpaired", scored=record.scored), False
+                continue
             yield CheckedRow(record.raw, None, None, [], None, "quarantined", error=record.error), record.unknown_shape
             continue
         found = record.flags + dataset_flags(bool(duplicate[at_pair]), bool(conflicting[at_pair]))
         at_pair += 1
-        yield CheckedRow(record.raw, record.pair, record.tokenized, *verdict(found, policy)), False
+        yield CheckedRow(record.raw, record.pair, record.tokenized, *verdict(found, policy), scored=record.scored), False

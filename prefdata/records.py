@@ -2,6 +2,8 @@
 
 raw file --readers--> RawRecord --formats.normalize_record--> Pair --tokenize--> TokenizedPair
 --checks--> CheckedRow (flags and the policy's verdict)
+
+A record of scored completions (io.scored) becomes several Pairs, or none (an "unpaired" row).
 """
 
 from __future__ import annotations
@@ -88,13 +90,35 @@ class TokenizedPair:
 
 
 @dataclass
+class ScoredSummary:
+    """What pairing made of one record of scored completions (prefdata.pairing): it rides on the
+    record's first row (its first pair, or its one unpaired row) to the report and the accounting."""
+
+    completions: int  # completions in the record
+    scored: int  # of them with a score (or rank)
+    pairs: int  # pairs made
+    used: int  # completions in at least one of its pairs
+    ties: int  # unordered pairs of scored completions with equal scores
+    scale: str  # "score" (higher is better) or "rank" (lower is better)
+    margins: list[float] = field(default_factory=list)  # chosen - rejected of each pair (rank steps for ranks)
+    reason: str | None = None  # why no pair: single_completion | ties | below_margin
+    group_id: str = ""
+    prompt: str = ""  # the prompt's text, for dropped.jsonl and the report's examples (unpaired records only)
+    completion_texts: list[str] = field(default_factory=list)  # unpaired records only, for dropped.jsonl
+    scores: list[float | None] = field(default_factory=list)  # unpaired records only, as the record gave them
+
+
+@dataclass
 class CheckedRow:
-    """One input record after every check, with the policy's verdict."""
+    """One row after every check, with the policy's verdict: a pair, a quarantined record, or a
+    record of scored completions that made no pair (`unpaired`, its ScoredSummary in `scored`).
+    A record of scored completions gives one row per pair; its first row carries `scored`."""
 
     raw: RawRecord
-    pair: Pair | None  # None when quarantined
+    pair: Pair | None  # None when quarantined or unpaired
     tokenized: TokenizedPair | None  # None without a tokenizer or when quarantined
     flags: list[str]  # after policy (ignored flags removed), DESIGN flag names
     severity: str | None  # worst severity among flags: "drop" | "error" | "warn" | None
-    outcome: str  # "kept" | "dropped" | "quarantined"  (error-severity rows are dropped too)
+    outcome: str  # "kept" | "dropped" | "quarantined" | "unpaired" (error-severity rows are dropped too)
     error: str | None = None  # one-line quarantine reason
+    scored: ScoredSummary | None = None  # on the first row of a record of scored completions

@@ -11,7 +11,8 @@ from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy, text_flags, token_flags
 from prefdata.checks.policy import Policy
 from prefdata.errors import RecordError
-from prefdata.io.formats import normalize_record
+from prefdata.io.scored import record_pairs
+from prefdata.pairing import PairingSettings
 from prefdata.io.readers import iter_raw_records
 from prefdata.records import Pair, TokenizedPair
 
@@ -26,9 +27,13 @@ def build_leak_index(against: str | Path) -> PromptLeakIndex:
         if raw.error is not None:
             continue
         try:
-            pair = normalize_record(raw)
+            made = record_pairs(raw, PairingSettings())  # scored completions: their prompt, paired or not
         except RecordError:
             continue
+        if not made.pairs:
+            prompts.append(made.scored.prompt if made.scored is not None else "")
+            continue
+        pair = made.pairs[0]
         prompts.append(pair.prompt if pair.prompt or not pair.is_pretokenized else (pair.prompt_ids or []))
     return PromptLeakIndex(prompts)
 

@@ -21,27 +21,40 @@ from prefdata.checks.checker import pair_flags
 from prefdata.checks.policy import Policy
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data
 from prefdata.io.mix import SOURCE_COLUMN
-from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.pairing import PairingSettings
+from prefdata.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.tokenize.batch import normalize_and_tokenize
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
 
 @dataclass
 class RecordResult:
-    """One record of a chunk. Of a pair, `raw` keeps only where it came from (the pair has the
-    rest); of a quarantined record, exactly what the reader gives (its raw text included)."""
+    """One row of a chunk: a pair, a quarantined record, or an unpaired record of scored
+    completions (`pair` and `error` None). Of a pair, `raw` keeps only where it came from (the pair
+    has the rest); of a quarantined record, exactly what the reader gives (its raw text included).
+    Each row has its own `raw` (lines are placed per row)."""
 
     raw: RawRecord
-    pair: Pair | None  # None: quarantined for `error`
+    pair: Pair | None  # None: quarantined for `error`, or unpaired
     tokenized: TokenizedPair | None
     flags: list[str]  # pair_flags
     error: str | None = None
     unknown_shape: bool = False  # the error says "not a preference shape" (for the KTO/SFT check)
+    scored: ScoredSummary | None = None  # on the first row of a record of scored completions
+
+    @property
+    def unpaired(self) -> bool:
+        return self.pair is None and self.error is None
+
+    @property
+    def quarantined(self) -> bool:
+        return self.pair is None and self.error is not None
 
 
 @dataclass
 class CheckedChunk:
-    """A chunk's records in order; a RangeChunk's lines are numbered from 1 within it."""
+    """A chunk's rows in order (a record of scored completions may give several, or one unpaired);
+    a RangeChunk's lines are numbered from 1 within it."""
 
     records: list[RecordResult]
     pair_index: np.ndarray  # (p,) int64 positions of the pairs in `records`
@@ -58,6 +71,7 @@ class CheckChunk:
     policy: Policy
     leak_index: PromptLeakIndex | None = None
     benchmarks: BenchmarkIndex | None = None  # --decontaminate-against
+    pairing: PairingSettings = field(default_factory=PairingSettings)  # scored completions -> pairs
     made_in: int = field(default_factory=os.getpid)  # the process that made the stage
 
     def setup(self) -> None:
@@ -82,19 +96,24 @@ class CheckChunk:
             raws = [raws[i] for i in positions]
         records: list[RecordResult] = []
         pair_index: list[int] = []
-        done_all = normalize_and_tokenize(raws, self.pair_tokenizer, self.settings)
-        for at, (raw, done) in enumerate(zip(raws, done_all)):
-            if done.pair is None:
+        rows = normalize_and_tokenize(raws, self.pair_tokenizer, self.settings, self.pairing)
+        for at, done in enumerate(rows):  # `at`: the row; `done.record`: its record among `raws`
+            raw = raws[done.record]
+            if done.error is not None:
                 # The fast parse keeps no raw text: quarantine.jsonl and the report want the exact record.
-                position = positions[at]
+                position = positions[done.record]
                 exact = exact_record(chunk, position, raw.source_line, spans[position], data=data)
                 records.append(RecordResult(exact, None, None, [], done.error, done.unknown_shape))
                 continue
+            where = RawRecord(raw.source_file, raw.source_line)
+            if done.pair is None:  # scored completions that made no pair
+                records.append(RecordResult(where, None, None, [], scored=done.scored))
+                continue
             if selection is not None:
                 _tag_source(done.pair, selection.source)
+            # Every pair of a record of scored completions is checked on its own (benchmark_overlap included).
             flags = pair_flags(done.pair, done.tokenized, self.policy, self.leak_index, self.benchmarks)
-            where = RawRecord(raw.source_file, raw.source_line)
-            records.append(RecordResult(where, done.pair, done.tokenized, flags))
+            records.append(RecordResult(where, done.pair, done.tokenized, flags, scored=done.scored))
             pair_index.append(at)
         pairs = [records[i].pair for i in pair_index]
         return CheckedChunk(

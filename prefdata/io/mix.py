@@ -19,9 +19,10 @@ replacement before any check: the `k` records whose keys are smallest (prefdata.
 the seed, the source's name and the record's index in the source), so a worker keeps or skips a
 record alone and every engine takes the same ones. A source with fewer records than asked is an
 error (one line); nothing is upsampled. The records not sampled are not input rows of the mixture:
-`rows_in` counts the sampled ones, and the manifest's `mix` section keeps the ledger per source
-(available = sampled + not_sampled). Counting the records is one extra read of each source (a
-newline scan for JSON lines; a Hub source is streamed twice).
+`records_in` counts the sampled ones (so does `rows_in`, unless a source holds scored completions,
+whose records may make several pair rows: prefdata.io.ledger), and the manifest's `mix` section
+keeps the ledger per source (available = sampled + not_sampled). Counting the records is one extra
+read of each source (a newline scan for JSON lines; a Hub source is streamed twice).
 """
 
 from __future__ import annotations
@@ -234,7 +235,8 @@ class MixPlan:
             "rows_available": available,
             "rows_sampled": self.rows_sampled,
             "rows_not_sampled": available - self.rows_sampled,
-            "ledger": "rows_in counts the sampled records only; per source available = sampled + not_sampled. "
+            "ledger": "records_in (and rows_in, where every record is one row: not for scored completions) counts "
+                      "the sampled records only; per source available = sampled + not_sampled. "
                       "Records not sampled are not input rows of this OUT (they stay in their source; the seed "
                       "and the thresholds here select the same records again).",
             "sources": [

@@ -53,6 +53,8 @@ def output_row(row: CheckedRow) -> dict[str, Any]:
 
 
 def dropped_record(row: CheckedRow) -> dict[str, Any]:
+    if row.outcome == "unpaired":
+        return unpaired_record(row)
     pair = row.pair
     assert pair is not None
     record: dict[str, Any] = {
@@ -69,6 +71,24 @@ def dropped_record(row: CheckedRow) -> dict[str, Any]:
     if pair.extra:
         record["extra"] = pair.extra
     return record
+
+
+def unpaired_record(row: CheckedRow) -> dict[str, Any]:
+    """The dropped.jsonl line of a record of scored completions that made no pair: its reason
+    (`unpaired`: single_completion, ties or below_margin), its group id, and what it held."""
+    scored = row.scored
+    assert scored is not None
+    return {
+        "source_file": row.raw.source_file,
+        "source_line": row.raw.source_line,
+        "flags": [],
+        "severity": None,
+        "unpaired": scored.reason,
+        "group_id": scored.group_id,
+        "prompt": scored.prompt,
+        "completions": scored.completion_texts,
+        "scores" if scored.scale == "score" else "ranks": scored.scores,
+    }
 
 
 def quarantine_record(row: CheckedRow) -> dict[str, Any]:

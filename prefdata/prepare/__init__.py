@@ -33,6 +33,7 @@ from prefdata.io.mix import MixPlan, is_mix_file
 from prefdata.io.readers import list_input_files
 from prefdata.io.write_errors import write_problem
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
+from prefdata.pairing import DEFAULT_TOP_K, PairingSettings
 from prefdata.prepare.balance import check_target
 from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
@@ -78,6 +79,11 @@ def prepare(
     chat_template_file: str | Path | None = None,
     template_date: str = DEFAULT_TEMPLATE_DATE,
     loss_on: str = "all",
+    pairing: str = "best-worst",
+    pairing_seed: int = 0,
+    min_score_margin: float = 0.0,
+    rating: str = "mean",
+    top_k: int = DEFAULT_TOP_K,
     decontaminate_against: str | Path | list[str | Path] | None = None,
     decontaminate_field: str | list[str] | None = None,
     decontaminate_ngram: int = DEFAULT_NGRAM,
@@ -95,6 +101,9 @@ def prepare(
     passes through this process (prefdata.prepare.shards); it implies `partitioned_checks`.
     `template_kwargs`, `chat_template_file` and `template_date` decide how conversations render
     (prefdata.tokenize.template); `loss_on="answer"` keeps a leading reasoning block out of the loss.
+    Records of scored completions become pairs by `pairing` (best-worst, best-vs-random-lower,
+    all-pairs, top-k with `top_k` pairs), seeded by `pairing_seed`, at least `min_score_margin`
+    apart, several ratings combined by `rating` ("mean" or one aspect's name): prefdata.pairing.
     `decontaminate_against`: benchmark files (or Hub ids); pairs whose prompt (and, with
     `decontaminate_completions`, a completion) shares a run of `decontaminate_ngram` words with a
     benchmark item are flagged `benchmark_overlap` (prefdata.checks.decontaminate); the text is in
@@ -103,7 +112,8 @@ def prepare(
     `source` column and a per-source report. `balance_length`: subsample the kept pairs to this
     share of chosen-longer pairs (prefdata.prepare.balance; the rest are dropped as `length_balance`);
     `seed`: its seed (default: the mix file's seed, else 0). Balancing runs in the two-pass write
-    (`worker_writes`), on either engine."""
+    (`worker_writes`), on either engine. Pairs made from scored completions are pairs like any
+    other: checked for benchmark overlap, balanced, counted in the pair ledger."""
     from prefdata.io import writer as W
 
     started = time.time()
@@ -132,6 +142,7 @@ def prepare(
     )
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
                                 template=template, loss_on=loss_on)
+    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k)
     pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
     pair_tokenizer.setup()
     config = {
@@ -142,6 +153,7 @@ def prepare(
         "chat_template": chat_template,
         **template.record(),
         "loss_on": loss_on,
+        **pairing_settings.record(),
         "batch_size": batch_size,
         "workers": workers,
         "engine": engine,
@@ -164,14 +176,14 @@ def prepare(
             if worker_writes:
                 written = _write_with_workers(mix or raw_path, hub, input_files, tmp, pair_tokenizer, settings,
                                               loaded_policy, workers, engine, ray_address, batch_size, progress, config,
-                                              report, balance, index)
+                                              report, balance, index, pairing_settings)
             else:
                 threshold = loaded_policy.near_duplicate_prompt_threshold
                 merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
                 rows = iter_checked_rows(
                     mix or raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
                     progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
-                    engine=select_engine(engine, workers, ray_address), benchmarks=index,
+                    engine=select_engine(engine, workers, ray_address), benchmarks=index, pairing=pairing_settings,
                 )
                 written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer), report)
                 written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
@@ -202,9 +214,14 @@ def prepare(
             f"{reasons[0]['reason']} (every reason in {out_path / 'quarantine.jsonl'})"
         )
     problem = ""
-    if accounting["rows_out"] == 0:
+    if accounting["rows_out"] == 0 and accounting["pairs_made"] == 0:
         problem = (
-            f"no pair kept: all {accounting['rows_dropped']:,} pairs were dropped by the policy "
+            f"no pair made: none of the {accounting['records_unpaired']:,} records of scored completions had two "
+            f"completions far enough apart (--min-score-margin; the reasons are in {out_path / 'dropped.jsonl'})"
+        )
+    elif accounting["rows_out"] == 0:
+        problem = (
+            f"no pair kept: all {accounting['pairs_dropped']:,} pairs were dropped by the policy "
             f"(see {out_path / 'dropped.jsonl'})"
         )
     problem = dropped_share_problem(built, problem)  # too many pairs dropped: fail, naming the cause
@@ -227,7 +244,7 @@ def _write_with_workers(
     raw_path: Path | MixPlan, hub: HubSource | None, input_files: list[Path], tmp: Path, pair_tokenizer: PairTokenizer,
     settings: TokenizeSettings, policy: Policy, workers: int, engine: str, ray_address: str | None, batch_size: int,
     progress: bool, config: dict[str, Any], report: ReportBuilder, balance: tuple[float, int] | None,
-    benchmarks: BenchmarkIndex | None = None,
+    benchmarks: BenchmarkIndex | None = None, pairing: PairingSettings | None = None,
 ) -> Written:
     """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
     from prefdata import ingest
@@ -240,7 +257,9 @@ def _write_with_workers(
         input_bytes = sum(path.stat().st_size for path in input_files)
         shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), ingest.CHUNK_BYTES)
     return shards.write_with_workers(
-        ingest.input_chunks(raw_path), tmp, check=CheckChunk(pair_tokenizer, settings, policy, benchmarks=benchmarks), policy=policy, engine=runner,
+        ingest.input_chunks(raw_path), tmp,
+        check=CheckChunk(pair_tokenizer, settings, policy, benchmarks=benchmarks, pairing=pairing or PairingSettings()),
+        policy=policy, engine=runner,
         shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),
         input_name=str(raw_path.mix.path if isinstance(raw_path, MixPlan) else raw_path), progress=progress,
         report=report, balance=balance,
@@ -359,6 +378,6 @@ def _manifest(
         "text_columns": written.text_columns,
         "shards": written.shards,
         "files": ["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
-        # A mixture's ledger: per source available = sampled + not_sampled; rows_in = the sampled.
+        # A mixture's ledger: per source available = sampled + not_sampled; records_in = the sampled.
         **({"mix": mix.record()} if mix else {}),
     }

@@ -35,11 +35,13 @@ from prefdata.checks.stage import CheckChunk, CheckedChunk
 from prefdata.io.chunks import Chunk
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
+from prefdata.io.ledger import Ledger
 from prefdata.prepare.balance import pair_classes
-from prefdata.records import CheckedRow, Pair, RawRecord
+from prefdata.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 
 _QUARANTINED = OUTCOMES.index("quarantined")
+_UNPAIRED = OUTCOMES.index("unpaired")
 
 
 # --------------------------------------------------------------------------- first pass
@@ -57,9 +59,10 @@ class GroupUnit:
 class ChunkCounts:
     """What the main process needs of one checked chunk to number its lines and rows."""
 
-    records: int
+    records: int  # rows (a record of scored completions may give several)
     line_count: int  # of a RangeChunk (prefdata.io.chunks.LineNumbers), else 0
-    pair_index: np.ndarray  # (p,) positions of its pairs
+    pair_index: np.ndarray  # (p,) positions of its pairs (row ordinals of --balance-length's classes)
+    known: np.ndarray  # positions of its rows that are preference data: pairs and unpaired rows (ShapeProbe)
     quarantined: list[tuple[int, int, str, bool]]  # (position, line within the chunk, error, unknown shape)
     classes: np.ndarray | None = None  # with --balance-length: per pair, prepare.balance.pair_classes
 
@@ -93,11 +96,12 @@ class ScanGroup:
                 pickle.dump(checked, handle, protocol=pickle.HIGHEST_PROTOCOL)
                 quarantined = [
                     (i, r.raw.source_line, str(r.error), r.unknown_shape)
-                    for i, r in enumerate(checked.records) if r.pair is None
+                    for i, r in enumerate(checked.records) if r.quarantined
                 ]
+                known = np.array([i for i, r in enumerate(checked.records) if not r.quarantined], dtype=np.int64)
                 classes = pair_classes(checked, self.check.policy) if self.balance else None
-                counts.append(ChunkCounts(len(checked.records), checked.line_count, checked.pair_index, quarantined,
-                                          classes))
+                counts.append(ChunkCounts(len(checked.records), checked.line_count, checked.pair_index, known,
+                                          quarantined, classes))
                 blocks.append(block_from_digests(checked.pair_index + rows, checked.digests))
                 rows += len(checked.records)
         return GroupScan(str(cache), counts, join_blocks(blocks))
@@ -144,6 +148,7 @@ class ChunkReport:
     halves: dict[int, Any]
     excerpts: list[str] | None
     tokens: list[tuple[int, ...]]  # report.compact.token_row of each tokenized pair, in order
+    scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)  # (position, summary), as CompactRows
 
 
 @dataclass
@@ -155,6 +160,7 @@ class ShardWritten:
     chunks: list[ChunkReport] = field(default_factory=list)
     flag_counts: Counter[str] = field(default_factory=Counter)
     errors: int = 0  # rows with a flag at error severity
+    ledger: Ledger = field(default_factory=Ledger)  # the shard's rows, records and pairs
     writer_pid: int = 0  # the process that wrote the shard
 
 
@@ -219,17 +225,29 @@ class WriteShard:
         at_pair = 0
         for position, record in enumerate(records):
             pair = record.pair
+            if record.scored is not None:
+                report.scored.append((position, record.scored))
+            if record.unpaired:  # scored completions that made no pair: a dropped.jsonl line with the reason
+                row = CheckedRow(record.raw, None, None, [], None, "unpaired", scored=record.scored)
+                outcome[position] = _UNPAIRED
+                lines.drop(jsonl_line(dropped_record(row)))
+                result.ledger.add(row)
+                if report.excerpts is not None:
+                    report.excerpts.append(excerpt(record.scored.prompt if record.scored is not None else ""))
+                continue
             if pair is None:
                 row = CheckedRow(record.raw, None, None, [], None, "quarantined", error=record.error)
                 lines.quarantine(jsonl_line(quarantine_record(row)))
+                result.ledger.add(row)
                 report.details[position] = row
                 if report.excerpts is not None:
                     report.excerpts.append("")
                 continue
             found = record.flags + dataset_flags(bool(duplicate[at_pair]), bool(conflicting[at_pair]))
             if balanced is not None and balanced[at_pair]:
-                found.append(F.LENGTH_BALANCE)
-            row = CheckedRow(record.raw, pair, record.tokenized, *verdict(found, self.policy))
+                found.append(F.LENGTH_BALANCE)  # an ordinary dropped pair (a pair of scored completions too)
+            row = CheckedRow(record.raw, pair, record.tokenized, *verdict(found, self.policy), scored=record.scored)
+            result.ledger.add(row)
             report.lengths[at_pair] = (len(pair.prompt), len(pair.chosen), len(pair.rejected))
             at_pair += 1
             outcome[position] = OUTCOMES.index(row.outcome)

@@ -34,6 +34,7 @@ from prefdata.checks.stage import CheckChunk
 from prefdata.engine.local import Engine
 from prefdata.ingest import ShapeProbe, partitioned_on, progress_bar
 from prefdata.io import writer as W
+from prefdata.io.ledger import Ledger, check_files
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
 from prefdata.prepare.shard_stages import (
     ChunkPlace, GroupScan, GroupUnit, RewritePart, ScanGroup, ShardUnit, ShardWritten, WriteShard,
@@ -157,7 +158,7 @@ def _place(unit: GroupUnit, scan: GroupScan, lines: LineNumbers, probe: ShapePro
         places.append(ChunkPlace(chunk.source_file, offset, row))
         problems = [(i, f"{chunk.source_file}:{line + offset}: {error}", unknown)
                     for i, line, error, unknown in counts.quarantined]
-        probe.add_chunk(counts.records, counts.pair_index, problems)
+        probe.add_chunk(counts.records, counts.known, problems)
         row += counts.records
     return _Group(unit.index, scan.cache, places, first_row, row)
 
@@ -171,6 +172,7 @@ def _second_pass(
     content = hashlib.blake2b(digest_size=16)
     flag_counts: Counter[str] = Counter()
     errors = kept = 0
+    ledger = Ledger()
     shards: list[W.WrittenParts] = []
     bar = progress_bar(progress, "writing")
     # Units are made as the engine takes them: the report's sample cut-off is the one after the
@@ -196,6 +198,7 @@ def _second_pass(
                 content.update(shard.digests)
                 flag_counts.update(shard.flag_counts)
                 errors += shard.errors
+                ledger.merge(shard.ledger)
                 kept += shard.parts.rows
                 shards.append(shard.parts)
                 if bar is not None:
@@ -209,10 +212,9 @@ def _second_pass(
     fingerprint = content.hexdigest()
     schema, files = W.finish_dataset(tmp, joined, fingerprint, {**handoff, "content_hash": fingerprint},
                                      rewrite=lambda jobs, final: _rewrite(engine, jobs, final))
-    accounting = {"rows_in": report.rows, "rows_out": kept, "rows_dropped": dropped.count,
-                  "rows_quarantined": quarantine.count}
-    # Invariant 5: every record lands in exactly one place.
-    assert report.rows == kept + dropped.count + quarantine.count, accounting
+    accounting = ledger.accounting()
+    check_files(accounting, kept, dropped.count, quarantine.count)  # invariant 5
+    assert report.rows == accounting["rows_in"], (report.rows, accounting)
     return Written(report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(joined.json_columns),
                    joined.text_columns, files)
 
@@ -228,7 +230,7 @@ def _add_to_report(report: ReportBuilder, shard: ShardWritten) -> None:
             pair_index=chunk.pair_index, prompt_keys=chunk.prompt_keys, pair_keys=chunk.pair_keys,
             lengths=chunk.lengths, detailed=sorted(chunk.details), detail=chunk.details.__getitem__,
             halves=chunk.halves, excerpts=chunk.excerpts,
-            tokens=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6),
+            tokens=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6), scored=chunk.scored,
         ))
 
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from prefdata.checks.policy import Policy
 from prefdata.io import writer as W
+from prefdata.io.ledger import Ledger, check_files
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.records import CheckedRow
 from prefdata.report.builder import ReportBuilder
@@ -24,7 +25,7 @@ class Written:
     """What writing the rows left behind: the report so far, the counts, the content hash."""
 
     report: ReportBuilder
-    accounting: dict[str, int]
+    accounting: dict[str, int]  # io.ledger.Ledger.accounting: rows, records, pairs, completions
     flag_counts: Counter[str]
     errors: int  # rows with a flag at error severity
     content_hash: str
@@ -46,16 +47,17 @@ def write_rows(
     report = report or ReportBuilder(policy)
     flag_counts: Counter[str] = Counter()
     content = hashlib.blake2b(digest_size=16)
-    errors = rows_in = 0
+    errors = 0
+    ledger = Ledger()
     pending: list[dict[str, Any]] = []
     for row in rows:
-        rows_in += 1
+        ledger.add(row)
         report.add(row)
         flag_counts.update(row.flags)
         errors += row.severity == "error"
         if row.outcome == "quarantined":
             quarantine.write(quarantine_record(row))
-        elif row.outcome == "dropped":
+        elif row.outcome in ("dropped", "unpaired"):  # unpaired: scored completions that made no pair
             dropped.write(dropped_record(row))
         else:
             out_row = output_row(row)
@@ -69,14 +71,8 @@ def write_rows(
     quarantine.close()
     fingerprint = content.hexdigest()
     schema = dataset.finish(fingerprint, {**handoff, "content_hash": fingerprint})
-    accounting = {
-        "rows_in": rows_in,
-        "rows_out": dataset.rows,
-        "rows_dropped": dropped.count,
-        "rows_quarantined": quarantine.count,
-    }
-    # Invariant 5: every record lands in exactly one place.
-    assert rows_in == dataset.rows + dropped.count + quarantine.count, accounting
+    accounting = ledger.accounting()
+    check_files(accounting, dataset.rows, dropped.count, quarantine.count)  # invariant 5
     return Written(
         report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(dataset.json_columns),
         dataset.text_columns, dataset.shards,

@@ -1,6 +1,7 @@
 """The dataset health report, collected: a streaming accumulator over checked rows.
 
-`ReportBuilder.add(row)` is called once per input record (kept, dropped or quarantined); `add_compact`
+`ReportBuilder.add(row)` is called once per row (a pair kept or dropped, a quarantined record, or an
+unpaired record of scored completions); `add_compact`
 takes a run of rows checked elsewhere in bulk. Memory stays flat apart from compact per-row hash
 arrays (8-byte prompt and pair hashes plus a location, for the exact-duplicate sections) and small
 bounded samples. `build()` hands the collected state to report.sections, which lays out report.json
@@ -29,6 +30,7 @@ from prefdata.report.compact import (
 )
 from prefdata.report.distributions import IntDistribution
 from prefdata.report.length_bias import compare, count_bias
+from prefdata.report.scored import ScoredStats
 from prefdata.report.sections import LINES_PER_GROUP, TOP_GROUPS, build_report
 from prefdata.report.similarity import SimilaritySample
 from prefdata.report.sources import SourceTally
@@ -117,6 +119,7 @@ class ReportBuilder:
         self.benchmarks: Any = None
         self.benchmark_matches: list[tuple[int, int, str, Any]] = []
         self.benchmark_pairs: Counter[str] = Counter()
+        self.scored = ScoredStats()  # records of scored completions: what pairing made of them
 
     # ------------------------------------------------------------------ per row
 
@@ -129,10 +132,15 @@ class ReportBuilder:
         self.file_index.append(file_id)
         self.line.append(raw.source_line)
         pair = row.pair
+        if row.scored is not None:
+            self.scored.add(row.scored, raw.source_file, raw.source_line)
         if ordinal < EXCERPT_ROWS:
-            self.prompt_excerpts.append(excerpt(pair.prompt) if pair is not None else "")
+            prompt = pair.prompt if pair is not None else (row.scored.prompt if row.scored is not None else None)
+            self.prompt_excerpts.append(excerpt(prompt))
         if self.file_sources is not None:
             self._tally(raw.source_file).add_row(row)
+        if row.outcome == "unpaired":  # no pair to check; the scored section says why
+            return
         if pair is None:
             self._add_quarantined(row)
             return
@@ -174,6 +182,8 @@ class ReportBuilder:
             else:
                 self._add_flagged(row, f"{int(rows.pair_keys[at]):016x}")
                 flag_lists.append(row.flags)
+        for position, summary in rows.scored:
+            self.scored.add(summary, rows.source_file, int(rows.lines[position]))
         pairs = np.asarray(rows.pair_index, dtype=np.int64)
         self.pair_row.frombytes((pairs + first).tobytes())
         self.prompt_key.frombytes(np.asarray(rows.prompt_keys, dtype=np.uint64).tobytes())
@@ -204,7 +214,8 @@ class ReportBuilder:
             count_bias(self.bias_kept["tokens"], tokens[kept, 1], tokens[kept, 2])
         if self.file_sources is not None:
             outcomes = [OUTCOMES[code] for code in np.asarray(rows.outcome, dtype=np.int64).tolist()]
-            self._tally(rows.source_file).add_arrays(outcomes, kept, lengths, tokens, flag_lists)
+            later_pairs = sum(max(0, summary.pairs - 1) for _, summary in rows.scored)
+            self._tally(rows.source_file).add_arrays(outcomes, kept, lengths, tokens, flag_lists, later_pairs)
 
     def _tally(self, source_file: str) -> SourceTally:
         assert self.file_sources is not None

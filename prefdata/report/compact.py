@@ -10,7 +10,7 @@ import xxhash
 
 from prefdata.checks.dataset import pair_digests_and_key
 from prefdata.checks.pair import completion_content, ids_mode, similarity
-from prefdata.records import Pair
+from prefdata.records import Pair, ScoredSummary
 from prefdata.report.similarity import LazySimilarity
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from prefdata.records import CheckedRow
 
 EXCERPT_CHARS = 100
-OUTCOMES = ("kept", "dropped", "quarantined")  # codes of CompactRows.outcome
+OUTCOMES = ("kept", "dropped", "quarantined", "unpaired")  # codes of CompactRows.outcome
 SEVERITY_CODES = (None, "warn", "drop", "error")  # codes of CompactRows.severity
 
 
@@ -98,9 +98,11 @@ class CompactRows:
     # when they are longer than LazySimilarity.DEFER_CHARS (measured at once anyway). Must hold every
     # pair whose key is below the sample's current cut-off (`SimilaritySample.cutoff()`).
     halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)
-    excerpts: list[str] | None = None  # excerpt(prompt) per record ("" when quarantined), while needed
+    excerpts: list[str] | None = None  # excerpt(prompt) per row ("" when quarantined), while needed
     # One row per tokenized pair, in order: its `token_row` (the TokenLengths fields), shape (k, 6).
     tokens: "np.ndarray | None" = None
+    # (position, summary) of each record of scored completions, on its first row (prefdata.pairing).
+    scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)
 
 
 def sample_halves(pair: Pair) -> tuple[Any, Any] | float:

@@ -114,16 +114,18 @@ def status_line(report: Report) -> str:
 
 def headline(report: Report) -> str:
     acc = report.get("accounting", {})
+    unpaired = acc.get("records_unpaired", 0)  # scored completions that made no pair (dropped.jsonl says why)
+    no_pair = f" · {num(unpaired)} {'record' if unpaired == 1 else 'records'} made no pair" if unpaired else ""
     if report.get("command") == "validate":  # validate writes nothing: it finds, it keeps and drops nothing
-        dropped = acc.get("rows_dropped", 0)
+        dropped = acc.get("rows_dropped", 0) - unpaired
         would = f" ({num(dropped)} that prepare would drop)" if dropped else ""
         return (
             f"{num(acc.get('rows_in', 0))} rows in · {num(report.get('rows_checked', 0))} pairs checked · "
-            f"{num(report.get('rows_flagged', 0))} with findings{would} · {num(acc.get('rows_quarantined', 0))} quarantined"
+            f"{num(report.get('rows_flagged', 0))} with findings{would}{no_pair} · {num(acc.get('rows_quarantined', 0))} quarantined"
         )
     return (
         f"{num(acc.get('rows_in', 0))} rows in · {num(acc.get('rows_out', 0))} kept · "
-        f"{num(acc.get('rows_dropped', 0))} dropped · {num(acc.get('rows_quarantined', 0))} quarantined"
+        f"{num(acc.get('rows_dropped', 0) - unpaired)} dropped{no_pair} · {num(acc.get('rows_quarantined', 0))} quarantined"
     )
 
 
@@ -172,8 +174,8 @@ def balance_line(balance: Mapping[str, Any]) -> str:
 
 
 def source_cells(row: Mapping[str, Any]) -> list[str]:
-    """A per-source row's cells: name, asked, rows in, kept, dropped, quarantined, share of kept,
-    chosen longer (tokens), chosen longer (characters), token p50s."""
+    """A per-source row's cells: name, asked, rows in, kept, dropped (and records of scored completions
+    with no pair), quarantined, share of kept, chosen longer (tokens), chosen longer (characters), token p50s."""
     mix = row.get("mix") or {}
     asked = f"{mix['share']:.1%}" if mix.get("share") is not None else (f"{mix['rows']:,} rows" if mix.get("rows") else "–")
     bias = row.get("length_bias") or {}
@@ -188,9 +190,12 @@ def source_cells(row: Mapping[str, Any]) -> list[str]:
             text += f" (kept {pct(kept['chosen_longer'])})"
         return text
 
+    dropped = f"{row['dropped']:,}"
+    if row.get("unpaired"):  # records of scored completions that made no pair (dropped.jsonl says why)
+        dropped += f" (+{row['unpaired']:,} with no pair)"
     p50 = " / ".join(f"{tokens[p]['quantiles']['p50']:,}" if tokens[p].get("count") else "–"
                      for p in ("prompt", "chosen", "rejected")) if tokens else "–"
     return [
-        row["name"], asked, f"{row['rows_in']:,}", f"{row['kept']:,}", f"{row['dropped']:,}", f"{row['quarantined']:,}",
+        row["name"], asked, f"{row['rows_in']:,}", f"{row['kept']:,}", dropped, f"{row['quarantined']:,}",
         pct(row["share_of_kept"]), longer("tokens"), longer("characters"), p50,
     ]

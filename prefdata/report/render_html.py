@@ -20,6 +20,7 @@ from prefdata.report.render_common import (
     threshold_findings,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
+from prefdata.report.render_scored import scored_html
 from prefdata.report.svg import svg_histogram
 
 _CSS = """
@@ -112,6 +113,7 @@ def render_html(report: Report) -> str:
     body += _html_baseline(report.get("baseline"))
     body += _html_flags(report)
     body += _html_quarantine(report.get("quarantine", {}))
+    body += scored_html(report)
     body += _html_decontamination(report.get("decontamination"))
     body += _html_dataset(report.get("dataset", {}))
     body += _html_distributions(report)

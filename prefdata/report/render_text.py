@@ -16,6 +16,7 @@ from prefdata.report.render_common import (
     threshold_findings,
     threshold_line,
 )
+from prefdata.report.render_scored import ledger_line
 
 
 def render_text(report: Report, top: int = 8) -> str:
@@ -25,6 +26,8 @@ def render_text(report: Report, top: int = 8) -> str:
         f"prefdata {command}: {report.get('input')} — {status_line(report)}",
         "  " + headline(report),
     ]
+    if report.get("scored"):  # records of scored completions: both ledgers in one line
+        lines.append("  scored completions: " + ledger_line(report))
     flags = report.get("flags", {})
     if flags:
         lines.append("  flags:")

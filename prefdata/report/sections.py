@@ -37,11 +37,7 @@ def build_report(
     flagged_rows = _flagged_rows(builder, q_severity)
     severities = builder.severities + Counter({q_severity: builder.outcomes["quarantined"]})
     pairs = len(builder.pair_row)
-    accounting = dict(accounting or {})
-    accounting.setdefault("rows_in", builder.rows)
-    accounting.setdefault("rows_out", builder.outcomes["kept"])
-    accounting.setdefault("rows_dropped", builder.outcomes["dropped"])
-    accounting.setdefault("rows_quarantined", builder.outcomes["quarantined"])
+    accounting = {**_accounting(builder), **(accounting or {})}
 
     tokens = builder.tokenized_rows > 0
     unit = "tokens" if tokens else "characters"
@@ -107,6 +103,7 @@ def build_report(
         "truncation": _truncation_section(builder),
         "length_bias": {**length_bias, "limit": getattr(policy, "length_bias_limit", None)},
         "similarity": _similarity_section(builder, getattr(policy, "near_duplicate_threshold", None)),
+        "scored": builder.scored.to_dict(),
         **({"length_balance": builder.length_balance} if builder.length_balance is not None else {}),
         **({"sources": sources_section(builder.by_source, list(builder.source_plans), accounting["rows_in"],
                                        accounting["rows_out"], builder.source_plans)}
@@ -120,6 +117,33 @@ def build_report(
     if meta:
         report["meta"] = meta
     return report
+
+
+def _accounting(builder: "ReportBuilder") -> dict[str, int]:
+    """Row accounting from the report's own counts (validate; prepare passes its ledger's, the same
+    numbers): rows, records, pairs and completions, as io.ledger.Ledger.accounting lays them out."""
+    outcomes, scored = builder.outcomes, builder.scored
+    kept, dropped, quarantined, unpaired = (outcomes[o] for o in ("kept", "dropped", "quarantined", "unpaired"))
+    pairs_made = kept + dropped
+    # A record of scored completions counts once however many pairs it made.
+    records_paired = pairs_made - scored.pairs + scored.records_paired
+    return {
+        "rows_in": builder.rows,
+        "rows_out": kept,
+        "rows_dropped": dropped + unpaired,
+        "rows_quarantined": quarantined,
+        "records_in": records_paired + unpaired + quarantined,
+        "records_paired": records_paired,
+        "records_unpaired": unpaired,
+        "records_quarantined": quarantined,
+        "pairs_made": pairs_made,
+        "pairs_kept": kept,
+        "pairs_dropped": dropped,
+        "scored_records": scored.records,
+        "completions_in": scored.completions_in,
+        "completions_paired": scored.completions_paired,
+        "completions_unpaired": scored.completions_in - scored.completions_paired,
+    }
 
 
 def _findings(

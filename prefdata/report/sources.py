@@ -1,5 +1,7 @@
 """The report's per-source section for a mixture (prefdata.io.mix): each source's rows in, kept,
-dropped and quarantined, its flags, the length bias of chosen vs rejected, and its lengths.
+dropped and quarantined, its flags, the length bias of chosen vs rejected, and its lengths. A source
+of scored completions (prefdata.io.scored) also counts its records apart from its rows (a record may
+make several pair rows, or one `unpaired` row): `records_in` is what the mixture sampled.
 
 `SourceTally` counts one source, row by row (`add_row`) or a run of rows in bulk (`add_arrays`,
 from report.compact.CompactRows); both give the same numbers. Bounded memory: counters and
@@ -26,7 +28,8 @@ class SourceTally:
     """What the report says of one source."""
 
     def __init__(self) -> None:
-        self.outcomes: Counter[str] = Counter({"kept": 0, "dropped": 0, "quarantined": 0})
+        self.outcomes: Counter[str] = Counter({"kept": 0, "dropped": 0, "quarantined": 0, "unpaired": 0})
+        self.records = 0  # rows that begin a record (io.ledger.Ledger's rule)
         self.flags: Counter[str] = Counter()
         # Which half is longer, over every checked pair and over the kept ones (what training sees).
         self.bias = {"tokens": Counter(), "characters": Counter()}
@@ -37,6 +40,8 @@ class SourceTally:
     def add_row(self, row: "CheckedRow") -> None:
         self.outcomes[row.outcome] += 1
         pair = row.pair
+        # The second and later pairs of a record of scored completions begin no record.
+        self.records += not (row.scored is None and pair is not None and pair.shape == "scored")
         if pair is None:
             return
         self.flags.update(dict.fromkeys(row.flags, 1))
@@ -60,12 +65,15 @@ class SourceTally:
 
     def add_arrays(
         self, outcomes: Iterable[str], pair_kept: "np.ndarray", lengths: "np.ndarray", tokens: "np.ndarray | None",
-        flags: Iterable[list[str]],
+        flags: Iterable[list[str]], later_pairs: int = 0,
     ) -> None:
-        """`add_row` for a run of rows: every record's outcome; per pair whether it was kept, its
+        """`add_row` for a run of rows: every row's outcome; per pair whether it was kept, its
         (prompt, chosen, rejected) characters, and (when every pair is tokenized) its token row
-        (report.compact.token_row); the flag list of each flagged pair."""
+        (report.compact.token_row); the flag list of each flagged pair; `later_pairs`: rows that
+        are a second or later pair of a record of scored completions (they begin no record)."""
+        outcomes = list(outcomes)
         self.outcomes.update(outcomes)
+        self.records += len(outcomes) - later_pairs
         for row_flags in flags:
             self.flags.update(dict.fromkeys(row_flags, 1))
         for column, part in enumerate(_PARTS):
@@ -88,6 +96,9 @@ class SourceTally:
             "kept": self.outcomes["kept"],
             "dropped": self.outcomes["dropped"],
             "quarantined": self.outcomes["quarantined"],
+            # Records of scored completions: records_in = records with a pair + unpaired + quarantined.
+            "records_in": self.records,
+            "unpaired": self.outcomes["unpaired"],
             "share_of_rows_in": share(rows_in, rows_in_total),
             "share_of_kept": share(self.outcomes["kept"], kept_total),
             "flags": dict(sorted(self.flags.items(), key=lambda kv: (-kv[1], kv[0]))),

@@ -1,7 +1,8 @@
 """Normalize a batch of raw records and tokenize their pairs in one batched tokenizer call.
 
 The per-record half of ingest (it runs in the engine's workers): a record either becomes a pair
-with its final token ids, or carries the one-line reason it must be quarantined.
+with its final token ids, or carries the one-line reason it must be quarantined. A record of scored
+completions (prefdata.io.scored) becomes one result per pair it makes, or one unpaired result.
 """
 
 from __future__ import annotations
@@ -10,41 +11,51 @@ from array import array
 from dataclasses import dataclass
 
 from prefdata.errors import RecordError, UnknownShapeError
-from prefdata.io.formats import normalize_record
-from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.io.scored import record_pairs
+from prefdata.pairing import PairingSettings
+from prefdata.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, truncate_pair
 
 
 @dataclass
 class ProcessedRecord:
-    """One record after normalize and tokenize. `pair` is None when it must be quarantined."""
+    """One row after normalize and tokenize: a pair, a record to quarantine (`pair` None, `error`),
+    or a record of scored completions that made no pair (`pair` None, `scored.reason`)."""
 
     pair: Pair | None
     tokenized: TokenizedPair | None
     error: str | None = None
     unknown_shape: bool = False  # the error says "not a preference shape" (for the KTO/SFT check)
+    record: int = 0  # position of the row's record in the batch (a record may give several rows)
+    scored: ScoredSummary | None = None  # on the first row of a record of scored completions
 
 
 def normalize_and_tokenize(
-    records: list[RawRecord], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings
+    records: list[RawRecord], pair_tokenizer: PairTokenizer | None, settings: TokenizeSettings,
+    pairing: PairingSettings | None = None,
 ) -> list[ProcessedRecord]:
-    """Normalize every record and tokenize the pairs in one batched call."""
+    """Normalize every record and tokenize the pairs in one batched call: the rows in input order
+    (a record of scored completions gives one per pair, or one unpaired row)."""
+    pairing = pairing or PairingSettings()
     results: list[ProcessedRecord] = []
     pairs: list[Pair] = []
-    for raw in records:
+    for position, raw in enumerate(records):
         if raw.error is not None:
-            results.append(ProcessedRecord(None, None, raw.error))
+            results.append(ProcessedRecord(None, None, raw.error, record=position))
             continue
         try:
-            pair = normalize_record(raw)
+            made = record_pairs(raw, pairing)
         except UnknownShapeError as exc:
-            results.append(ProcessedRecord(None, None, str(exc), unknown_shape=True))
+            results.append(ProcessedRecord(None, None, str(exc), unknown_shape=True, record=position))
             continue
         except RecordError as exc:
-            results.append(ProcessedRecord(None, None, str(exc)))
+            results.append(ProcessedRecord(None, None, str(exc), record=position))
             continue
-        results.append(ProcessedRecord(pair, None))
-        pairs.append(pair)
+        if not made.pairs:
+            results.append(ProcessedRecord(None, None, record=position, scored=made.scored))
+        for number, pair in enumerate(made.pairs):
+            results.append(ProcessedRecord(pair, None, record=position, scored=made.scored if number == 0 else None))
+            pairs.append(pair)
 
     if pair_tokenizer is not None:
         tokenized: list[TokenizedPair | RecordError | None] = list(pair_tokenizer.tokenize_pairs_or_errors(pairs))
@@ -54,14 +65,23 @@ def normalize_and_tokenize(
             for p in pairs
         ]
     it = iter(tokenized)
+    refused: dict[int, str] = {}  # record -> the first error of its pairs
     for result in results:
         if result.pair is None:
             continue
         token_pair = next(it)
         if isinstance(token_pair, RecordError):  # e.g. the chat template refuses the roles
-            result.pair, result.error = None, str(token_pair)
+            refused.setdefault(result.record, str(token_pair))
         elif token_pair is not None:
             result.tokenized = compact_ids(token_pair)
+    if refused:  # a record one of whose pairs cannot be rendered is quarantined whole, as one row
+        kept: list[ProcessedRecord] = []
+        for result in results:
+            if result.record not in refused:
+                kept.append(result)
+            elif not kept or kept[-1].record != result.record:
+                kept.append(ProcessedRecord(None, None, refused[result.record], record=result.record))
+        results = kept
     return results
 
 

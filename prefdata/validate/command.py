@@ -90,6 +90,11 @@ def validate(
     template_kwargs: dict[str, Any] | list[str] | None = None,
     chat_template_file: str | Path | None = None,
     template_date: str | None = None,
+    pairing: str = "best-worst",
+    pairing_seed: int = 0,
+    min_score_margin: float = 0.0,
+    rating: str = "mean",
+    top_k: int = 2,
     decontaminate_against: str | Path | list[str | Path] | None = None,
     decontaminate_field: str | list[str] | None = None,
     decontaminate_ngram: int = DEFAULT_NGRAM,
@@ -108,6 +113,8 @@ def validate(
     one per cluster CPU); the report is the same. `partitioned_checks`: raw input's dataset-wide
     checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
     `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
+    `pairing`, `pairing_seed`, `min_score_margin`, `rating`, `top_k`: how records of scored
+    completions become pairs, as in `prepare` (prefdata.pairing).
     `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
     INPUT may be a mix file (prefdata.io.mix): the same sampled records `prepare` reads from it, and
     the report's per-source section.
@@ -126,6 +133,9 @@ def validate(
         raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
     if workers is not None and workers < 1:
         raise PrefdataError("--workers must be at least 1")
+    from prefdata.pairing import PairingSettings
+
+    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k)
     from prefdata.engine.select import check_engine
 
     check_engine(engine)
@@ -163,7 +173,7 @@ def validate(
         _check_raw(
             mix or input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
             batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,
-            ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index,
+            ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index, pairing=pairing_settings,
         )
 
     meta: dict[str, Any] = {
@@ -233,6 +243,7 @@ def _check_raw(
     ray_address: str | None = None,
     partitioned_checks: bool = False,
     benchmarks: BenchmarkIndex | None = None,
+    pairing: Any = None,
 ) -> None:
     """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest).
     On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
@@ -252,6 +263,7 @@ def _check_raw(
         check_raw_text(
             input_path, builder, policy=policy, settings=settings, against=against,
             batch_size=batch_size, progress=progress, workers=workers, engine=runner, benchmarks=benchmarks,
+            pairing=pairing,
         )
         return
     from prefdata.ingest import iter_checked_rows
@@ -261,7 +273,7 @@ def _check_raw(
     rows = iter_checked_rows(
         input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
         progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
-        engine=runner, benchmarks=benchmarks,
+        engine=runner, benchmarks=benchmarks, pairing=pairing,
     )
     _accumulate(rows, builder, merge)
 

@@ -24,7 +24,8 @@ from prefdata import flags as F
 from prefdata.report import builder as R
 from prefdata.checks.pair import apply_policy
 from prefdata.errors import PrefdataError
-from prefdata.io.formats import normalize_record
+from prefdata.io.scored import record_pairs
+from prefdata.pairing import PairingSettings
 from prefdata.checks.checker import build_leak_index
 from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import DatasetMerge
@@ -39,7 +40,7 @@ from prefdata.validate.scan import FLAG_BIT, ChunkScan, MeasureSimilarity, ScanC
 from prefdata.tokenize.pairs import TokenizeSettings
 
 _DUPLICATE, _CONFLICTING = FLAG_BIT[F.DUPLICATE_PAIR], FLAG_BIT[F.CONFLICTING_PAIR]
-_KEPT, _DROPPED, _QUARANTINED = (OUTCOMES.index(o) for o in ("kept", "dropped", "quarantined"))
+_KEPT, _DROPPED, _QUARANTINED, _UNPAIRED = (OUTCOMES.index(o) for o in ("kept", "dropped", "quarantined", "unpaired"))
 
 
 def check_raw_text(
@@ -54,6 +55,7 @@ def check_raw_text(
     workers: int = 2,
     engine: Engine | None = None,
     benchmarks: BenchmarkIndex | None = None,
+    pairing: PairingSettings | None = None,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
 
@@ -62,7 +64,8 @@ def check_raw_text(
     not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one)."""
     leak_index = build_leak_index(against) if against is not None else None
     engine = engine or LocalEngine(workers)
-    merger = _Merger(input_path, builder, policy, batch_size, progress, benchmarks)
+    pairing = pairing or PairingSettings()
+    merger = _Merger(input_path, builder, policy, batch_size, progress, benchmarks, pairing)
     with closing(merger):
         # Units are made as the engine takes them: what the report wants from a chunk (the sample
         # cut-off, excerpts) is known only once the chunks before it are merged -- or most of them:
@@ -71,7 +74,8 @@ def check_raw_text(
             ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
             for chunk in iter_chunks(input_path)
         )
-        with closing(engine.map_ordered(ScanChunks(ScanSettings(policy, settings, leak_index, benchmarks)), units)) as scans:
+        scan_settings = ScanSettings(policy, settings, leak_index, benchmarks, pairing)
+        with closing(engine.map_ordered(ScanChunks(scan_settings), units)) as scans:
             for unit, scan in scans:
                 merger.merge(unit.chunk, scan)
         merger.check_end()
@@ -92,9 +96,10 @@ class _Merger:
     """Folds chunk results into the dataset-wide tables, the report and MinHash, in input order."""
 
     def __init__(self, input_path: str | Path, builder: ReportBuilder, policy: Policy, batch_size: int, progress: bool,
-                 benchmarks: BenchmarkIndex | None = None):
+                 benchmarks: BenchmarkIndex | None = None, pairing: PairingSettings | None = None):
         self.input_path = input_path
         self.benchmarks = benchmarks  # the workers' matches are not sent back: a detailed row is matched again
+        self.pairing = pairing or PairingSettings()
         self.builder = builder
         self.policy = policy
         self.dataset = DatasetMerge(policy.near_duplicate_prompt_threshold)
@@ -127,6 +132,7 @@ class _Merger:
         severity[pairs] = pair_severity
         outcome = np.full(n, _QUARANTINED, dtype=np.int64)
         outcome[pairs] = np.where(pair_severity >= _DROP_CODE, _DROPPED, _KEPT)
+        outcome[scan.unpaired] = _UNPAIRED
         flagged = np.flatnonzero(pair_severity)  # kept flags <=> a severity
         kept_flags = {p: verdicts[i][0] for p, i in zip(pairs[flagged].tolist(), inverse[flagged].tolist())}
         errors = {position: error for position, error, _ in scan.quarantined}
@@ -137,12 +143,15 @@ class _Merger:
             if isinstance(chunk, RangeChunk):
                 assert scan.spans is not None
                 span, file = (int(scan.spans[position, 0]), int(scan.spans[position, 1])), self._file(chunk.path)
-            raw = exact_record(chunk, position, int(scan.lines[position]), span, file)
+            record = position if scan.record_of is None else int(scan.record_of[position])
+            raw = exact_record(chunk, record, int(scan.lines[position]), span, file)
             if position in errors:
                 return CheckedRow(raw, None, None, [], None, "quarantined", error=errors[position])
             code = int(severity[position])
             name = OUTCOMES[int(outcome[position])]
-            pair = normalize_record(raw)
+            # The row's pair: a record of scored completions gives several, in order (pairing is deterministic).
+            first = position if scan.record_of is None else int(np.searchsorted(scan.record_of, record))
+            pair = record_pairs(raw, self.pairing).pairs[position - first]
             if self.benchmarks is not None and F.BENCHMARK_OVERLAP in kept_flags[position]:
                 pair.benchmark_match = self.benchmarks.match(pair)
             return CheckedRow(raw, pair, None, kept_flags[position], SEVERITY_CODES[code], name)
@@ -162,6 +171,7 @@ class _Merger:
                 halves=scan.halves,
                 excerpts=scan.excerpts,
                 tokens=scan.tokens,
+                scored=scan.scored,
             )
         )
         if self.bar is not None:
@@ -198,12 +208,13 @@ class _Merger:
             self.first_problem = f"{chunk.source_file}:{int(scan.lines[position])}: {error}"
         before = self.records
         self.records += n
-        self.pairs += len(scan.pair_index)
+        known = np.union1d(scan.pair_index, np.array(scan.unpaired, dtype=np.int64))  # preference data, paired or not
+        self.pairs += len(known)
         if before >= self.probe_records:
             return
         # Only the records up to the probe count decide (later ones cannot undo a failed probe).
         upto = self.probe_records - before
-        pairs_in = int(np.count_nonzero(scan.pair_index < upto))
+        pairs_in = int(np.count_nonzero(known < upto))
         known = all(unknown for position, _, unknown in scan.quarantined if position < upto)
         self.pairs_in_probe += pairs_in
         self.only_unknown_shapes = self.only_unknown_shapes and known

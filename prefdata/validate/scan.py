@@ -23,10 +23,11 @@ from prefdata.checks.pair import similarity
 from prefdata.checks.dataset import PromptLeakIndex, pair_digests_and_key
 from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.errors import RecordError, UnknownShapeError
-from prefdata.io.formats import normalize_record
+from prefdata.io.scored import record_pairs
+from prefdata.pairing import PairingSettings
 from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.policy import Policy
-from prefdata.records import Pair
+from prefdata.records import Pair, ScoredSummary
 from prefdata.report.compact import excerpt, sample_halves, token_row
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
 from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair
@@ -47,13 +48,15 @@ class ScanSettings:
     tokenize: TokenizeSettings
     leak_index: PromptLeakIndex | None = None
     benchmarks: BenchmarkIndex | None = None  # --decontaminate-against
+    pairing: PairingSettings = field(default_factory=PairingSettings)  # scored completions -> pairs
 
 
 @dataclass
 class ChunkScan:
-    """The compact result of one chunk: n records, p of them pairs, m pairs with a prompt."""
+    """The compact result of one chunk: n rows, p of them pairs. A row is a record, or one pair of
+    a record of scored completions (or its one unpaired row)."""
 
-    lines: np.ndarray  # (n,) int64 source line of each record (of a RangeChunk: from 1 within it)
+    lines: np.ndarray  # (n,) int64 source line of each row (of a RangeChunk: from 1 within it)
     flag_bits: np.ndarray  # (n,) uint32 FLAG_BIT mask of the pair's own flags (0 when quarantined)
     quarantined: list[tuple[int, str, bool]]  # (position, error, unknown shape), ascending
     pair_index: np.ndarray  # (p,) int64 positions of the pairs
@@ -63,7 +66,11 @@ class ChunkScan:
     tokens: np.ndarray | None = None  # report.compact.token_row of each pre-tokenized pair, (k, 6)
     excerpts: list[str] | None = None  # report.excerpt(prompt) per record, when asked for
     line_count: int = 0  # lines in a RangeChunk (blank ones included)
-    spans: np.ndarray | None = None  # (n, 2) int64 of a RangeChunk: each record's (offset, length)
+    spans: np.ndarray | None = None  # (n, 2) int64 of a RangeChunk: each row's record's (offset, length)
+    # Where rows are not records (scored completions): each row's record position in the chunk.
+    record_of: np.ndarray | None = None
+    unpaired: list[int] = field(default_factory=list)  # positions of unpaired rows
+    scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)  # (position, summary), as CompactRows
 
 
 @dataclass
@@ -117,18 +124,39 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
     bit = FLAG_BIT
     data = range_data(chunk) if isinstance(chunk, RangeChunk) else None
     spans: list[int] = []
-    for position, (raw, offset, length) in enumerate(chunk_records(chunk, data)):
-        lines.append(raw.source_line)
-        spans += (offset, length)
+    record_of: list[int] = []
+    unpaired: list[int] = []
+    scored: list[tuple[int, ScoredSummary]] = []
+    position = 0
+    for record, (raw, offset, length) in enumerate(chunk_records(chunk, data)):
+        made: list[Pair | None] = [None]
+        error: tuple[str, bool] | None = None
         try:
             if raw.error is not None:
                 raise RecordError(raw.error)
-            pair = normalize_record(raw)
+            result = record_pairs(raw, settings.pairing)
         except UnknownShapeError as exc:
-            quarantined.append((position, str(exc), True))
+            error = (str(exc), True)
         except RecordError as exc:
-            quarantined.append((position, str(exc), False))
+            error = (str(exc), False)
         else:
+            made = list(result.pairs) or [None]
+            if result.scored is not None:
+                scored.append((position, result.scored))
+        for pair in made:
+            lines.append(raw.source_line)
+            spans += (offset, length)
+            record_of.append(record)
+            if pair is None:  # quarantined, or scored completions that made no pair
+                if error is not None:
+                    quarantined.append((position, *error))
+                else:
+                    unpaired.append(position)
+                bits.append(0)
+                if excerpts is not None:
+                    excerpts.append(excerpt(result.scored.prompt) if error is None and result.scored else "")
+                position += 1
+                continue
             # PairChecker.check's sequence, up to the dataset-wide checks.
             tokenized = None
             if pair.chosen_ids is not None:  # pre-tokenized: token checks on the truncated ids
@@ -145,10 +173,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             pair_index.append(position)
             if excerpts is not None:
                 excerpts.append(excerpt(pair.prompt))
-            continue
-        bits.append(0)
-        if excerpts is not None:
-            excerpts.append("")
+            position += 1
 
     digests = pair_digests(pairs, keys)
     below = (
@@ -168,4 +193,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
         halves={pair_index[i]: sample_halves(pairs[i]) for i in below.tolist()},
         tokens=np.array(tokens, dtype=np.int64).reshape(-1, 6),
         excerpts=excerpts,
+        record_of=np.array(record_of, dtype=np.int64) if record_of and position != record_of[-1] + 1 else None,
+        unpaired=unpaired,
+        scored=scored,
     )

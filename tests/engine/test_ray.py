@@ -221,6 +221,46 @@ def test_validate_on_ray_reports_what_the_local_engine_reports(cluster, raw, sma
     assert local.report["dataset"]["duplicate_pairs"]["groups"] >= 1
 
 
+def _scored_rows() -> list[str]:
+    """Records of scored completions of every kind: pairs, ties, one completion, a rank list, a bad row."""
+    lines = []
+    for i in range(30):
+        lines.append(json.dumps({"prompt": f"Question {i % 11}: which is best?", "completions": [f"c{i}-{k}" for k in range(4)],
+                                 "scores": [float((i + k) % 4) for k in range(4)], "id": i}))
+    lines.append(json.dumps({"prompt": "tie", "completions": ["a", "b"], "scores": [1, 1]}))
+    lines.append(json.dumps({"prompt": "one", "completions": ["a"], "scores": [1]}))
+    lines.append(json.dumps({"instruction": "rank", "generations": ["x", "y", "z"], "ranks": [2, 1, 3]}))
+    lines.append(json.dumps({"prompt": "bad", "completions": ["a", "b"], "scores": [1]}))
+    return lines
+
+
+@pytest.mark.parametrize("pairing", ["best-vs-random-lower", "all-pairs"])
+def test_scored_completions_on_ray_pair_as_the_local_engine_does(cluster, tmp_path, tiny_tokenizer_dir, small_chunks, pairing) -> None:
+    """Records of scored completions become the same pairs on Ray (worker writes) as locally: same
+    content hash, ledgers, dropped lines (with the unpaired reasons) and report."""
+    from prefdata.prepare import prepare
+    from prefdata.validate.command import validate
+
+    raw = tmp_path / "scored.jsonl"
+    raw.write_text("\n".join(_scored_rows()) + "\n", encoding="utf-8")
+    settings = dict(tokenizer=tiny_tokenizer_dir, progress=False, batch_size=8, pairing=pairing, pairing_seed=3)
+    local = prepare(raw, tmp_path / "local", workers=1, **settings)
+    on_ray = prepare(raw, tmp_path / "ray", engine="ray", **settings)
+    manifests = [json.loads((tmp_path / name / "manifest.json").read_text()) for name in ("local", "ray")]
+    accounting = manifests[0]["row_accounting"]
+    assert accounting["records_in"] == 34 and accounting["records_unpaired"] == 2 and accounting["records_quarantined"] == 1
+    assert accounting["pairs_made"] > 31 if pairing == "all-pairs" else accounting["pairs_made"] == 31
+    for key in ("content_hash", "row_accounting", "flag_counts", "columns"):
+        assert manifests[1][key] == manifests[0][key], key
+    for file in ("dropped.jsonl", "quarantine.jsonl"):
+        assert (tmp_path / "local" / file).read_bytes() == (tmp_path / "ray" / file).read_bytes()
+    assert _without_run_details(local.report) == _without_run_details(on_ray.report)
+    checked = [validate(raw, format="json", progress=False, pairing=pairing, pairing_seed=3, **kw).report
+               for kw in ({"workers": 2}, {"engine": "ray"})]
+    assert _without_run_details(checked[0]) == _without_run_details(checked[1])
+    assert checked[0]["accounting"]["pairs_made"] == accounting["pairs_made"]
+
+
 def test_unknown_engine_is_one_line(raw, tmp_path, tiny_tokenizer_dir) -> None:
     from prefdata.prepare import prepare
 

@@ -54,7 +54,14 @@ def test_outcomes_flag_counts_and_examples_with_lines():
     _, report = build(rows)
     assert report["schema_version"] == SCHEMA_VERSION
     assert report["outcomes"] == {"kept": 2, "dropped": 8, "quarantined": 1}
-    assert report["accounting"] == {"rows_in": 11, "rows_out": 2, "rows_dropped": 8, "rows_quarantined": 1}
+    assert report["accounting"] == {
+        "rows_in": 11, "rows_out": 2, "rows_dropped": 8, "rows_quarantined": 1,
+        # One pair per record: records and pairs are the rows; no scored completions.
+        "records_in": 11, "records_paired": 10, "records_unpaired": 0, "records_quarantined": 1,
+        "pairs_made": 10, "pairs_kept": 2, "pairs_dropped": 8,
+        "scored_records": 0, "completions_in": 0, "completions_paired": 0, "completions_unpaired": 0,
+    }
+    assert report["scored"] is None
     identical = report["flags"][F.IDENTICAL]
     assert identical["count"] == 8 and identical["severity"] == "drop"
     assert [e["source_line"] for e in identical["examples"]] == [1, 2, 3, 4, 5]  # first five, input order
