@@ -205,6 +205,15 @@ def learn_section(args: argparse.Namespace) -> None:
     from prefdata.online.rewards import RewardModelScorer
     from prefdata.online.tiny import build_tiny_reward_model
 
+    # Both sides' modules imported before any clock starts: the first timed run must not pay the
+    # process's imports for the other (the trainers' own clocks start after them too).
+    import datasets  # noqa: F401
+    import trl.experimental.online_dpo  # noqa: F401
+
+    import prefdata.prepare  # noqa: F401
+    import prefdata.refs  # noqa: F401
+    import prefdata.train  # noqa: F401
+
     steps = args.rounds * -(-args.prompts // args.batch_pairs)
     print(f"learning: {args.prompts} prompts x 2 samples, {args.max_new_tokens} new tokens, lr {args.lr} "
           f"({args.lr_schedule} over the run), beta {args.beta}, {args.batch_pairs} pairs per step, {steps} optimizer "

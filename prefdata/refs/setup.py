@@ -72,17 +72,25 @@ def resolve_dtype(dtype: str, device: str) -> str:
     return dtype
 
 
+# Tokenizer fingerprints by the bytes of the files they come from: online rounds check the same
+# reference tokenizer every round, and hashing files is cheaper than loading a tokenizer.
+_FINGERPRINTS: dict[tuple[str, bool], str] = {}
+
+
 def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remote_code: bool) -> str:
-    from transformers import AutoTokenizer
+    from prefdata.tokenize.loading import files_digest, load_tokenizer
 
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
     if not expected:
         raise PrefdataError("the manifest has no tokenizer fingerprint: prepare OUT with `prefdata prepare --tokenizer`")
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        raise PrefdataError(f"cannot load a tokenizer from {model_dir} to check it: {str(exc).splitlines()[0]}") from None
-    found = tokenizer_fingerprint(tokenizer)
+    key = (files_digest(model_dir), trust_remote_code)
+    found = _FINGERPRINTS.get(key)
+    if found is None:
+        try:
+            tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            raise PrefdataError(f"cannot load a tokenizer from {model_dir} to check it: {str(exc).splitlines()[0]}") from None
+        found = _FINGERPRINTS[key] = tokenizer_fingerprint(tokenizer)
     if found != expected:
         raise PrefdataError(
             f"the tokenizer of {model_dir} ({found[:19]}) differs from the one OUT was prepared with "
