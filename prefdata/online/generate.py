@@ -222,10 +222,10 @@ def resolve_device(device: str) -> str:
 
 
 def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
-    from prefdata.tokenize.loading import load_tokenizer
+    from transformers import AutoTokenizer
 
     try:
-        return load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
+        return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model_dir}: {str(exc).splitlines()[0]}") from None
 

@@ -75,10 +75,20 @@ def resolve_dtype(dtype: str, device: str) -> str:
 # Tokenizer fingerprints by the bytes of the files they come from: online rounds check the same
 # reference tokenizer every round, and hashing files is cheaper than loading a tokenizer.
 _FINGERPRINTS: dict[tuple[str, bool], str] = {}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".onnx")
+
+
+def files_digest(directory: Path) -> str:
+    """SHA-256 over the names and bytes of a model directory's files other than weights."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(directory).iterdir()):
+        if path.is_file() and not path.name.endswith(_WEIGHT_SUFFIXES):
+            digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
 
 
 def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remote_code: bool) -> str:
-    from prefdata.tokenize.loading import files_digest, load_tokenizer
+    from transformers import AutoTokenizer
 
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
     if not expected:
@@ -87,7 +97,7 @@ def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remo
     found = _FINGERPRINTS.get(key)
     if found is None:
         try:
-            tokenizer = load_tokenizer(model_dir, trust_remote_code=trust_remote_code)
+            tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:
             raise PrefdataError(f"cannot load a tokenizer from {model_dir} to check it: {str(exc).splitlines()[0]}") from None
         found = _FINGERPRINTS[key] = tokenizer_fingerprint(tokenizer)

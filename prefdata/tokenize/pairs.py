@@ -98,12 +98,14 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     elif os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1:
         raise PrefdataError(f"tokenizer directory not found: {path}")
     try:
-        from prefdata.tokenize.loading import load_tokenizer
+        from transformers import AutoTokenizer
 
         # A name that is not a local directory is only looked up in the local HF cache: preparing
         # data never downloads anything.
-        extra = {} if os.path.isdir(path) else {"local_files_only": True}
-        tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code, **extra)
+        local_only = not os.path.isdir(path)
+        tokenizer = AutoTokenizer.from_pretrained(
+            str(path), trust_remote_code=trust_remote_code, local_files_only=local_only
+        )
     except Exception as exc:  # any loading failure is a usage error: one line, no traceback
         if _interrupted(exc):  # transformers' lazy imports wrap a Ctrl-C in RuntimeError
             raise KeyboardInterrupt from None
