@@ -108,16 +108,38 @@ def run_trl(prompts: list, policy: Path, rm: Path, out: Path, args: argparse.Nam
         processing_class=AutoTokenizer.from_pretrained(str(policy)),
         reward_processing_classes=AutoTokenizer.from_pretrained(str(rm)),
     )
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)
     trainer.train()
     seconds = time.perf_counter() - started
     print(f"  TRL:      {seconds:7.2f}s  steps {trainer.state.global_step}")
     return seconds
 
 
+def _import_both_sides(*model_dirs: Path) -> None:
+    """Both sides' modules imported before any clock starts, transformers' lazily imported model and
+    tokenizer classes included (one load of each model): the first timed run must not pay the
+    process's imports for the other (the trainers' own clocks start after them too)."""
+    import datasets  # noqa: F401
+    import trl.experimental.online_dpo  # noqa: F401
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    import prefdata.prepare  # noqa: F401
+    import prefdata.refs  # noqa: F401
+    import prefdata.train  # noqa: F401
+
+    for model_dir in model_dirs:
+        AutoTokenizer.from_pretrained(str(model_dir))
+        causal = "ForCausalLM" in AutoConfig.from_pretrained(str(model_dir)).architectures[0]
+        (AutoModelForCausalLM if causal else AutoModelForSequenceClassification).from_pretrained(str(model_dir))
+
+
 def section(name: str, device: str, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         policy, rm = _models(work, args.hidden, args.layers)
+        _import_both_sides(policy, rm)
         prompts = _prompts(work / "prompts.jsonl", args.prompts)
         print(f"{name}: {args.prompts} prompts x 2 samples, max_new_tokens {args.max_new_tokens}, "
               f"batch {args.batch_pairs} pairs per step (prefdata generates {args.gen_batch} prompts per call), hidden {args.hidden} x {args.layers} layers, device {device}")
@@ -205,15 +227,6 @@ def learn_section(args: argparse.Namespace) -> None:
     from prefdata.online.rewards import RewardModelScorer
     from prefdata.online.tiny import build_tiny_reward_model
 
-    # Both sides' modules imported before any clock starts: the first timed run must not pay the
-    # process's imports for the other (the trainers' own clocks start after them too).
-    import datasets  # noqa: F401
-    import trl.experimental.online_dpo  # noqa: F401
-
-    import prefdata.prepare  # noqa: F401
-    import prefdata.refs  # noqa: F401
-    import prefdata.train  # noqa: F401
-
     steps = args.rounds * -(-args.prompts // args.batch_pairs)
     print(f"learning: {args.prompts} prompts x 2 samples, {args.max_new_tokens} new tokens, lr {args.lr} "
           f"({args.lr_schedule} over the run), beta {args.beta}, {args.batch_pairs} pairs per step, {steps} optimizer "
@@ -223,6 +236,7 @@ def learn_section(args: argparse.Namespace) -> None:
         work = Path(tmp)
         case = build_learning_case(work / "case", prompts=args.prompts, hidden_size=args.hidden,
                                    num_layers=args.layers)
+        _import_both_sides(case["policy"])
         cases = []
         if args.case in ("rule", "both"):
             cases.append(("rule reward (a-m share)", {"reward_fn": str(case["reward_fn"])},
