@@ -6,7 +6,7 @@ turn) through the tokenizer's chat template with the generation prompt, tokenize
 tokens; plain string prompts with the tokenizer's own leading special tokens (BOS).
 
 The transformers engine samples in batches with a KV cache on left-padded prompts (its own decode
-loop, prefdata.online.sampling: `model.generate`'s sampler dominates on CPU); the vLLM
+loop, prefdata.online.decode: `model.generate`'s sampler dominates on CPU); the vLLM
 engine (`engine="vllm"`) needs vLLM and a GPU. `finished` says a sample ended with EOS; one that hit
 `max_new_tokens` is unfinished, and its pair is flagged `completion_truncated` downstream.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.errors import PrefdataError
+from prefdata.online.decode import Sample
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
 from prefdata.reasoning import THINK_CLOSE, THINK_OPEN
@@ -57,16 +58,6 @@ class GenerateSettings:
             raise PrefdataError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.engine not in ENGINES:
             raise PrefdataError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
-
-
-@dataclass
-class Sample:
-    """One sampled completion: its text (no special tokens, think tags kept), whether it ended with a
-    stop token, and the sampled ids through that stop token (all of them when it did not stop)."""
-
-    text: str
-    finished: bool
-    ids: list[int]
 
 
 @dataclass
@@ -251,7 +242,7 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
     policy.to(device).eval()
     eos = stop_ids(tokenizer, policy.generation_config)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    from prefdata.online.sampling import sample
+    from prefdata.online.decode import sample
 
     generator = torch.Generator(device=device).manual_seed(settings.seed)
     outputs: list[list[Sample]] = []

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefdata.errors import PrefdataError
-from prefdata.online.generate import Sample
+from prefdata.online.decode import Sample
 
 if TYPE_CHECKING:
     from prefdata.online.generate import GenerateSettings

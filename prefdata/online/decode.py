@@ -11,9 +11,20 @@ rows padded until every row has stopped or `max_new_tokens` is reached.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+
+@dataclass
+class Sample:
+    """One sampled completion: its text (no special tokens, think tags kept), whether it ended with a
+    stop token, and the sampled ids through that stop token (all of them when it did not stop)."""
+
+    text: str
+    finished: bool
+    ids: list[int]
 
 
 def draw(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from prefdata.online.sampling import draw, sample
+from prefdata.online.decode import draw, sample
 
 
 def test_draw_follows_the_softmax_and_top_p():
