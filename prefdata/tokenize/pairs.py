@@ -142,9 +142,9 @@ def truncate_pair(
     """Truncate one pair and set the truncation flags. Pure; also used for pre-tokenized rows.
 
     `image_spans`: [start, end) of each image's expanded tokens in the prompt ids (image pairs).
-    A left cut that would reach into one keeps the prompt whole instead (every image stays fully
-    visible next to its placeholder) and flags `image_truncated` (dropped by default): the pair
-    cannot fit max_length, and TRL-style truncation would train it half-visible.
+    A left cut that would reach into one leaves the whole pair uncut instead (every image stays fully
+    visible next to its placeholder; the pair is longer than max_length) and flags only
+    `image_truncated` (dropped by default): TRL-style truncation would train it half-visible.
 
     The prompt is cut from the LEFT (its end, with the assistant turn header, survives), first to
     max_prompt_length, then to max_length. Completions are cut from the RIGHT so that
@@ -171,12 +171,12 @@ def truncate_pair(
     if prompt_limit is not None and len(prompt) > prompt_limit:
         cut = len(prompt) - prompt_limit
         if image_spans and any(start < cut for start, _end in image_spans):
-            result_flags.append(F.IMAGE_TRUNCATED)
-        else:
-            prompt = prompt[cut:]
+            # Left whole: a pair that cannot fit without cutting an image is not cut at all.
+            return TokenizedPair(prompt, chosen, rejected, *lens_full, flags=[F.IMAGE_TRUNCATED])
+        prompt = prompt[cut:]
 
     if settings.max_length is not None:
-        budget = max(0, settings.max_length - len(prompt))
+        budget = settings.max_length - len(prompt)
         if len(chosen) > budget or len(rejected) > budget:
             result_flags.append(F.COMPLETION_TRUNCATED)
             chosen_cut, rejected_cut = chosen[:budget], rejected[:budget]
