@@ -142,3 +142,17 @@ def test_a_tokenizer_without_a_processor_quarantines_image_rows_with_the_reason(
                      workers=1, progress=False)
     assert (result.rows_out, result.rows_quarantined) == (1, 1)
     assert "--processor" in json.loads((out / "quarantine.jsonl").read_text())["error"]
+
+
+def test_validate_without_a_tokenizer_counts_image_parts(tmp_path):
+    from prefdata.validate.command import validate
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.png").write_bytes(png_bytes((8, 8), (5, 5, 5)))
+    rows = [image_row("two parts", ["a.png"], placeholders=2), image_row("ok", ["a.png"]),
+            image_row("one image", ["b.png"])]
+    result = validate(write_jsonl(data / "pairs.jsonl", rows), progress=False)
+    assert result.report["flags"]["image_mismatch"]["count"] == 1
+    assert result.report["flags"]["image_mismatch"]["examples"][0]["source_line"] == 1
+    assert result.exit_code == 1  # an error-severity flag
