@@ -163,7 +163,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "a Hub dataset id with a split (org/name:split, streamed), or a mix file (mix.toml: [[source]] tables "
                    "with path and weight or rows, and a seed; see README 'Mixing sources')")
     p.add_argument("out", metavar="OUT", help="output directory (must not exist unless --overwrite)")
-    p.add_argument("--tokenizer", metavar="PATH", help="Hugging Face tokenizer directory (required)")
+    p.add_argument("--tokenizer", metavar="PATH", help="Hugging Face tokenizer directory (required unless --processor)")
+    p.add_argument(
+        "--processor", metavar="PATH",
+        help="instead of --tokenizer, for image pairs: an AutoProcessor directory; its chat template renders the "
+        "prompt and each image counts the tokens the model expands it to (needs Pillow: prefdata[vision])",
+    )
     _add_tokenize_options(p)
     p.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr`, or a TOML file")
     p.add_argument(
@@ -407,7 +412,8 @@ def _run_prepare(args: argparse.Namespace) -> int:
     from prefdata.prepare import prepare
 
     settings = _merged("prepare", args, {"raw", "out"}, prepare)
-    _require(settings, "tokenizer", "--tokenizer PATH")
+    if not settings.get("processor"):
+        _require(settings, "tokenizer", "--tokenizer PATH")
     result = prepare(args.raw, args.out, **settings)
     from prefdata.report.render_text import render_text
 

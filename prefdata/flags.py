@@ -22,6 +22,8 @@ REASONING_MISMATCH = "reasoning_mismatch"
 SAME_FINAL_ANSWER = "same_final_answer"
 TOOL_CALL_INVALID = "tool_call_invalid"
 BENCHMARK_OVERLAP = "benchmark_overlap"
+IMAGE_MISMATCH = "image_mismatch"  # image placeholders and images differ in number (checks.images)
+IMAGE_TRUNCATED = "image_truncated"  # truncation would cut an image's tokens (tokenize.pairs.truncate_pair)
 LENGTH_BALANCE = "length_balance"  # removed by prepare --balance-length's subsample (prepare.balance)
 
 ALL_FLAGS: tuple[str, ...] = (
@@ -47,10 +49,13 @@ ALL_FLAGS: tuple[str, ...] = (
     SAME_FINAL_ANSWER,
     TOOL_CALL_INVALID,
     BENCHMARK_OVERLAP,
+    IMAGE_MISMATCH,
+    IMAGE_TRUNCATED,
     LENGTH_BALANCE,
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).
 TOKEN_FLAGS = frozenset(
-    {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH, REASONING_LOST}
+    {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH, REASONING_LOST,
+     IMAGE_TRUNCATED}
 )

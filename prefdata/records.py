@@ -13,6 +13,8 @@ from typing import Any
 
 # {"role", "content"} plus, when the data has them, the other fields a chat template reads:
 # "reasoning_content", "tool_calls" (OpenAI shape, arguments as a JSON string), "tool_call_id", "name".
+# A message with image parts keeps its content as TRL's list of parts: {"type": "text", "text"} and
+# {"type": "image"} in their order (image pairs); every other content is a string.
 Message = dict[str, Any]
 
 
@@ -59,6 +61,11 @@ class Pair:
     # With --decontaminate-against: the benchmark item this pair overlaps (a
     # prefdata.checks.decontaminate.BenchmarkMatch), else None.
     benchmark_match: Any = None
+    # Image pairs: the row's images (prefdata.io.images.ImageRef) as the row names them, and, once
+    # read in the worker, the decoded images (LoadedImage). None on rows without images.
+    images: list[Any] | None = None
+    image_data: list[Any] | None = None
+    image_parts: int = 0  # {"type": "image"} content parts in its messages (placeholders the row wrote as parts)
 
     @property
     def is_conversational(self) -> bool:

@@ -141,3 +141,38 @@ def build_tiny_model(
     if tokenizer is not None:
         tokenizer.save_pretrained(str(out))
     return model
+
+
+# ChatML that renders content parts: each {"type": "image"} part is the processor's `<image>`.
+LLAVA_CHATML_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '<image>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+def build_tiny_llava_processor(out_dir: str | Path, image_size: int = 28, patch_size: int = 14):
+    """A LLaVA-style processor built in code and saved: the tiny tokenizer plus an `<image>` token, a
+    CLIP image processor (its Pillow class: no torchvision), and LlavaProcessor settings under which
+    one `<image>` expands to (image_size / patch_size)**2 tokens (the CLS token is added, then
+    removed by the "default" feature strategy). Returns the loaded processor."""
+    from transformers import AutoProcessor, CLIPImageProcessorPil, LlavaProcessor
+
+    out = Path(out_dir)
+    tokenizer = build_tiny_tokenizer(out / "_tokenizer", chat_template=LLAVA_CHATML_TEMPLATE)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    image_processor = CLIPImageProcessorPil(
+        size={"shortest_edge": image_size}, crop_size={"height": image_size, "width": image_size}
+    )
+    processor = LlavaProcessor(
+        image_processor=image_processor, tokenizer=tokenizer, patch_size=patch_size,
+        vision_feature_select_strategy="default", num_additional_image_tokens=1, chat_template=LLAVA_CHATML_TEMPLATE,
+    )
+    processor.save_pretrained(str(out))
+    import shutil
+
+    shutil.rmtree(out / "_tokenizer", ignore_errors=True)
+    return AutoProcessor.from_pretrained(str(out))

@@ -60,7 +60,16 @@ def pair_digests(pair: Pair) -> tuple[int, int, int]:
         chosen, rejected = pair.chosen, pair.rejected
     else:
         chosen, rejected = completion_content(pair, "chosen")[0], completion_content(pair, "rejected")[0]
+    if pair.image_data:  # image pairs: the same text over other images is another prompt
+        return _image_keys(pair.prompt, pair.image_data, chosen, rejected)
     return _text_keys(pair.prompt, chosen, rejected)[:3]
+
+
+def _image_keys(prompt: str, images: Sequence[Any], chosen: str, rejected: str) -> tuple[int, int, int]:
+    """Digests of an image pair: the prompt's key is its text's digest with each image's content
+    digest (prefdata.io.images.LoadedImage.digest, of the bytes), in order."""
+    hp, hc, hr = _text_keys(prompt, chosen, rejected)[:3]
+    return _xxh(struct.pack(f"<{len(images) + 1}Q", hp, *(image.digest for image in images))), hc, hr
 
 
 def pair_digests_and_key(pair: Pair) -> tuple[int, int, int, int]:

@@ -16,10 +16,12 @@ from typing import Any
 
 from prefdata import flags
 from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.io.images import IMAGE_COLUMNS, image_refs
 from prefdata.reasoning import REASONING_FIELDS, THINK_CLOSE, THINK_OPEN
 from prefdata.records import Message, Pair, RawRecord
 
 HH_ASSISTANT = "\n\nAssistant:"
+IMAGE_MARK = "<image>"  # an image part in text (reports, text checks); the images' bytes go in the digests
 HH_HUMAN = "\n\nHuman:"
 MAX_TOKEN_ID = 2**31 - 1  # token ids are stored as int32/int64; larger values are garbage
 
@@ -143,14 +145,17 @@ def _extra(row: dict[str, Any], consumed: frozenset[str]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key not in consumed}
 
 
-def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None) -> str:
+def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None) -> str | list[dict[str, str]]:
     """A message's text. Content parts (OpenAI `text`, LLaMA-Factory v1 `value`) are joined; v1's
     `reasoning`, `tool_calls` and `tools` parts go to `extras` (under the message field names) when
-    the caller takes them, else they are refused like any other part prefdata cannot render."""
+    the caller takes them, else they are refused like any other part prefdata cannot render.
+    Content with `{"type": "image"}` parts stays a list of text and image parts, in order (TRL's
+    conversational image rows), so the processor's template puts each placeholder where it was."""
     if type(value) is str:
         return value
     if type(value) is list:
         texts = []
+        parts: list[dict[str, str]] = []  # text and image parts in order; used when an image is among them
         for i, part in enumerate(value):
             where = f"{field}[{i}]"
             kind = part.get("type", "text") if type(part) is dict else None
@@ -159,9 +164,18 @@ def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None)
             if kind in _PART_FIELDS and extras is not None:
                 extras.setdefault(_PART_FIELDS[kind], []).append(_part_text(part, where))
                 continue
+            if kind == "image":
+                if any(key in part for key in ("image", "url", "path")):
+                    raise RecordError(f"field {where!r}: an image part must not carry its image; put it in the 'images' column")
+                parts.append({"type": "image"})
+                continue
             if kind != "text":
                 raise RecordError(f"field {where!r}: unsupported content part {kind!r}")
-            texts.append(_part_text(part, where))
+            text = _part_text(part, where)
+            texts.append(text)
+            parts.append({"type": "text", "text": text})
+        if len(parts) != len(texts):
+            return parts
         return "".join(texts)
     if value is None:
         raise RecordError(f"field {field!r} is null")
@@ -314,6 +328,8 @@ def message_text(message: Message) -> str:
     """A message's text as the text checks and reports see it: its reasoning (as an inline think
     block) and its tool calls are part of it, so two halves that differ only there are not equal."""
     content = message.get("content") or ""
+    if type(content) is list:  # image parts: each image is one IMAGE_MARK in the text checks' view
+        content = "".join(IMAGE_MARK if part["type"] == "image" else part["text"] for part in content)
     if len(message) == 2:
         return content
     reasoning = message.get("reasoning_content")
@@ -376,6 +392,16 @@ def _message_pair(
     )
     if _assistant_turns(chosen) > 1 or _assistant_turns(rejected) > 1:
         pair.flags.append(flags.MULTI_TURN_COMPLETION)
+    for messages in (prompt, chosen, rejected):
+        for message in messages:
+            if type(message["content"]) is list:
+                pair.image_parts += sum(1 for part in message["content"] if part["type"] == "image")
+    for name in IMAGE_COLUMNS:  # image pairs: the column is the pair's, not a pass-through
+        if name in pair.extra:
+            value = pair.extra.pop(name)
+            if value is not None and value != []:
+                pair.images = image_refs(value, name)
+            break
     return pair
 
 

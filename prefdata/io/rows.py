@@ -47,6 +47,8 @@ def output_row(row: CheckedRow) -> dict[str, Any]:
     if tokenized.chosen_loss_start is not None:  # --loss-on answer
         out["chosen_loss_start"] = tokenized.chosen_loss_start
         out["rejected_loss_start"] = tokenized.rejected_loss_start
+    if pair.image_data is not None:  # image pairs: the checked images themselves, as datasets.Image stores them
+        out["images"] = [{"bytes": image.data, "path": image.name} for image in pair.image_data]
     for key, value in pair.extra.items():
         out[f"raw_{key}" if key in _RESERVED else key] = value
     return out
@@ -119,6 +121,12 @@ def row_digest(row: dict[str, Any]) -> bytes:
         data = text.encode("utf-8", "surrogatepass")
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
+    images = row.get("images") if "images" in row else None
+    if images and type(images[0]) is dict and "bytes" in images[0]:  # image pairs: their bytes, not JSON of them
+        for image in images:
+            digest.update(len(image["bytes"]).to_bytes(8, "little"))
+            digest.update(image["bytes"])
+        row = {**row, "images": [image["path"] for image in images]}
     rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS and k not in _TEXT_COLUMNS}
     digest.update(json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
     return digest.digest()

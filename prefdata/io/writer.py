@@ -58,11 +58,40 @@ MESSAGE_FIELD_TYPES: dict[str, pa.DataType] = {
 }
 
 
-def messages_type(fields: Any = ()) -> pa.DataType:
+# Image pairs: content as TRL's list of parts ({"type": "text", "text"} / {"type": "image"}), and
+# the images as datasets.Image stores them (a list of {bytes, path}; `load_from_disk` decodes them).
+CONTENT_PARTS_TYPE = pa.list_(pa.struct([("type", pa.string()), ("text", pa.string())]))
+IMAGES_TYPE = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+
+
+def messages_type(fields: Any = (), parts: bool = False) -> pa.DataType:
     """The message-list type with role, content and the optional `fields`, in a fixed order (so that
-    parts written with different fields unify by adding null fields)."""
+    parts written with different fields unify by adding null fields). `parts`: content is a list
+    of parts (a dataset with image pairs stores every content that way)."""
     wanted = {"role", "content", *fields}
-    return pa.list_(pa.struct([(name, kind) for name, kind in MESSAGE_FIELD_TYPES.items() if name in wanted]))
+    return pa.list_(pa.struct([
+        (name, CONTENT_PARTS_TYPE if parts and name == "content" else kind)
+        for name, kind in MESSAGE_FIELD_TYPES.items() if name in wanted
+    ]))
+
+
+def _has_parts(kind: pa.DataType) -> bool:
+    return any(f.name == "content" and f.type == CONTENT_PARTS_TYPE for f in kind.value_type)
+
+
+def _content_parts(values: list[Any]) -> list[Any] | None:
+    """A messages column's values with every content as a list of parts, when some message has
+    image parts; else None (the common case: one pass of type checks, nothing copied)."""
+    if not any(type(m.get("content")) is list for messages in values for m in messages or ()):
+        return None
+    return [None if messages is None else [_message_parts(m) for m in messages] for messages in values]
+
+
+def _message_parts(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if type(content) is list:
+        return message
+    return {**message, "content": [] if content is None else [{"type": "text", "text": content}]}
 
 
 MESSAGES_TYPE = messages_type()
@@ -83,7 +112,7 @@ def _is_messages_type(kind: pa.DataType) -> bool:
 
 
 def _wider_messages_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    return messages_type({f.name for f in a.value_type} | {f.name for f in b.value_type})
+    return messages_type({f.name for f in a.value_type} | {f.name for f in b.value_type}, _has_parts(a) or _has_parts(b))
 TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 MESSAGE_COLUMNS = {name: f"{name}_messages" for name in TEXT_COLUMNS}  # used by mixed datasets only
 _MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
@@ -213,7 +242,12 @@ def _column_array(name: str, values: list[Any]) -> pa.Array:
         if fast is not None:
             return fast
     if (name in TEXT_COLUMNS and values and all(type(v) is list for v in values)) or name in _MESSAGE_NAMES:
+        parts = _content_parts(values)
+        if parts is not None:
+            return pa.array(parts, type=messages_type(_message_fields(parts), parts=True))
         return pa.array(values, type=messages_type(_message_fields(values)))
+    if name == "images" and any(type(v) is list and v and type(v[0]) is dict and "bytes" in v[0] for v in values):
+        return pa.array(values, type=IMAGES_TYPE)
     if name in CORE_COLUMNS:
         return pa.array(values, type=CORE_SCHEMA.field(name).type)
     if name in _LOSS_START_COLUMNS:
@@ -498,6 +532,9 @@ def rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -
                     column = pa.array([text_of(v, field.name != "prompt") for v in column.to_pylist()], pa.string())
                 elif field.name in to_encode:
                     column = _json_array(column.to_pylist())
+                elif column.type != field.type and _is_messages_type(field.type) and _has_parts(field.type):
+                    # string contents in a dataset with image pairs: one text part each
+                    column = pa.array(_content_parts(column.to_pylist()) or column.to_pylist(), field.type)
                 elif column.type != field.type:
                     column = column.cast(field.type)
                 columns.append(column)
@@ -511,6 +548,10 @@ def _write_datasets_metadata(
     from datasets import Features
 
     features = Features.from_arrow_schema(schema)
+    if "images" in schema.names and schema.field("images").type == IMAGES_TYPE:
+        from datasets import Image, List
+
+        features["images"] = List(Image())  # load_from_disk(OUT) gives the images, decoded on access
     info = {"citation": "", "description": description, "features": features.to_dict(), "homepage": "", "license": ""}
     state = {
         "_data_files": data_files,

@@ -61,7 +61,8 @@ def prepare(
     raw: str | Path,
     out: str | Path,
     *,
-    tokenizer: str,
+    tokenizer: str | None = None,
+    processor: str | None = None,
     max_length: int | None = None,
     max_prompt_length: int | None = None,
     chat_template: bool = False,
@@ -141,13 +142,14 @@ def prepare(
         date=template_date,
     )
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
-                                template=template, loss_on=loss_on)
+                                template=template, loss_on=loss_on, images_from=None if hub else str(raw_path))
     pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k)
-    pair_tokenizer = PairTokenizer(tokenizer, settings, trust_remote_code=trust_remote_code)
-    pair_tokenizer.setup()
+    pair_tokenizer = _pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
+    tokenizer = tokenizer or processor
     config = {
         "raw": str(raw_path),
         "tokenizer": str(tokenizer),
+        "processor": str(processor) if processor else None,
         "max_length": max_length,
         "max_prompt_length": max_prompt_length,
         "chat_template": chat_template,
@@ -266,6 +268,21 @@ def _write_with_workers(
     )
 
 
+def _pair_tokenizer(tokenizer: str | None, processor: str | None, settings: TokenizeSettings,
+                    trust_remote_code: bool) -> PairTokenizer:
+    """The tokenizer stage: a plain tokenizer, or a processor for image pairs (tokenize.vision)."""
+    if bool(tokenizer) == bool(processor):
+        raise PrefdataError("give one of --tokenizer PATH and --processor PATH (a processor for image pairs)")
+    if processor:
+        from prefdata.tokenize.vision import VisionPairTokenizer
+
+        pair_tokenizer: PairTokenizer = VisionPairTokenizer(str(processor), settings, trust_remote_code)
+    else:
+        pair_tokenizer = PairTokenizer(str(tokenizer), settings, trust_remote_code=trust_remote_code)
+    pair_tokenizer.setup()
+    return pair_tokenizer
+
+
 def _report_builder(policy: Policy, mix: MixPlan | None) -> ReportBuilder:
     """The report's builder; for a mixture, with each file's source and the mix's own numbers."""
     if mix is None:
@@ -369,6 +386,7 @@ def _manifest(
             "eos_token_id": tok.eos_token_id,
             "bos_token_id": tok.bos_token_id,
         },
+        **({"processor": pair_tokenizer.processor_record()} if hasattr(pair_tokenizer, "processor_record") else {}),
         "row_accounting": written.accounting,
         "flag_counts": dict(sorted(written.flag_counts.items())),
         "errors": written.errors,

@@ -65,6 +65,7 @@ class TokenizeSettings:
     chat_template: bool = False
     template: TemplateSettings = field(default_factory=TemplateSettings)
     loss_on: str = "all"
+    images_from: str | None = None  # the input (file or directory) relative image paths start from
 
     def __post_init__(self) -> None:
         if self.loss_on not in LOSS_ON:
@@ -136,8 +137,14 @@ def truncate_pair(
     rejected_ids: Sequence[int],
     settings: TokenizeSettings,
     eos_token_id: int | None = None,
+    image_spans: Sequence[tuple[int, int]] | None = None,
 ) -> TokenizedPair:
     """Truncate one pair and set the truncation flags. Pure; also used for pre-tokenized rows.
+
+    `image_spans`: [start, end) of each image's expanded tokens in the prompt ids (image pairs).
+    A left cut that would reach into one leaves the whole pair uncut instead (every image stays fully
+    visible next to its placeholder; the pair is longer than max_length) and flags only
+    `image_truncated` (dropped by default): TRL-style truncation would train it half-visible.
 
     The prompt is cut from the LEFT (its end, with the assistant turn header, survives), first to
     max_prompt_length, then to max_length. Completions are cut from the RIGHT so that
@@ -162,7 +169,11 @@ def truncate_pair(
     if settings.max_length is not None:
         prompt_limit = settings.max_length if prompt_limit is None else min(prompt_limit, settings.max_length)
     if prompt_limit is not None and len(prompt) > prompt_limit:
-        prompt = prompt[len(prompt) - prompt_limit :]
+        cut = len(prompt) - prompt_limit
+        if image_spans and any(start < cut for start, _end in image_spans):
+            # Left whole: a pair that cannot fit without cutting an image is not cut at all.
+            return TokenizedPair(prompt, chosen, rejected, *lens_full, flags=[F.IMAGE_TRUNCATED])
+        prompt = prompt[cut:]
 
     if settings.max_length is not None:
         budget = settings.max_length - len(prompt)
@@ -200,11 +211,17 @@ class _Texts:
     chosen_ends_turn: bool = False
     rejected_ends_turn: bool = False
     flags: tuple[str, ...] = ()  # found while rendering (reasoning_lost)
+    images: bool = False  # the prompt holds expanded image tokens (truncation must not cut them)
+
+
+_NEEDS_PROCESSOR = "row has images: prepare image pairs with --processor (an AutoProcessor directory), not --tokenizer"
 
 
 class PairTokenizer:
     """Tokenizes batches of pairs. Picklable before and after `setup()` (the tokenizer is reloaded
     in each worker process), so a pipeline can ship it to worker processes."""
+
+    reads_images = False  # rows with images need a processor (prefdata.tokenize.vision)
 
     def __init__(self, tokenizer_path: str, settings: TokenizeSettings, trust_remote_code: bool = False):
         self.tokenizer_path = str(tokenizer_path)
@@ -234,7 +251,7 @@ class PairTokenizer:
         """Load the tokenizer and derive what tokenizing needs (idempotent)."""
         if self.tokenizer is not None:
             return
-        tokenizer = load_tokenizer(self.tokenizer_path, self.trust_remote_code)
+        tokenizer = self._load_tokenizer()
         if tokenizer.eos_token_id is None:
             raise PrefdataError(f"tokenizer at {self.tokenizer_path} has no EOS token; completions need one")
         # The tokenizer's own fingerprint (its template included) is what refs and train compare with
@@ -255,6 +272,9 @@ class PairTokenizer:
         self._anchor = _pick_anchor(tokenizer)
         self._render_kwargs = template.render_kwargs()
         self._day = template.day()
+
+    def _load_tokenizer(self) -> Any:
+        return load_tokenizer(self.tokenizer_path, self.trust_remote_code)
 
     def fingerprint(self) -> str:
         self.setup()
@@ -294,6 +314,8 @@ class PairTokenizer:
                     pair.prompt_ids or [], pair.chosen_ids or [], pair.rejected_ids or [],
                     self.settings, self._eos_id,
                 )
+            elif pair.images is not None and not self.reads_images:
+                results[index] = RecordError(_NEEDS_PROCESSOR)
             elif pair.is_conversational or self.settings.chat_template:
                 templated.append(index)
             else:
@@ -430,7 +452,8 @@ class PairTokenizer:
             rejected = ids[2 * n + i][rejected_drop[i] :]
             chosen = _end_with_one_eos(chosen, eos, append=not row.chosen_ends_turn)
             rejected = _end_with_one_eos(rejected, eos, append=not row.rejected_ends_turn)
-            tokenized = truncate_pair(prompt, chosen, rejected, self.settings, eos)
+            spans = self._image_spans(prompt) if row.images else None
+            tokenized = truncate_pair(prompt, chosen, rejected, self.settings, eos, spans)
             if starts is not None:
                 _set_loss_starts(tokenized, *starts[i])
             if mismatch[i]:
@@ -438,6 +461,10 @@ class PairTokenizer:
             tokenized.flags[:0] = row.flags
             out.append(tokenized)
         return out
+
+    def _image_spans(self, prompt_ids: Sequence[int]) -> list[tuple[int, int]]:
+        """[start, end) of each image's tokens in the prompt (prefdata.tokenize.vision)."""
+        return []
 
     def _answer_starts(self, rows: list[_Texts]) -> list[tuple[int, int]]:
         """For --loss-on answer: per row, how many completion tokens of each half belong to its

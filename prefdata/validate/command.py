@@ -169,7 +169,8 @@ def validate(
             date=template_date or DEFAULT_TEMPLATE_DATE,
         )
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
-                                    chat_template=chat_template, template=template)
+                                    chat_template=chat_template, template=template,
+                                    images_from=None if mix else str(input_path))  # relative image paths
         _check_raw(
             mix or input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
             batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,

@@ -36,6 +36,8 @@ DESIGN_DEFAULTS = {
     F.SAME_FINAL_ANSWER: "info",
     F.TOOL_CALL_INVALID: "error",
     F.BENCHMARK_OVERLAP: "drop",
+    F.IMAGE_MISMATCH: "error",
+    F.IMAGE_TRUNCATED: "drop",
     F.LENGTH_BALANCE: "drop",
 }
 

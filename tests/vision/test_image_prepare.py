@@ -1,0 +1,156 @@
+"""Image pairs through prepare with a processor: exact token counts, image flags, duplicates over image
+bytes, OUT's images and manifest, and the same content whatever the number of workers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("PIL", reason="image pairs need Pillow (the [vision] extra)")
+
+from prefdata import flags as F  # noqa: E402
+from prefdata.prepare import prepare  # noqa: E402
+from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair  # noqa: E402
+from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
+
+IMAGE_TOKENS = 4  # the tiny processor: 28px crops, 14px patches
+
+
+def _images(directory, **sizes):
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, size in sizes.items():
+        (directory / f"{name}.png").write_bytes(png_bytes(size, (len(name) * 40 % 255, 90, 30)))
+
+
+def _prepare(tmp_path, rows, processor, name="out", **kwargs):
+    raw = write_jsonl(tmp_path / "data" / "pairs.jsonl", rows)
+    out = tmp_path / name
+    result = prepare(raw, out, processor=str(processor), progress=False, **{"workers": 1, **kwargs})
+    return result, out
+
+
+def _dropped(out):
+    return [json.loads(line) for line in (out / "dropped.jsonl").read_text().splitlines()]
+
+
+def test_token_counts_equal_the_processors_own_expansion(tmp_path, llava_processor_dir):
+    import datasets
+    from transformers import AutoProcessor
+
+    _images(tmp_path / "data" / "img", wide=(64, 20), tall=(10, 90))
+    two = image_row("Compare them.", ["img/wide.png", "img/tall.png"], placeholders=2)
+    text_placeholder = image_row("", ["img/tall.png"], placeholders=0)
+    text_placeholder["prompt"][0]["content"] = "Look: <image> What is it?"  # the model's own placeholder text
+    result, out = _prepare(tmp_path, [two, text_placeholder], llava_processor_dir)
+    assert result.rows_out == 2, (out / "dropped.jsonl").read_text()
+    processor = AutoProcessor.from_pretrained(str(llava_processor_dir))
+    image_id = processor.tokenizer.convert_tokens_to_ids("<image>")
+    for row in datasets.load_from_disk(str(out)):
+        text = processor.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=False)
+        expected = processor(text=[text], images=row["images"])["input_ids"][0]
+        assert row["prompt_ids"] == expected
+        assert row["prompt_ids"].count(image_id) == IMAGE_TOKENS * len(row["images"])
+
+
+def test_image_mismatch_is_an_error_and_the_pair_is_dropped(tmp_path, llava_processor_dir):
+    _images(tmp_path / "data" / "img", a=(28, 28))
+    rows = [
+        image_row("two placeholders, one image", ["img/a.png"], placeholders=2),
+        image_row("no placeholder, one image", ["img/a.png"], placeholders=0),
+        image_row("ok", ["img/a.png"]),
+    ]
+    result, out = _prepare(tmp_path, rows, llava_processor_dir)
+    assert result.flag_counts.get(F.IMAGE_MISMATCH) == 2 and result.errors == 2 and result.exit_code == 1
+    assert [(d["source_line"], d["flags"], d["severity"]) for d in _dropped(out)] == [
+        (1, [F.IMAGE_MISMATCH], "error"), (2, [F.IMAGE_MISMATCH], "error"),
+    ]
+
+
+def test_image_truncated_when_the_cut_would_reach_the_image_tokens(tmp_path, llava_processor_dir):
+    _images(tmp_path / "data" / "img", a=(28, 28))
+    first = image_row("What color is this picture exactly?", ["img/a.png"])  # image first, text after
+    last = image_row("", ["img/a.png"], placeholders=0)  # long text first, image at the end
+    last["prompt"][0]["content"] = [{"type": "text", "text": "Some words before the picture here. " * 3},
+                                    {"type": "image"}, {"type": "text", "text": "Color?"}]
+    result, out = _prepare(tmp_path, [first, last], llava_processor_dir, max_prompt_length=16, max_length=24)
+    assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1
+    assert [(d["source_line"], d["flags"]) for d in _dropped(out)] == [(1, [F.IMAGE_TRUNCATED])]
+    import datasets
+
+    [kept] = datasets.load_from_disk(str(out))
+    assert kept["source_line"] == 2 and len(kept["prompt_ids"]) == 16  # cut in its text, left of the image
+    assert F.IMAGE_TRUNCATED not in kept["flags"]
+
+
+def test_a_kept_image_truncated_pair_keeps_every_image_token(tmp_path, llava_processor_dir):
+    """Under a policy that only warns, the pair is never half-visible: its prompt is left whole."""
+    import datasets
+
+    _images(tmp_path / "data" / "img", a=(28, 28))
+    policy = tmp_path / "warn.toml"
+    policy.write_text('[flags]\nimage_truncated = "warn"\n', encoding="utf-8")
+    _result, out = _prepare(tmp_path, [image_row("What color is this picture exactly?", ["img/a.png"])],
+                            llava_processor_dir, max_prompt_length=16, max_length=24, policy=str(policy))
+    [row] = datasets.load_from_disk(str(out))
+    assert F.IMAGE_TRUNCATED in row["flags"]
+    assert row["prompt_ids"].count(row["prompt_ids"][3]) == IMAGE_TOKENS  # <image> x4 right after "<|im_start|>user\n"
+    assert len(row["prompt_ids"]) > 16
+
+
+def test_truncate_pair_protects_image_spans():
+    settings = TokenizeSettings(max_length=8, max_prompt_length=4)
+    prompt = [1, 9, 9, 9, 2, 3, 4]  # image tokens at [1, 4)
+    flagged = truncate_pair(prompt, [5, 6], [7, 8], settings, image_spans=[(1, 4)])
+    assert flagged.flags == [F.IMAGE_TRUNCATED]  # left whole: nothing cut, nothing else to say
+    assert (flagged.prompt_ids, flagged.chosen_ids, flagged.rejected_ids) == (prompt, [5, 6], [7, 8])
+    clear = truncate_pair([2, 3, 4, 1, 9, 9, 9], [5], [6], settings, image_spans=[(4, 7)])
+    assert F.IMAGE_TRUNCATED not in clear.flags and clear.prompt_ids == [1, 9, 9, 9]
+    plain = truncate_pair(prompt, [5, 6], [7, 8], settings)
+    assert plain.prompt_ids == [9, 2, 3, 4] and F.IMAGE_TRUNCATED not in plain.flags
+
+
+def test_duplicates_take_the_image_bytes_into_account(tmp_path, llava_processor_dir):
+    _images(tmp_path / "data" / "img", red=(28, 28), other=(28, 28))
+    (tmp_path / "data" / "img" / "copy.png").write_bytes((tmp_path / "data" / "img" / "red.png").read_bytes())
+    rows = [
+        image_row("What is shown?", ["img/red.png"]),
+        image_row("What is shown?", ["img/other.png"]),  # same text, another image: not a duplicate
+        image_row("What is shown?", ["img/copy.png"]),  # same bytes under another name: a duplicate
+    ]
+    (tmp_path / "data" / "img" / "other.png").write_bytes(png_bytes((28, 28), (1, 200, 3)))
+    result, out = _prepare(tmp_path, rows, llava_processor_dir)
+    import datasets
+
+    flags = {r["source_line"]: r["flags"] for r in datasets.load_from_disk(str(out))}
+    assert flags == {1: [], 2: [], 3: [F.DUPLICATE_PAIR]}
+
+
+def test_workers_give_the_same_content_and_the_manifest_records_the_processor(tmp_path, llava_processor_dir):
+    _images(tmp_path / "data" / "img", a=(28, 28), b=(50, 30), c=(20, 44))
+    rows = []
+    for i in range(60):
+        name = "abc"[i % 3]
+        rows.append(image_row(f"Question {i} about the picture?", [f"img/{name}.png"], chosen=f"Answer {i}."))
+        if i % 7 == 0:
+            rows.append({"prompt": [{"role": "user", "content": f"text only {i}"}], "chosen": "yes", "rejected": "no"})
+    hashes = []
+    for workers in (1, 2):
+        result, out = _prepare(tmp_path, rows, llava_processor_dir, name=f"out{workers}", workers=workers, batch_size=7)
+        assert result.rows_out == len(rows)
+        manifest = json.loads((out / "manifest.json").read_text())
+        hashes.append(manifest["content_hash"])
+    assert hashes[0] == hashes[1]
+    assert manifest["processor"]["class"] == "LlavaProcessor"
+    assert manifest["processor"]["image_processor"] == "CLIPImageProcessorPil"
+    assert manifest["config"]["processor"] == str(llava_processor_dir)
+
+
+def test_content_hash_changes_with_the_image_bytes(tmp_path, llava_processor_dir):
+    hashes = []
+    for color in ((1, 2, 3), (3, 2, 1)):
+        (tmp_path / "data" / "img").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "data" / "img" / "a.png").write_bytes(png_bytes((28, 28), color))
+        _r, out = _prepare(tmp_path, [image_row("q", ["img/a.png"])], llava_processor_dir, name=f"o{color[0]}")
+        hashes.append(json.loads((out / "manifest.json").read_text())["content_hash"])
+    assert hashes[0] != hashes[1]

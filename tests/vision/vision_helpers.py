@@ -1,0 +1,28 @@
+"""Helpers for the image-pair tests: images made by Pillow, rows in TRL's conversational layout."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+from PIL import Image as PIL
+
+
+def png_bytes(size: tuple[int, int], color: tuple[int, int, int]) -> bytes:
+    buffer = io.BytesIO()
+    PIL.new("RGB", size, color).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def image_row(prompt_text: str, images: list, placeholders: int = 1, chosen: str = "Red.", rejected: str = "Blue.") -> dict:
+    """A TRL conversational image row: `placeholders` image parts, then the text."""
+    content = [{"type": "image"}] * placeholders + [{"type": "text", "text": prompt_text}]
+    return {"prompt": [{"role": "user", "content": content}], "chosen": [{"role": "assistant", "content": chosen}],
+            "rejected": [{"role": "assistant", "content": rejected}], "images": images}
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
