@@ -44,6 +44,6 @@ else
 fi
 
 echo "setup: installing prefdata with its dev, bench, trl and ray extras (what the tests need)"
-$PIP install -q -e ".[dev,bench,trl,ray]"
+$PIP install -q -e ".[dev,bench,trl,ray,vision]"
 "$PY" -c "import prefdata, torch; print(f'setup: prefdata {prefdata.__version__}, torch {torch.__version__}, cuda={torch.cuda.is_available()}')"
 echo "$want" > "$stamp"
