@@ -97,7 +97,8 @@ def test_a_killed_run_ends_where_an_uninterrupted_run_ends(tmp_path, tiny_model_
 
 def test_the_learning_case_learns_with_a_fixed_seed(tmp_path):
     """The benchmark's case (bench/bench_online.py --learn) at a small size: the mean reward of fresh
-    samples rises by at least 0.05 (0.367 -> 0.475 when this was written) over 4 rounds."""
+    samples rises by at least 0.03 over 4 rounds (0.372 -> 0.429 when this was written; the
+    evaluation's standard error is about 0.004)."""
     from prefdata.online.generate import GenerateSettings, generate_rows
     from prefdata.online.learning_case import build_learning_case, first_half_share
     from prefdata.online.prompts import read_prompts
@@ -114,4 +115,4 @@ def test_the_learning_case_learns_with_a_fixed_seed(tmp_path):
         return statistics.fmean(first_half_share([], [row["completion"] for row in rows]))
 
     start, end = mean_reward(case["policy"]), mean_reward(result.policy)
-    assert end - start >= 0.05, (start, end)
+    assert end - start >= 0.03, (start, end)
