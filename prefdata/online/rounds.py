@@ -133,83 +133,65 @@ def run_online(
         raise PrefdataError("--rounds and --prompts-per-round must be at least 1, --samples at least 2")
     if epochs < 1 or batch_pairs < 1:
         raise PrefdataError("--epochs and --batch-pairs must be at least 1")
-    with quiet_libraries(wants_quiet(progress)):
+    with quiet_libraries(wants_quiet(progress)):  # third-party bars and notices stay quiet
         template = TemplateSettings(parse_template_kwargs(template_kwargs),
                                     str(chat_template_file) if chat_template_file else None, date=template_date)
-        return _run_online(
-            prompts, model=model, output=output, reward_model=reward_model, reward_fn=reward_fn, rounds=rounds,
-            prompts_per_round=prompts_per_round, samples=samples, ref_model=ref_model,
-            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed, batch_size=batch_size,
-            chat_template=chat_template, engine=engine, max_length=max_length, max_prompt_length=max_prompt_length,
-            policy=policy, loss=loss, beta=beta, lr=lr, epochs=epochs, batch_pairs=batch_pairs,
-            warmup_ratio=warmup_ratio, lr_schedule=lr_schedule, missing_eos_penalty=missing_eos_penalty,
-            keep_round_policies=keep_round_policies, device=device, progress=progress,
-            trust_remote_code=trust_remote_code, score_reasoning=score_reasoning, template=template,
+        if not Path(model).is_dir():
+            raise PrefdataError(f"--model {model} is not a local model directory")
+        out = Path(output)
+        prompt_rows = read_prompts(prompts).rows
+        if prompts_per_round > len(prompt_rows):
+            raise PrefdataError(f"--prompts-per-round {prompts_per_round} is more than the {len(prompt_rows)} "
+                                f"prompts in {prompts}")
+        config = {
+            "prompts": str(prompts), "model": str(model), "ref_model": str(ref_model or model),
+            "reward_model": None if reward_model is None else str(reward_model), "reward_fn": reward_fn,
+            "prompts_per_round": prompts_per_round, "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens,
+            "temperature": temperature, "top_p": top_p, "chat_template": chat_template, "loss": loss, "beta": beta,
+            "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs, "max_length": max_length, "engine": engine,
+            "max_prompt_length": max_prompt_length, "policy": None if policy is None else str(policy),
+            "score_reasoning": score_reasoning, "rounds": rounds, "warmup_ratio": warmup_ratio,
+            "lr_schedule": lr_schedule, "missing_eos_penalty": missing_eos_penalty,
+            "template_kwargs": template.kwargs, "chat_template_file": template.chat_template_file,
+            "template_date": template.date,
+            "schedule_steps": planned_steps(rounds, prompts_per_round, epochs, batch_pairs),
+        }
+        done = _start_or_resume(out, config)
+        scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
+                             trust_remote_code=trust_remote_code)
+        generation = GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+                                      top_p=top_p, seed=seed, batch_size=batch_size, chat_template=chat_template,
+                                      engine=engine, device=device, template=template)
+        context = _Round(
+            out=out, start_model=Path(model), ref_model=Path(ref_model or model), scorer=scorer, generation=generation,
+            score_reasoning=score_reasoning, missing_eos_penalty=missing_eos_penalty,
+            prepare_kwargs={"max_length": max_length, "max_prompt_length": max_prompt_length,
+                            "chat_template": chat_template, "policy": policy, "trust_remote_code": trust_remote_code},
+            train_kwargs={"loss": loss, "beta": beta, "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs,
+                          "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code,
+                          "lr_schedule": lr_schedule, "schedule_steps": config["schedule_steps"],
+                          "save_optimizer": True},
+            device=device, progress=progress, trust_remote_code=trust_remote_code,
         )
+        result = OnlineResult(out, out / "policy", resumed_after=len(done))
+        current = current_policy(out, done, Path(model))
+        for r in range(len(done) + 1, rounds + 1):
+            line = context.run(r, round_prompts(prompt_rows, r, prompts_per_round), current)
+            if line["trained"]:
+                current = out / f"round-{r}" / "policy"
+            _append_round(out, line)
+            print(format_round(line), flush=True)
+            result.rounds.append(line)
+            if not keep_round_policies:
+                _drop_old_weights(out, r, current)
+        _publish_policy(current, out / "policy")
+        result.rounds = read_jsonl(out / ROUNDS_FILE)
+        return result
 
 
 def planned_steps(rounds: int, prompts_per_round: int, epochs: int, batch_pairs: int) -> int:
     """Optimizer steps of a run in which every prompt gives a kept pair: the schedule's length."""
     return rounds * epochs * math.ceil(prompts_per_round / batch_pairs)
-
-
-def _run_online(prompts: str | Path, *, model: str | Path, output: str | Path, reward_model: str | Path | None,
-                reward_fn: str | None, rounds: int, prompts_per_round: int, samples: int,
-                ref_model: str | Path | None, max_new_tokens: int, temperature: float, top_p: float, seed: int,
-                batch_size: int, chat_template: bool, engine: str, max_length: int | None,
-                max_prompt_length: int | None, policy: str | Path | None, loss: str, beta: float, lr: float,
-                epochs: int, batch_pairs: int, warmup_ratio: float, lr_schedule: str,
-                missing_eos_penalty: float | None, keep_round_policies: bool, device: str, progress: bool,
-                trust_remote_code: bool, score_reasoning: bool, template: TemplateSettings) -> OnlineResult:
-    if not Path(model).is_dir():
-        raise PrefdataError(f"--model {model} is not a local model directory")
-    out = Path(output)
-    prompt_rows = read_prompts(prompts).rows
-    if prompts_per_round > len(prompt_rows):
-        raise PrefdataError(f"--prompts-per-round {prompts_per_round} is more than the {len(prompt_rows)} prompts in {prompts}")
-    config = {
-        "prompts": str(prompts), "model": str(model), "ref_model": str(ref_model or model),
-        "reward_model": None if reward_model is None else str(reward_model), "reward_fn": reward_fn,
-        "prompts_per_round": prompts_per_round, "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens,
-        "temperature": temperature, "top_p": top_p, "chat_template": chat_template, "loss": loss, "beta": beta,
-        "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs, "max_length": max_length, "engine": engine,
-        "max_prompt_length": max_prompt_length, "policy": None if policy is None else str(policy),
-        "score_reasoning": score_reasoning, "rounds": rounds, "warmup_ratio": warmup_ratio,
-        "lr_schedule": lr_schedule, "missing_eos_penalty": missing_eos_penalty,
-        "template_kwargs": template.kwargs, "chat_template_file": template.chat_template_file,
-        "template_date": template.date,
-        "schedule_steps": planned_steps(rounds, prompts_per_round, epochs, batch_pairs),
-    }
-    done = _start_or_resume(out, config)
-    scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
-                         trust_remote_code=trust_remote_code)
-    generation = GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                                  top_p=top_p, seed=seed, batch_size=batch_size, chat_template=chat_template,
-                                  engine=engine, device=device, template=template)
-    context = _Round(
-        out=out, start_model=Path(model), ref_model=Path(ref_model or model), scorer=scorer, generation=generation,
-        score_reasoning=score_reasoning, missing_eos_penalty=missing_eos_penalty,
-        prepare_kwargs={"max_length": max_length, "max_prompt_length": max_prompt_length,
-                        "chat_template": chat_template, "policy": policy, "trust_remote_code": trust_remote_code},
-        train_kwargs={"loss": loss, "beta": beta, "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs,
-                      "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code,
-                      "lr_schedule": lr_schedule, "schedule_steps": config["schedule_steps"], "save_optimizer": True},
-        device=device, progress=progress, trust_remote_code=trust_remote_code,
-    )
-    result = OnlineResult(out, out / "policy", resumed_after=len(done))
-    current = current_policy(out, done, Path(model))
-    for r in range(len(done) + 1, rounds + 1):
-        line = context.run(r, round_prompts(prompt_rows, r, prompts_per_round), current)
-        if line["trained"]:
-            current = out / f"round-{r}" / "policy"
-        _append_round(out, line)
-        print(format_round(line), flush=True)
-        result.rounds.append(line)
-        if not keep_round_policies:
-            _drop_old_weights(out, r, current)
-    _publish_policy(current, out / "policy")
-    result.rounds = read_jsonl(out / ROUNDS_FILE)
-    return result
 
 
 def round_prompts(rows: list[PromptRow], r: int, per_round: int) -> list[PromptRow]:
