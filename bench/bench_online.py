@@ -179,7 +179,10 @@ def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace
     return time.perf_counter() - started, [line["reward_mean"] for line in result.rounds]
 
 
-def learn_trl(case: dict, out: Path, reward: dict, args: argparse.Namespace, seed: int) -> tuple[float, list[float]]:
+def learn_trl(case: dict, out: Path, reward: dict, args: argparse.Namespace, seed: int,
+              trl_defaults: bool = False) -> tuple[float, list[float]]:
+    """TRL at prefdata's settings (fp32, no gradient checkpointing), or with `trl_defaults` at its own
+    defaults for those two (gradient checkpointing on, bf16); lr, batch, steps, schedule stay equal."""
     import datasets
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
     from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
@@ -198,8 +201,10 @@ def learn_trl(case: dict, out: Path, reward: dict, args: argparse.Namespace, see
         output_dir=str(out), per_device_train_batch_size=args.batch_pairs, num_train_epochs=args.rounds,
         learning_rate=args.lr, beta=[args.beta], max_new_tokens=args.max_new_tokens, temperature=1.0,
         lr_scheduler_type=args.lr_schedule, warmup_steps=0, max_grad_norm=1.0, logging_steps=1,
-        save_strategy="no", report_to="none", use_cpu=True, bf16=False, disable_tqdm=True, seed=seed,
-        gradient_checkpointing=False,  # TRL's default is on; prefdata does not checkpoint, so neither does TRL here
+        save_strategy="no", report_to="none", use_cpu=True, disable_tqdm=True, seed=seed,
+        # TRL's defaults are bf16 and gradient checkpointing on; prefdata trains fp32 without
+        # checkpointing on CPU, so the equal-settings row turns both off.
+        **({} if trl_defaults else {"bf16": False, "gradient_checkpointing": False}),
     )
     from prefdata.online.prompts import read_prompts
 
@@ -246,8 +251,8 @@ def learn_section(args: argparse.Namespace) -> None:
             rm = RewardModelScorer(work / "rm", device="cpu", batch_size=64)
             cases.append(("reward model (tiny Llama RM)", {"reward_model": str(work / "rm")}, rm))
         for name, reward, scorer in cases:
-            gains: dict[str, list[float]] = {"prefdata": [], "TRL": []}
-            times: dict[str, list[float]] = {"prefdata": [], "TRL": []}
+            gains: dict[str, list[float]] = {"prefdata": [], "TRL": [], "TRL defaults": []}
+            times: dict[str, list[float]] = {"prefdata": [], "TRL": [], "TRL defaults": []}
             for seed in args.seeds:
                 start = _eval_reward(case["policy"], case["prompts"], scorer, 4, args.max_new_tokens, 1000 + seed)
                 ours_s, ours_curve = learn_prefdata(case, work / f"p-{name[:4]}-{seed}", reward, args, seed)
@@ -266,9 +271,22 @@ def learn_section(args: argparse.Namespace) -> None:
                 gains["TRL"].append(theirs - start)
                 times["prefdata"].append(ours_s)
                 times["TRL"].append(theirs_s)
+                if args.trl_defaults:
+                    out = work / f"d-{name[:4]}-{seed}"
+                    default_s, _ = learn_trl(case, out, reward, args, seed, trl_defaults=True)
+                    default = _eval_reward(out / "final", case["prompts"], scorer, 4, args.max_new_tokens, 1000 + seed)
+                    print(f"    TRL at its defaults (bf16, gradient checkpointing): {default:.4f} "
+                          f"(gain {default - start:+.4f}), {default_s:.1f}s")
+                    gains["TRL defaults"].append(default - start)
+                    times["TRL defaults"].append(default_s)
             g_ours, g_theirs = statistics.fmean(gains["prefdata"]), statistics.fmean(gains["TRL"])
-            per_prompt = {k: statistics.fmean(v) / (args.prompts * args.rounds) for k, v in times.items()}
+            per_prompt = {k: statistics.fmean(v) / (args.prompts * args.rounds) for k, v in times.items() if v}
             ratio = "n/a (TRL gained nothing)" if g_theirs <= 0 else f"{g_ours / g_theirs:.2f}x"
+            if args.trl_defaults:
+                g_default = statistics.fmean(gains["TRL defaults"])
+                t_default = per_prompt["TRL defaults"]
+                print(f"  {name}, TRL at its defaults: mean gain {g_default:+.4f}, {t_default * 1000:.0f} ms per prompt "
+                      f"(prefdata {per_prompt['prefdata'] * 1000:.0f} ms: {t_default / per_prompt['prefdata']:.2f}x)")
             print(f"  {name}: mean gain over {len(args.seeds)} seed(s): prefdata {g_ours:+.4f}, TRL {g_theirs:+.4f}; "
                   f"gain ratio prefdata/TRL = {ratio}; time per prompt: prefdata {per_prompt['prefdata'] * 1000:.0f} ms, "
                   f"TRL {per_prompt['TRL'] * 1000:.0f} ms ({per_prompt['TRL'] / per_prompt['prefdata']:.2f}x faster)")
@@ -290,6 +308,8 @@ def main() -> int:
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--lr-schedule", default="cosine", choices=["cosine", "linear", "constant"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="--learn: seeds to average over")
+    parser.add_argument("--trl-defaults", action="store_true",
+                        help="--learn: also run TRL at its own defaults (bf16, gradient checkpointing), as its own row")
     parser.add_argument("--prompts-per-round", type=int, default=None,
                         help="--learn: prefdata's prompts per round (default all: R rounds; --batch-pairs: fully online)")
     args = parser.parse_args()
