@@ -1,5 +1,6 @@
 """Peer check: prefdata's token ids against TRL's own `DPOTrainer._prepare_dataset`, on the real
-tokenizers in ../shared (skipped without them), for conversational rows with reasoning and tool calls.
+tokenizers in ../shared (skipped without them), for conversational rows with reasoning and tool calls, and for
+the pairs that records of scored completions make.
 
 The one rule (README, "Reasoning and tool data"): a completion ends where the template ends the
 assistant turn. Differences from TRL, each asserted here rather than hidden:
@@ -134,3 +135,39 @@ def test_llamafactory_v1_rows_equal_trls_ids_on_the_same_conversation(shared_tok
     assert mine["chosen_ids"] == turn_end(theirs["chosen_ids"], tokenizer)
     assert mine["rejected_ids"] == turn_end(theirs["rejected_ids"], tokenizer)
     assert "get_weather" in tokenizer.decode(mine["prompt_ids"])  # the v1 tools part reached the template
+
+
+@pytest.mark.parametrize("shape", ["ultrafeedback", "distilabel", "conversational"])
+def test_scored_completions_give_trls_ids_for_the_pair_they_make(shape, shared_tokenizer, tmp_path):
+    """A record of scored completions makes the pair TRL would be handed after binarizing it by hand
+    (best vs worst), and its ids are TRL's ids for that pair."""
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = shared_tokenizer("qwen2.5-instruct")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    good, bad, middling = "Paris is the capital of France.", "I think it is Lyon.", "France? Maybe Paris."
+    if shape == "ultrafeedback":
+        rating = lambda r: {"helpfulness": {"Rating": str(r)}, "honesty": {"Rating": str(r)}}  # noqa: E731
+        record = {"instruction": "What is the capital of France?", "completions": [
+            {"response": bad, "annotations": rating(1)}, {"response": good, "annotations": rating(5)},
+            {"response": middling, "annotations": rating(3)}]}
+        trl_row = {"prompt": "What is the capital of France?", "chosen": good, "rejected": bad}
+    elif shape == "distilabel":
+        record = {"instruction": "What is the capital of France?", "generations": [middling, good, bad],
+                  "ratings": [3, 5, 1]}
+        trl_row = {"prompt": "What is the capital of France?", "chosen": good, "rejected": bad}
+    else:
+        prompt = [{"role": "user", "content": "What is the capital of France?"}]
+        record = {"prompt": prompt, "completions": [[{"role": "assistant", "content": c}] for c in (middling, good, bad)],
+                  "scores": [0.3, 0.9, 0.1]}
+        trl_row = {"prompt": prompt, "chosen": [{"role": "assistant", "content": good}],
+                   "rejected": [{"role": "assistant", "content": bad}]}
+    raw = tmp_path / "scored.jsonl"
+    raw.write_text(json.dumps(record) + "\n", encoding="utf-8")
+    result = prepare(raw, tmp_path / "out", tokenizer=tokenizer_dir, progress=False, workers=1)
+    assert result.rows_out == 1
+    (mine,) = datasets.load_from_disk(str(tmp_path / "out"))
+    (theirs,) = trl_ids([trl_row], tokenizer_dir, tmp_path)
+    assert mine["prompt_ids"] == theirs["prompt_ids"]
+    assert mine["chosen_ids"] == turn_end(theirs["chosen_ids"], tokenizer)
+    assert mine["rejected_ids"] == turn_end(theirs["rejected_ids"], tokenizer)
