@@ -176,3 +176,42 @@ def build_tiny_llava_processor(out_dir: str | Path, image_size: int = 28, patch_
 
     shutil.rmtree(out / "_tokenizer", ignore_errors=True)
     return AutoProcessor.from_pretrained(str(out))
+
+
+def build_tiny_llava_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
+                           num_layers: int = 2, seed: int = 0):
+    """A tiny random-init LLaVA (CLIP vision tower + Llama text model) for the processor saved at
+    `processor_dir` by `build_tiny_llava_processor`, saved with that processor beside it (so the
+    model directory is also the `--processor`). Returns the model."""
+    import torch
+    from transformers import (
+        AutoProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
+
+    processor = AutoProcessor.from_pretrained(str(processor_dir))
+    tokenizer = processor.tokenizer
+    image_size = int(processor.image_processor.crop_size["height"])
+    vision = CLIPVisionConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        image_size=image_size, patch_size=int(processor.patch_size), projection_dim=32,
+    )
+    text = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=2048, pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False,
+    )
+    config = LlavaConfig(
+        vision_config=vision, text_config=text, image_token_index=tokenizer.convert_tokens_to_ids(processor.image_token),
+        vision_feature_select_strategy="default", vision_feature_layer=-1,
+    )
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    processor.save_pretrained(str(out))
+    return model
