@@ -31,6 +31,8 @@ MESSAGES_DTYPE = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
 TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
+# `refs` also stores each half's sum over the pair's public length min(|yc|, |yr|) (LD-DPO).
+PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")
 # `prepare --loss-on answer`: per half, how many leading completion tokens (the reasoning block) stay in
 # the sequence but out of the loss. Absent: the whole completion is in the loss.
 LOSS_START_COLUMNS = ("chosen_loss_start", "rejected_loss_start")
@@ -147,6 +149,23 @@ class ScoredPairs(PreparedPairs):
         ok = pl.all_horizontal(
             pl.col(name).is_not_null() & pl.col(name).is_finite() & (pl.col(name) <= _LOGP_TOLERANCE)
             for name in REF_COLUMNS
+        )
+        return data.lazyframe.select(ok.fill_null(False) | _flagged(data, F.NON_FINITE_REF_LOGPS))
+
+    @pa.dataframe_check
+    def public_refs_lie_between_the_full_sum_and_zero(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """LD-DPO's public-length sums (when stored): a part of the full sum of log-probs <= 0, so
+        full <= public <= 0, both halves or neither; non-finite only where the row is flagged."""
+        schema = data.lazyframe.collect_schema()
+        present = [name for name in PUBLIC_REF_COLUMNS if name in schema]
+        if not present:
+            return data.lazyframe.select(pl.lit(True).alias("public_refs"))
+        if len(present) == 1 or not all(schema[name].is_float() for name in present):
+            return data.lazyframe.select(pl.lit(False).alias("public_refs"))
+        ok = pl.all_horizontal(
+            pl.col(public).is_finite() & (pl.col(public) <= _LOGP_TOLERANCE)
+            & (pl.col(public) >= pl.col(full) - _LOGP_TOLERANCE * (1 + pl.col(full).abs()))
+            for public, full in zip(PUBLIC_REF_COLUMNS, REF_COLUMNS)
         )
         return data.lazyframe.select(ok.fill_null(False) | _flagged(data, F.NON_FINITE_REF_LOGPS))
 

@@ -43,7 +43,7 @@ from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
-from prefdata.schema import LOSS_START_COLUMNS, check_table
+from prefdata.schema import LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
 
 __all__ = ["DPOConfig", "DPOTrainer", "load_out", "out_settings", "TESTED_TRL"]
 
@@ -52,7 +52,6 @@ if _trl.__version__ not in SpecifierSet(TESTED_TRL):
     warnings.warn(f"prefdata.trl is tested with trl{TESTED_TRL}, found {_trl.__version__}", stacklevel=2)
 ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
-PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")
 # TRL 1.16 losses that never read the reference log-probs.
 REFERENCE_FREE_LOSSES = frozenset({"sft"})
 

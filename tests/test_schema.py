@@ -104,6 +104,13 @@ def test_row_rules_of_a_scored_out(scored):
     assert failures(ScoredPairs, flagged) == set()  # what `refs` writes for a non-finite row
     positive = frame.with_columns(pl.lit(2.0, dtype=pl.Float32).alias("ref_rejected_logps"))
     assert "refs_are_finite_log_probs_unless_flagged" in failures(ScoredPairs, positive)  # a log-prob sum is <= 0
+    # LD-DPO's public-length sums are a part of the full sum: full <= public <= 0.
+    assert {"ref_chosen_public_logps", "ref_rejected_public_logps"} <= set(frame.columns)
+    beyond_full = frame.with_columns((pl.col("ref_chosen_logps") - 1.0).alias("ref_chosen_public_logps"))
+    assert "public_refs_lie_between_the_full_sum_and_zero" in failures(ScoredPairs, beyond_full)
+    half_missing = frame.drop("ref_rejected_public_logps")
+    assert "public_refs_lie_between_the_full_sum_and_zero" in failures(ScoredPairs, half_missing)
+    assert failures(ScoredPairs, frame.drop("ref_chosen_public_logps", "ref_rejected_public_logps")) == set()
     miscounted = frame.with_columns(pl.col("chosen_token_count") + 1)
     assert "token_counts_match_the_completion_ids" in failures(ScoredPairs, miscounted)
 
