@@ -37,6 +37,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
     "tool_call_invalid": "a tool call's arguments are not a JSON object, name a function not in `tools`, "
     "or break its parameter schema",
+    "image_mismatch": "the prompt's image placeholders and the row's images differ in number",
+    "image_truncated": "fitting the length limits would cut an image's tokens: the pair is left uncut",
     "length_balance": "removed by --balance-length's seeded subsample toward its target share of chosen-longer pairs",
     "quarantined": "the record could not be read or normalized",
 }

@@ -154,3 +154,11 @@ def test_truncate_utf8_respects_limit_and_lines():
     cut = truncate_utf8(text, 50, "[cut]")
     assert len(cut.encode()) <= 50 and cut.endswith("ab\n[cut]")
     assert truncate_utf8("short", 50, "[cut]") == "short"
+
+
+def test_every_flag_has_a_meaning_in_the_reports():
+    """A flag row with an empty meaning column tells a user nothing (image_mismatch once had none)."""
+    from prefdata import flags as F
+    from prefdata.report.render_common import FLAG_MEANINGS
+
+    assert [flag for flag in F.ALL_FLAGS if not FLAG_MEANINGS.get(flag, "").strip()] == []
