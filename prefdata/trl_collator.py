@@ -4,8 +4,9 @@ TRL 1.16's `DataCollatorForVisionPreference` renders the text columns again and 
 `processor(text, images)` for every batch, so prefdata's truncation and checks would not reach
 training. `ImagePairCollator` builds the same batch from what OUT stores: TRL's text collator
 (`DataCollatorForPreference`) over `prompt_ids`/`chosen_ids`/`rejected_ids` (the image tokens are
-already expanded there), plus the processor's image outputs for the row's images, passed as TRL
-passes them (each row's images once for the chosen half, once for the rejected half). What
+already expanded there), plus the processor's image outputs for the rows' images, laid out as TRL
+lays them out (each row's images once for the chosen half, once for the rejected half; computed once
+and repeated, where TRL runs the image processor twice). What
 `processor(text, images)` adds on the text side (`token_type_ids`, `mm_token_type_ids`) comes from the
 processor's own `create_mm_token_type_ids` over the stored ids. Stored `ref_chosen_logps` /
 `ref_rejected_logps` pass through, as in TRL's text collator.
@@ -46,14 +47,22 @@ class ImagePairCollator:
         batch = self._text(examples)
         rows = [list(example.get("images") or []) for example in examples]
         if any(rows):  # a processor given no image at all raises; text-only batches have none to give
-            images = self.processor(images=rows * 2, return_tensors="pt")  # chosen rows, then rejected rows
-            batch.update({key: value for key, value in images.items() if key not in _TEXT_KEYS})
+            images = self.processor(images=rows, return_tensors="pt")
+            # The chosen rows, then the rejected rows: TRL runs the processor on `rows * 2`; the values
+            # index images (or rows, or their patches in order) along dim 0, so twice is a concatenation.
+            batch.update({key: _twice(value) for key, value in images.items() if key not in _TEXT_KEYS})
         if self.type_id_keys:
             import torch
 
             type_ids = torch.tensor(self.processor.create_mm_token_type_ids(batch["input_ids"]))
             batch.update({key: type_ids for key in self.type_id_keys})
         return batch
+
+
+def _twice(value: Any) -> Any:
+    import torch
+
+    return torch.cat([value, value]) if isinstance(value, torch.Tensor) else list(value) * 2
 
 
 def _text_side_keys(processor: Any) -> tuple[str, ...]:

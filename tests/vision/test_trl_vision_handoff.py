@@ -36,6 +36,7 @@ def _rows() -> list[dict]:
                   chosen="The first is wide, the second is tall.", rejected="Same."),
         system,
         image_row("Is it tall?", ["img/tall.png"], chosen="Yes, very tall.", rejected="No."),
+        image_row("Say hello.", [], placeholders=0, chosen="Hello!", rejected="No."),  # text-only, in a batch with images
     ]
     for row in rows:
         for message in row["prompt"] + row["chosen"] + row["rejected"]:
@@ -94,7 +95,7 @@ def _plain_logps(model_dir: str, processor, rows: list[dict]) -> tuple[torch.Ten
     sums = {"chosen": [], "rejected": []}
     with torch.no_grad():
         for row in rows:
-            pixels = processor(images=[row["images"]], return_tensors="pt")["pixel_values"]
+            pixels = processor(images=[row["images"]], return_tensors="pt")["pixel_values"] if row["images"] else None
             for half in sums:
                 ids = torch.tensor([row["prompt_ids"] + row[f"{half}_ids"]])
                 logits = model(input_ids=ids, pixel_values=pixels).logits[0, :-1].float()
