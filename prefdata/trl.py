@@ -298,6 +298,7 @@ class DPOTrainer(_trl.DPOTrainer):
             )
         self._prefdata_images = images
         self._prefdata_fingerprints = _fingerprints(processing_class, images)
+        self._prefdata_kind = "processor" if _is_processor(processing_class) else "tokenizer"
         stored = [has_refs(dataset) for _, dataset in named]
         for name, dataset in named:
             self._check_out(dataset, name, args)
@@ -348,7 +349,7 @@ class DPOTrainer(_trl.DPOTrainer):
         check_loss_on(settings, dataset, name)
         if has_images(dataset) and not self._prefdata_images:
             raise PrefdataError(f"{name} holds images but the trainer was built on text-only data: pass it as eval_dataset at construction")
-        check_tokenizer(self._prefdata_fingerprints, settings, name, "processor" if self._prefdata_images else "tokenizer")
+        check_tokenizer(self._prefdata_fingerprints, settings, name, self._prefdata_kind)
         check_max_length(args.max_length, settings, dataset, name)
         self._prefdata_template = settings.get("chat_template_text") or getattr(self, "_prefdata_template", None)
         return settings
