@@ -14,12 +14,19 @@ and training loop and changes only what the data needs:
   differs from OUT's, a `max_length` that disagrees with OUT's, and refs missing where the loss needs
   them; and data prepared with `--loss-on answer` (TRL's collator would put the reasoning tokens back
   in the loss). The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
+- Image OUTs (`prepare --processor`, an `images` column): TRL would call them vision datasets, re-render
+  their text per batch with `DataCollatorForVisionPreference` and refuse stored refs. OUT is already
+  tokenized, with the image tokens expanded, so TRL's tokenized path applies as for text, and
+  `ImagePairCollator` (prefdata.trl_collator) adds the images' pixel values (and image sizes or grids)
+  through the processor. The processor given must be the one OUT was prepared with (its fingerprint).
 
-TRL internals relied on (tests/test_trl.py::test_trl_internals_the_hand_off_relies_on fails on a TRL
+TRL internals relied on (tests/test_trl.py::test_trl_internals_the_hand_off_relies_on and
+tests/vision/test_trl_vision_handoff.py::test_trl_vision_internals_the_hand_off_relies_on fail on a TRL
 that changes them): `DPOTrainer._prepare_dataset(dataset, processing_class, args, dataset_name)`,
 `DPOTrainer._precompute_ref_logps(dataset, name, batch_size)`, `trl.trainer.dpo_trainer.hash_module`,
-the collator passing `ref_*_logps` through, and `_compute_loss` reading them when
-`precompute_ref_log_probs` is set.
+the collator passing `ref_*_logps` through, `_compute_loss` reading them when
+`precompute_ref_log_probs` is set, and for image OUTs the `_is_vision_dataset` attribute and
+`_set_signature_columns_if_needed`.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from prefdata.errors import PrefdataError
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.schema import LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
+from prefdata.tokenize.vision import processor_fingerprint
+from prefdata.trl_collator import ImagePairCollator
 
 __all__ = ["DPOConfig", "DPOTrainer", "load_out", "out_settings", "TESTED_TRL"]
 
@@ -51,6 +60,7 @@ TESTED_TRL = ">=1.16,<1.17"  # the `[trl]` extra pins the same range
 if _trl.__version__ not in SpecifierSet(TESTED_TRL):
     warnings.warn(f"prefdata.trl is tested with trl{TESTED_TRL}, found {_trl.__version__}", stacklevel=2)
 ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+IMAGE_COLUMN = "images"
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 # TRL 1.16 losses that never read the reference log-probs.
 REFERENCE_FREE_LOSSES = frozenset({"sft"})
@@ -129,13 +139,18 @@ def check_loss_on(settings: dict[str, Any], dataset: datasets.Dataset, name: str
         )
 
 
-def check_tokenizer(fingerprint: str, settings: dict[str, Any], name: str) -> None:
+def check_tokenizer(fingerprints: tuple[str, ...], settings: dict[str, Any], name: str, what: str = "tokenizer") -> None:
+    """OUT's recorded fingerprint must be one of `fingerprints` (a processor's own, then its tokenizer's)."""
     prepared = settings.get("tokenizer_fingerprint")
-    if prepared != fingerprint:
+    if prepared not in fingerprints:
         raise PrefdataError(
-            f"the tokenizer ({fingerprint}) is not the one {name} was prepared with ({prepared}, "
-            f"{settings.get('tokenizer_path')}): pass that tokenizer as processing_class, or prepare with this one"
+            f"the {what} ({fingerprints[0]}) is not the one {name} was prepared with ({prepared}, "
+            f"{settings.get('tokenizer_path')}): pass that {what} as processing_class, or prepare with this one"
         )
+
+
+def has_images(dataset: datasets.Dataset) -> bool:
+    return IMAGE_COLUMN in dataset.column_names
 
 
 def finite_rows(dataset: datasets.Dataset) -> datasets.Dataset:
@@ -201,11 +216,33 @@ def _tokenizer_of(processing_class: Any) -> Any:
     return getattr(processing_class, "tokenizer", None) or processing_class
 
 
-def _load_tokenizer(model: Any, args: DPOConfig) -> Any:
-    from transformers import AutoTokenizer
+def _is_processor(processing_class: Any) -> bool:
+    """A vision-language processor: a tokenizer, an image processor and an image token."""
+    return all(getattr(processing_class, name, None) is not None for name in ("tokenizer", "image_processor", "image_token"))
+
+
+def _load_processing_class(model: Any, args: DPOConfig, images: bool) -> Any:
+    """The tokenizer next to the model, or its processor for image OUTs (what TRL itself would load)."""
+    from transformers import AutoProcessor, AutoTokenizer
 
     source = model if isinstance(model, str) else _dpo_module.get_config_model_id(model.config)
-    return AutoTokenizer.from_pretrained(source, trust_remote_code=args.trust_remote_code)
+    loader = AutoProcessor if images else AutoTokenizer
+    return loader.from_pretrained(source, trust_remote_code=args.trust_remote_code)
+
+
+def _fingerprints(processing_class: Any, images: bool) -> tuple[str, ...]:
+    """The fingerprints OUT may have been prepared with: `--processor` records the processor's, `--tokenizer`
+    its tokenizer's (text OUTs only: image OUTs' ids need the processor's image token counts)."""
+    if not _is_processor(processing_class):
+        return (tokenizer_fingerprint(processing_class),)
+    own = processor_fingerprint(processing_class)
+    return (own,) if images else (own, tokenizer_fingerprint(processing_class.tokenizer))
+
+
+def _pad_token_id(tokenizer: Any, args: DPOConfig) -> int:
+    """TRL's choice of padding token: `args.pad_token`, else the tokenizer's, else its EOS."""
+    token = args.pad_token or tokenizer.pad_token or tokenizer.eos_token
+    return int(tokenizer.convert_tokens_to_ids(token))
 
 
 class DPOTrainer(_trl.DPOTrainer):
@@ -250,9 +287,17 @@ class DPOTrainer(_trl.DPOTrainer):
             named.append(("eval_dataset", eval_dataset))
 
         # Every check runs before TRL loads a model: a refusal costs nothing.
+        images = any(has_images(dataset) for _, dataset in named if isinstance(dataset, datasets.Dataset))
         if processing_class is None:
-            processing_class = _load_tokenizer(model, args)
-        self._prefdata_fingerprint = tokenizer_fingerprint(_tokenizer_of(processing_class))
+            processing_class = _load_processing_class(model, args, images)
+        if images and not _is_processor(processing_class):
+            raise PrefdataError(
+                f"the data holds images (prepared with --processor) and processing_class is a "
+                f"{type(processing_class).__name__}: pass the processor it was prepared with (AutoProcessor)"
+            )
+        self._prefdata_images = images
+        self._prefdata_fingerprints = _fingerprints(processing_class, images)
+        self._prefdata_kind = "processor" if _is_processor(processing_class) else "tokenizer"
         stored = [has_refs(dataset) for _, dataset in named]
         for name, dataset in named:
             self._check_out(dataset, name, args)
@@ -278,6 +323,11 @@ class DPOTrainer(_trl.DPOTrainer):
         template = getattr(self, "_prefdata_template", None)
         if template:  # OUT was rendered with --chat-template-file: the saved tokenizer carries that template
             _tokenizer_of(processing_class).chat_template = template
+        if images and data_collator is None:  # OUT's ids as written, plus the images' pixel values
+            data_collator = ImagePairCollator(
+                processor=processing_class, pad_token_id=_pad_token_id(_tokenizer_of(processing_class), args),
+                max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
+            )
         content_hash = str(out_settings(train_dataset).get("content_hash"))
         with _no_model_hash(content_hash):
             super().__init__(
@@ -296,7 +346,9 @@ class DPOTrainer(_trl.DPOTrainer):
             check_table(dataset.data.table, name, tokens_only=True)  # the part of OUT's contract training reads
             checked.add(dataset._fingerprint)
         check_loss_on(settings, dataset, name)
-        check_tokenizer(self._prefdata_fingerprint, settings, name)
+        if has_images(dataset) and not self._prefdata_images:
+            raise PrefdataError(f"{name} holds images but the trainer was built on text-only data: pass it as eval_dataset at construction")
+        check_tokenizer(self._prefdata_fingerprints, settings, name, self._prefdata_kind)
         check_max_length(args.max_length, settings, dataset, name)
         self._prefdata_template = settings.get("chat_template_text") or getattr(self, "_prefdata_template", None)
         return settings
@@ -323,6 +375,25 @@ class DPOTrainer(_trl.DPOTrainer):
         )
 
     # -- TRL hooks ------------------------------------------------------------------------------
+
+    # TRL 1.16 calls a dataset whose first row has `images` a vision dataset: it then skips
+    # `_prepare_dataset`, renders the text again per batch (DataCollatorForVisionPreference) and refuses
+    # precomputed refs, because its rows are untokenized. OUT's rows are tokenized, image tokens
+    # included, so TRL's tokenized path is the right one for them, images or not; the collator adds the
+    # pixel values. TRL assigns the attribute from the first row's keys: the assignment is ignored.
+    @property
+    def _is_vision_dataset(self) -> bool:
+        return False
+
+    @_is_vision_dataset.setter
+    def _is_vision_dataset(self, value: bool) -> None:
+        pass
+
+    def _set_signature_columns_if_needed(self) -> None:
+        """The columns the collator reads (TRL's tokenized ones, plus the images), which
+        `remove_unused_columns` keeps."""
+        if self._signature_columns is None:
+            self._signature_columns = [*ID_COLUMNS, *REF_COLUMNS, IMAGE_COLUMN]
 
     def _prepare_dataset(self, dataset: Any, processing_class: Any, args: DPOConfig, dataset_name: str) -> Any:
         """OUT's rows as written: TRL would re-tokenize the text columns here and overwrite the ids."""

@@ -17,6 +17,7 @@ Only Pillow is needed: transformers picks its Pillow image processors when torch
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -25,6 +26,7 @@ from typing import Any, Sequence
 from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.images import LoadedImage, pillow
+from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.records import Pair
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _interrupted, _Texts
 
@@ -168,6 +170,18 @@ class VisionPairTokenizer(PairTokenizer):
                 f"processor {type(self.processor).__name__} expands {self._image_token!r} differently from a run of "
                 f"{count} image tokens; prefdata cannot count its tokens exactly yet"
             )
+
+
+def processor_fingerprint(processor: Any) -> str:
+    """The fingerprint `prepare --processor` records for `processor` (its tokenizer under the
+    processor's chat template, the image processor's settings, the expansion rule): what a trainer's
+    processor is compared with."""
+    tokenizer = processor.tokenizer
+    template = getattr(processor, "chat_template", None)
+    if template and tokenizer.chat_template != template:  # as _load_tokenizer renders, without touching the caller's
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = template
+    return _combined_fingerprint(tokenizer_fingerprint(tokenizer), processor)
 
 
 def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any) -> str:
