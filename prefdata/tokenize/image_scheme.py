@@ -40,6 +40,7 @@ class ImageScheme:
     placeholder: str  # what the processor replaces, once per image (`processor.image_token`)
     image_token: str  # the token repeated N times
     image_token_id: int
+    run_offset: int = 0  # the processor's count minus the run's length (its count may include prefix and suffix)
     prefix: str = ""  # fixed text the processor writes before the run
     suffix: str = ""  # ... and after it
     before: str = ""  # what the chat template renders right before the placeholder (<|vision_start|>)
@@ -54,7 +55,7 @@ class ImageScheme:
             raise ValueError(f"{len(pieces) - 1} placeholders for {len(counts)} images")
         out = [pieces[0]]
         for count, piece in zip(counts, pieces[1:]):
-            out.append(self.prefix + self.image_token * count + self.suffix)
+            out.append(self.prefix + self.image_token * (count - self.run_offset) + self.suffix)
             out.append(piece)
         return "".join(out)
 
@@ -96,13 +97,14 @@ def learn_image_scheme(processor: Any, unit: str, counts: Callable[[list[tuple[i
         theirs = [_processor_ids(processor, placeholder, [image]) for image in images]
     except Exception as exc:
         raise PrefdataError(f"processor {name} failed on a probe image: {_first_line(exc)}") from None
-    token_id = _run_token(theirs, numbers)
-    if token_id is None:
+    found = _run_token(theirs, numbers)
+    if found is None:
         raise PrefdataError(
-            f"processor {name} does not expand {placeholder!r} to one run of the {numbers} image tokens "
-            f"it counts for images of two sizes; prefdata cannot count its tokens exactly"
+            f"processor {name} does not expand {placeholder!r} to one run of image tokens that follows its count "
+            f"({numbers} for images of two sizes); prefdata cannot count its tokens exactly"
         )
-    edges = {_edges(ids, token_id, count, decode) for ids, count in zip(theirs, numbers)}
+    token_id, offset = found
+    edges = {_edges(ids, token_id, count - offset, decode) for ids, count in zip(theirs, numbers)}
     if len(edges) != 1:
         raise PrefdataError(
             f"processor {name} writes different text around the image tokens for images of different sizes "
@@ -113,8 +115,8 @@ def learn_image_scheme(processor: Any, unit: str, counts: Callable[[list[tuple[i
     at = unit.find(placeholder)
     before, after = (unit[:at], unit[at + len(placeholder):]) if at >= 0 and unit.count(placeholder) == 1 else ("", "")
     scheme = ImageScheme(
-        placeholder=placeholder, image_token=image_token, image_token_id=token_id, prefix=prefix, suffix=suffix,
-        before=before, after=after, left_window=len(encode(before + prefix)) + 1,
+        placeholder=placeholder, image_token=image_token, image_token_id=token_id, run_offset=offset,
+        prefix=prefix, suffix=suffix, before=before, after=after, left_window=len(encode(before + prefix)) + 1,
         right_window=len(encode(suffix + after)) + 1,
     )
     _check_in_context(processor, scheme, images, numbers, encode, decode)
@@ -146,17 +148,23 @@ def _processor_ids(processor: Any, text: str, images: list[Any]) -> list[int]:
     return [int(token) for token in out["input_ids"][0]]
 
 
-def _run_token(probes: list[list[int]], counts: list[int]) -> int | None:
-    """The one token that appears, in one contiguous run, exactly `count` times in each probe."""
-    if not all(count > 0 for count in counts):
-        return None
-    found = None
+def _run_token(probes: list[list[int]], counts: list[int]) -> tuple[int, int] | None:
+    """(token, offset): the token that appears in one contiguous run of `count - offset` in each
+    probe, one offset for all. The processor's count is the run itself for most processors (offset
+    0) and the whole expansion for some (Idefics3 counts its fake and global tokens too). Preferred:
+    the smallest offset, then the longest run; a tie (a 1-token run beside a 1-token prefix) is
+    ambiguous."""
+    found: list[tuple[int, int, int]] = []
     for token in dict.fromkeys(probes[0]):
-        if all(_one_run(ids, token) == count for ids, count in zip(probes, counts)):
-            if found is not None:  # two candidates (a 1-token run beside a 1-token prefix): ambiguous
-                return None
-            found = token
-    return found
+        runs = [_one_run(ids, token) for ids in probes]
+        offsets = {count - run for count, run in zip(counts, runs)}
+        if min(runs) > 0 and len(offsets) == 1 and min(offsets) >= 0:
+            found.append((min(offsets), -runs[0], token))
+    found.sort()
+    if not found or (len(found) > 1 and found[0][:2] == found[1][:2]):
+        return None
+    offset, _run, token = found[0]
+    return token, offset
 
 
 def _one_run(ids: list[int], token: int) -> int:

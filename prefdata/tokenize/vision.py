@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.images import LoadedImage
-from prefdata.records import Pair
+from prefdata.records import Message, Pair
 from prefdata.tokenize.image_scheme import ImageScheme, image_spans, learn_image_scheme, template_unit
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _Texts
 from prefdata.tokenize.processor import load_processor
@@ -85,6 +85,13 @@ class VisionPairTokenizer(PairTokenizer):
 
     # -- placeholders -----------------------------------------------------------------------
 
+    def _render(self, conversations: list[list[Message]], generation_prompt: bool,
+                tools: list[Any] | None = None) -> list[str]:
+        """Every message's text as content parts, as TRL hands them to a vision-language template:
+        some render only parts (LLaVA-1.5's loops over `content | selectattr('type', ...)`, so a
+        string content would vanish); the others render a text part as they render the string."""
+        return super()._render([[_as_parts(m) for m in c] for c in conversations], generation_prompt, tools)
+
     def _render_rows(self, pairs: list[Pair]) -> list[_Texts | RecordError]:
         rendered = super()._render_rows(pairs)
         for i, (pair, item) in enumerate(zip(pairs, rendered)):
@@ -135,6 +142,11 @@ class VisionPairTokenizer(PairTokenizer):
 
     def _decode(self, ids: Sequence[int]) -> str:
         return str(self._backend.decode(list(ids), skip_special_tokens=False))
+
+
+def _as_parts(message: Message) -> Message:
+    content = message.get("content")
+    return {**message, "content": [{"type": "text", "text": content}]} if isinstance(content, str) else message
 
 
 def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any, scheme: ImageScheme) -> str:
