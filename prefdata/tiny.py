@@ -283,7 +283,8 @@ def build_tiny_gemma3_processor(out_dir: str | Path, image_size: int = 28, image
     out = Path(out_dir)
     scratch = out / "_tokenizer"
     tokenizer = build_tiny_tokenizer(scratch, chat_template=GEMMA3_TEMPLATE)
-    tokenizer.add_special_tokens({"additional_special_tokens": [*GEMMA3_TOKENS.values(), "<start_of_turn>", "<end_of_turn>"]})
+    turns = ["<start_of_turn>", "<end_of_turn>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": [*GEMMA3_TOKENS.values(), *turns]})
     tokenizer.save_pretrained(str(scratch))
     # Gemma3Processor reads boi/eoi/image tokens (and their ids) off the tokenizer, as Gemma's own declares them.
     tokenizer = AutoTokenizer.from_pretrained(str(scratch), extra_special_tokens=GEMMA3_TOKENS)

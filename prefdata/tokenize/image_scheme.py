@@ -9,9 +9,11 @@ Gemma 3 (whose run token, `<image_soft_token>`, is not its placeholder).
 
 `learn_image_scheme` learns that fixed text from the processor's own output on probe images of
 two different sizes, requires it to be the same for both, and checks that the rule reproduces the
-processor's ids exactly for two images in one text. A processor that lays images out otherwise
-(pan-and-scan crops, a layout that changes with the size) is refused with one line rather than
-counted wrong.
+processor's ids exactly for two images in one text. N is the processor's own count
+(`_get_num_multimodal_tokens`), less a constant where that count includes the fixed text (Idefics3
+counts its `<fake_token_around_image><global-img>` too). A processor that lays images out otherwise
+(Idefics3 / SmolVLM splitting an image into tiles with row and column markers) is refused with one
+line rather than counted wrong.
 
 `image_spans` finds each image's whole expansion in token ids (the template's own text around the
 placeholder where the row has it, the fixed text, the run), the span truncation must never cut.
@@ -195,13 +197,21 @@ def _check_in_context(processor: Any, scheme: ImageScheme, images: list[Any], nu
             f"processor {name} expands {scheme.placeholder!r} differently in a text with two images than "
             f"prefix + N image tokens + suffix; prefdata cannot count its tokens exactly"
         )
-    expected = scheme.before + scheme.prefix, scheme.suffix + scheme.after
     spans = image_spans(ours, scheme, decode)
-    found = [decode(ours[start:end]) for start, end in spans]
     if len(spans) != len(images) or not all(
-        piece.strip().startswith(expected[0].strip()) and piece.strip().endswith(expected[1].strip()) for piece in found
+        _covers(ours, span, scheme, count - scheme.run_offset, decode) for span, count in zip(spans, numbers)
     ):
         raise PrefdataError(f"processor {name}: cannot find each image's tokens in its ids; refusing to truncate blind")
+
+
+def _covers(ids: list[int], span: tuple[int, int], scheme: ImageScheme, run: int, decode: Decode) -> bool:
+    """The span holds the image's whole text, and no token less would."""
+    left, right = scheme.before + scheme.prefix, scheme.suffix + scheme.after
+    whole = left + scheme.image_token * run + right
+    start, end = span
+    return (whole in decode(ids[start:end])
+            and not (left and whole in decode(ids[start + 1:end]))
+            and not (right and whole in decode(ids[start:end - 1])))
 
 
 # -- spans ------------------------------------------------------------------------------------

@@ -54,9 +54,11 @@ class VisionPairTokenizer(PairTokenizer):
         if getattr(processor, "chat_template", None):  # the processor's template renders image parts
             tokenizer.chat_template = processor.chat_template
         if processor.image_token not in tokenizer.get_vocab():
-            raise PrefdataError(f"processor at {self.tokenizer_path}: image token {processor.image_token!r} is not in its vocabulary")
+            raise PrefdataError(
+                f"processor at {self.tokenizer_path}: image token {processor.image_token!r} is not in its vocabulary")
         if not hasattr(processor, "_get_num_multimodal_tokens"):
-            raise PrefdataError(f"processor {type(processor).__name__} cannot count image tokens (no _get_num_multimodal_tokens)")
+            raise PrefdataError(
+                f"processor {type(processor).__name__} cannot count image tokens (no _get_num_multimodal_tokens)")
         self.processor = processor
         return tokenizer
 

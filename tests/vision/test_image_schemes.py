@@ -132,7 +132,8 @@ def test_qwen2vl_loads_with_pillow_alone(qwen2vl_processor_dir):
         assert getattr(processor, "video_processor", None) is None
     tokenizer = VisionPairTokenizer(str(qwen2vl_processor_dir), TokenizeSettings())
     record = tokenizer.processor_record()
-    assert (record["class"], record["placeholder"], record["image_token"]) == ("Qwen2VLProcessor", "<|image_pad|>", "<|image_pad|>")
+    assert (record["class"], record["placeholder"], record["image_token"]) == (
+        "Qwen2VLProcessor", "<|image_pad|>", "<|image_pad|>")
 
 
 # -- Gemma 3: fixed text around a run of another token ---------------------------------------
