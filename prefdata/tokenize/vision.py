@@ -66,8 +66,9 @@ class VisionPairTokenizer(PairTokenizer):
         if self.tokenizer is not None:
             return
         super().setup()
-        unit = template_unit(lambda messages: self._render([messages], generation_prompt=False)[0]) \
-            if self.tokenizer.chat_template else ""
+        unit = ""  # what the template renders for an image part, around the placeholder
+        if self.tokenizer.chat_template:
+            unit = template_unit(lambda messages: self._render([messages], generation_prompt=False)[0])
         self.scheme = learn_image_scheme(self.processor, unit, self._counts, self._encode, self._decode)
         self._fingerprint = _combined_fingerprint(self._fingerprint, self.processor, self.scheme)
 
@@ -127,7 +128,8 @@ class VisionPairTokenizer(PairTokenizer):
         return texts
 
     def image_token_counts(self, images: Sequence[LoadedImage]) -> list[int]:
-        """Tokens the model sees for each image, from the processor's own count for its size."""
+        """The processor's own count for each image's size: its run of image tokens (and, for a
+        processor whose count takes in the text around the run, that text: `scheme.run_offset`)."""
         return self._counts([(image.height, image.width) for image in images])
 
     def _counts(self, sizes: list[tuple[int, int]]) -> list[int]:

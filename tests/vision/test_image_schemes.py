@@ -254,3 +254,13 @@ def test_image_spans_take_in_as_much_of_the_templates_text_as_the_row_has():
     decode = lambda ids: "".join(vocab[i] for i in ids)  # noqa: E731
     ids = [4, 5, 7, 8, 1, 3, 3, 2, 4, 6, 7, 8, 1, 3, 2]
     assert image_spans(ids, scheme, decode) == [(0, 8), (10, 15)]
+
+
+def test_a_plain_text_prompt_with_a_placeholder_and_no_image_is_a_mismatch(tmp_path, gemma3_processor_dir):
+    """Explicit string rows are tokenized as written; a placeholder there still needs its image
+    (it used to reach the trainer unexpanded: an image token with no image)."""
+    rows = [{"prompt": "Look: <start_of_image> what is it?", "chosen": "A cat.", "rejected": "A dog."},
+            {"prompt": "No picture here.", "chosen": "Fine.", "rejected": "Bad."}]
+    result, out = _prepare(tmp_path, rows, gemma3_processor_dir)
+    assert [(d["source_line"], d["flags"]) for d in _dropped(out)] == [(1, [F.IMAGE_MISMATCH])]
+    assert result.rows_out == 1
