@@ -215,3 +215,82 @@ def build_tiny_llava_model(out_dir: str | Path, processor_dir: str | Path, hidde
     model.save_pretrained(str(out))
     processor.save_pretrained(str(out))
     return model
+
+
+# ChatML that renders image parts as Qwen2-VL's template does: <|vision_start|><|image_pad|><|vision_end|>.
+QWEN2VL_CHATML_TEMPLATE = LLAVA_CHATML_TEMPLATE.replace(
+    "'<image>'", "'<|vision_start|><|image_pad|><|vision_end|>'"
+)
+QWEN2VL_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def build_tiny_qwen2vl_processor(out_dir: str | Path, min_pixels: int = 28 * 28, max_pixels: int = 28 * 28 * 16):
+    """A Qwen2-VL-style processor saved from code: the tiny tokenizer plus Qwen2-VL's vision tokens,
+    a Qwen2-VL image processor with tiny pixel bounds (images stay small: 1 to 16 merged 28px cells,
+    so a few image tokens each, depending on the image's size) and a ChatML template that renders an
+    image part as `<|vision_start|><|image_pad|><|vision_end|>`.
+
+    Written as files (tokenizer, preprocessor_config.json naming Qwen2VLProcessor, chat template),
+    because Qwen2VLProcessor will not be built in code without its torchvision video processor;
+    returns it loaded the way prepare loads it (prefdata.tokenize.processor: Pillow only)."""
+    import json
+
+    from transformers import Qwen2VLImageProcessorPil
+
+    from prefdata.tokenize.processor import load_processor
+
+    out = Path(out_dir)
+    tokenizer = build_tiny_tokenizer(out, chat_template=QWEN2VL_CHATML_TEMPLATE)
+    tokenizer.add_special_tokens({"additional_special_tokens": QWEN2VL_TOKENS})
+    tokenizer.save_pretrained(str(out))
+    image_processor = Qwen2VLImageProcessorPil(
+        min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, merge_size=2, temporal_patch_size=2
+    )
+    image_processor.save_pretrained(str(out))
+    config_path = out / "preprocessor_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    config["processor_class"] = "Qwen2VLProcessor"
+    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "chat_template.json").write_text(json.dumps({"chat_template": QWEN2VL_CHATML_TEMPLATE}, indent=2) + "\n",
+                                            encoding="utf-8")
+    return load_processor(str(out))
+
+
+# Gemma 3's turn layout, rendering an image part as `<start_of_image>`, which Gemma3Processor expands.
+GEMMA3_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{{ '<start_of_turn>' + role + '\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] | trim }}{% else %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'image' %}{{ '<start_of_image>' }}"
+    "{% elif part['type'] == 'text' %}{{ part['text'] | trim }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<end_of_turn>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<start_of_turn>model\n' }}{% endif %}"
+)
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+
+
+def build_tiny_gemma3_processor(out_dir: str | Path, image_size: int = 28, image_seq_length: int = 4):
+    """A Gemma 3 processor built in code and saved: the tiny tokenizer plus Gemma 3's turn and image
+    tokens, a Gemma 3 image processor at `image_size` pixels (its Pillow class) and Gemma3Processor
+    with `image_seq_length` soft tokens per image. Its template renders `<start_of_image>`, which the
+    processor expands to "\\n\\n<start_of_image>" + N x `<image_soft_token>` + "<end_of_image>\\n\\n":
+    the placeholder is not the image token, and fixed text surrounds the run. Returns it loaded."""
+    import shutil
+
+    from transformers import AutoProcessor, AutoTokenizer, Gemma3ImageProcessorPil, Gemma3Processor
+
+    out = Path(out_dir)
+    scratch = out / "_tokenizer"
+    tokenizer = build_tiny_tokenizer(scratch, chat_template=GEMMA3_TEMPLATE)
+    turns = ["<start_of_turn>", "<end_of_turn>"]
+    tokenizer.add_special_tokens({"additional_special_tokens": [*GEMMA3_TOKENS.values(), *turns]})
+    tokenizer.save_pretrained(str(scratch))
+    # Gemma3Processor reads boi/eoi/image tokens (and their ids) off the tokenizer, as Gemma's own declares them.
+    tokenizer = AutoTokenizer.from_pretrained(str(scratch), extra_special_tokens=GEMMA3_TOKENS)
+    image_processor = Gemma3ImageProcessorPil(size={"height": image_size, "width": image_size})
+    processor = Gemma3Processor(image_processor=image_processor, tokenizer=tokenizer, chat_template=GEMMA3_TEMPLATE,
+                                image_seq_length=image_seq_length)
+    processor.save_pretrained(str(out))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return AutoProcessor.from_pretrained(str(out))

@@ -319,10 +319,12 @@ class PairTokenizer:
             elif pair.is_conversational or self.settings.chat_template:
                 templated.append(index)
             else:
-                text_rows.append(index)
-                # Tools cannot reach a model through plain text: that is a loss to report.
-                lost = (F.REASONING_LOST,) if pair.tools else ()
-                texts.append(_Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True, flags=lost))
+                plain = self._plain_texts(pair)
+                if isinstance(plain, RecordError):
+                    results[index] = plain
+                else:
+                    text_rows.append(index)
+                    texts.append(plain)
 
         if templated:
             rendered = self._render_rows([pairs[i] for i in templated])
@@ -338,6 +340,12 @@ class PairTokenizer:
         return results  # type: ignore[return-value]
 
     # -- rendering ---------------------------------------------------------------------------
+
+    def _plain_texts(self, pair: Pair) -> _Texts | RecordError:
+        """A plain-text row's texts, tokenized as written (no template). Tools cannot reach a model
+        through plain text: that is a loss to report."""
+        lost = (F.REASONING_LOST,) if pair.tools else ()
+        return _Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True, flags=lost)
 
     def _render_rows(self, pairs: list[Pair]) -> list[_Texts | RecordError]:
         """Render prompt (with generation prompt) once per row, and prompt + completion per half.

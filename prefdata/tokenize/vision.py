@@ -3,16 +3,22 @@
 A vision-language processor is a tokenizer plus an image processor plus a rule for how one image
 placeholder in the text becomes N image tokens. `VisionPairTokenizer` is `PairTokenizer` with the
 processor's tokenizer and chat template, and one more step between rendering and tokenizing: each
-placeholder in the rendered prompt is expanded to as many image tokens as the model will see for
-that image (`_get_num_multimodal_tokens`, the processor's own count from the image's size), so
-token lengths and truncation are exact. Truncation then protects the image tokens
+placeholder in the rendered prompt (or in a plain-text prompt) is expanded the way the processor
+expands it, with as many image tokens as the model will see for that image
+(`_get_num_multimodal_tokens`, the processor's own count from the image's size), so token lengths
+and truncation are exact. Truncation then protects each image's whole expansion
 (`truncate_pair`'s `image_spans`: `image_truncated`, never half-visible).
 
-Checked at setup on a probe image: the processor's own expansion (`processor(text, images)`) equals
-the placeholder repeated N times. A processor that expands differently (start/end tokens added
-around the run, as Gemma 3's) is refused with one line rather than counted wrong.
+The rule is learned at setup from the processor's own output (prefdata.tokenize.image_scheme):
+placeholder -> prefix + N x image token + suffix, which covers one `<image>` expanded to N (LLaVA),
+`<|vision_start|><|image_pad|><|vision_end|>` with a grid that depends on the image size
+(Qwen2-VL), and fixed text around the run (Gemma 3: `<start_of_image>` becomes "\\n\\n<start_of_image>" +
+N x `<image_soft_token>` + "<end_of_image>\\n\\n"). A processor whose expansion is none of these is
+refused with one line rather than counted wrong.
 
-Only Pillow is needed: transformers picks its Pillow image processors when torchvision is absent.
+Only Pillow is needed: transformers picks its Pillow image processors when torchvision is absent,
+and a processor that also wants a torchvision video processor loads without it
+(prefdata.tokenize.processor).
 """
 
 from __future__ import annotations
@@ -20,41 +26,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 from typing import Any, Sequence
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError
-from prefdata.io.images import LoadedImage, pillow
-from prefdata.io.manifest import tokenizer_fingerprint
-from prefdata.records import Pair
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _interrupted, _Texts
+from prefdata.io.images import LoadedImage
+from prefdata.records import Message, Pair
+from prefdata.tokenize.image_scheme import ImageScheme, image_spans, learn_image_scheme, template_unit
+from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _Texts
+from prefdata.tokenize.processor import load_processor
 
-_PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
-_PROBE_SIZE = (37, 23)  # an odd size, so a size-dependent grid shows a wrong count
-
-
-def load_processor(path: str, trust_remote_code: bool = False) -> Any:
-    """An AutoProcessor from a local directory, or a one-line PrefdataError."""
-    if os.path.isfile(path):
-        raise PrefdataError(f"--processor takes the processor's directory, not one of its files: {path}")
-    if not os.path.isdir(path):
-        raise PrefdataError(f"processor directory not found: {path}")
-    if not any(os.path.exists(os.path.join(path, name)) for name in _PROCESSOR_FILES):
-        raise PrefdataError(f"no processor files ({', '.join(_PROCESSOR_FILES)}) in {path}")
-    pillow()  # the [vision] extra, named before transformers' own message
-    try:
-        from transformers import AutoProcessor
-
-        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
-    except Exception as exc:  # one line, no traceback
-        if _interrupted(exc):
-            raise KeyboardInterrupt from None
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise PrefdataError(f"cannot load processor from {path}: {first}") from None
-    if getattr(processor, "tokenizer", None) is None or not getattr(processor, "image_token", None):
-        raise PrefdataError(f"processor at {path} has no tokenizer or no image token: not a vision-language processor")
-    return processor
+__all__ = ["VisionPairTokenizer", "load_processor"]
 
 
 class VisionPairTokenizer(PairTokenizer):
@@ -65,42 +47,57 @@ class VisionPairTokenizer(PairTokenizer):
     def __init__(self, tokenizer_path: str, settings: TokenizeSettings, trust_remote_code: bool = False):
         super().__init__(tokenizer_path, settings, trust_remote_code)
         self.processor: Any = None
-        self._image_token = ""
-        self._image_ids: frozenset[int] = frozenset()
+        self.scheme: ImageScheme | None = None
 
     def _load_tokenizer(self) -> Any:
-        processor = load_processor(self.tokenizer_path, self.trust_remote_code)
+        return self._adopt(load_processor(self.tokenizer_path, self.trust_remote_code))
+
+    def _adopt(self, processor: Any) -> Any:
+        """Take `processor` as this tokenizer's: its tokenizer under its chat template, checked."""
         tokenizer = processor.tokenizer
         if getattr(processor, "chat_template", None):  # the processor's template renders image parts
             tokenizer.chat_template = processor.chat_template
+        if processor.image_token not in tokenizer.get_vocab():
+            raise PrefdataError(
+                f"processor at {self.tokenizer_path}: image token {processor.image_token!r} is not in its vocabulary")
+        if not hasattr(processor, "_get_num_multimodal_tokens"):
+            raise PrefdataError(
+                f"processor {type(processor).__name__} cannot count image tokens (no _get_num_multimodal_tokens)")
         self.processor = processor
-        self._image_token = processor.image_token
-        self._image_ids = frozenset(
-            tokenizer.convert_tokens_to_ids(t) for t in (processor.image_token,) if t in tokenizer.get_vocab()
-        )
-        if not self._image_ids:
-            raise PrefdataError(f"processor at {self.tokenizer_path}: image token {processor.image_token!r} is not in its vocabulary")
         return tokenizer
 
     def setup(self) -> None:
         if self.tokenizer is not None:
             return
         super().setup()
-        self._fingerprint = _combined_fingerprint(self._fingerprint, self.processor)
-        self._check_expansion()
+        unit = ""  # what the template renders for an image part, around the placeholder
+        if self.tokenizer.chat_template:
+            unit = template_unit(lambda messages: self._render([messages], generation_prompt=False)[0])
+        self.scheme = learn_image_scheme(self.processor, unit, self._counts, self._encode, self._decode)
+        self._fingerprint = _combined_fingerprint(self._fingerprint, self.processor, self.scheme)
 
     def processor_record(self) -> dict[str, Any]:
         """What the manifest records of the processor."""
         self.setup()
+        assert self.scheme is not None
         return {
             "path": self.tokenizer_path,
             "class": type(self.processor).__name__,
             "image_processor": type(self.processor.image_processor).__name__,
-            "image_token": self._image_token,
+            "image_token": self.scheme.image_token,
+            "placeholder": self.scheme.placeholder,
+            "expansion": {"prefix": self.scheme.prefix, "suffix": self.scheme.suffix},
             "fingerprint": self._fingerprint,
         }
 
     # -- placeholders -----------------------------------------------------------------------
+
+    def _render(self, conversations: list[list[Message]], generation_prompt: bool,
+                tools: list[Any] | None = None) -> list[str]:
+        """Every message's text as content parts, as TRL hands them to a vision-language template:
+        some render only parts (LLaVA-1.5's loops over `content | selectattr('type', ...)`, so a
+        string content would vanish); the others render a text part as they render the string."""
+        return super()._render([[_as_parts(m) for m in c] for c in conversations], generation_prompt, tools)
 
     def _render_rows(self, pairs: list[Pair]) -> list[_Texts | RecordError]:
         rendered = super()._render_rows(pairs)
@@ -109,89 +106,94 @@ class VisionPairTokenizer(PairTokenizer):
                 rendered[i] = self._place_images(pair, item)
         return rendered
 
+    def _plain_texts(self, pair: Pair) -> _Texts | RecordError:
+        texts = super()._plain_texts(pair)
+        return self._place_images(pair, texts) if isinstance(texts, _Texts) else texts
+
     def _place_images(self, pair: Pair, texts: _Texts) -> _Texts | RecordError:
-        """Expand each placeholder of the rendered prompt to its image's token count; a row whose
-        placeholders and images differ in number is flagged `image_mismatch` (left unexpanded)."""
-        token = self._image_token
-        if token in texts.chosen or token in texts.rejected:
-            return RecordError(f"image placeholder {token!r} in a completion: images must sit in the prompt")
+        """Expand each placeholder of the prompt the way the processor does; a row whose
+        placeholders and images differ in number, or whose text holds the image token itself (a
+        run the model would fill with no image), is flagged `image_mismatch` (left unexpanded)."""
+        scheme = self.scheme
+        assert scheme is not None
+        for marker in dict.fromkeys((scheme.placeholder, scheme.image_token)):
+            if marker in texts.chosen or marker in texts.rejected:
+                return RecordError(f"image placeholder {marker!r} in a completion: images must sit in the prompt")
         images: list[LoadedImage] = pair.image_data or []
-        placeholders = texts.prompt.count(token)
-        if placeholders == 0 and not images:
+        placeholders = texts.prompt.count(scheme.placeholder)
+        stray = scheme.image_token != scheme.placeholder and scheme.image_token in texts.prompt
+        if placeholders == 0 and not images and not stray:
             return texts
         texts.images = True
-        if placeholders != len(images):
+        if placeholders != len(images) or stray:
             texts.flags = (*texts.flags, F.IMAGE_MISMATCH)
             return texts
-        counts = self.image_token_counts(images)
-        pieces = texts.prompt.split(token)
-        expanded = [pieces[0]]
-        for count, piece in zip(counts, pieces[1:]):
-            expanded.append(token * count)
-            expanded.append(piece)
-        texts.prompt = "".join(expanded)
+        texts.prompt = scheme.expand(texts.prompt, self.image_token_counts(images))
         return texts
 
     def image_token_counts(self, images: Sequence[LoadedImage]) -> list[int]:
-        """Tokens the model sees for each image, from the processor's own count for its size."""
-        sizes = [(image.height, image.width) for image in images]
+        """The processor's own count for each image's size: its run of image tokens (and, for a
+        processor whose count takes in the text around the run, that text: `scheme.run_offset`)."""
+        return self._counts([(image.height, image.width) for image in images])
+
+    def _counts(self, sizes: list[tuple[int, int]]) -> list[int]:
         data = self.processor._get_num_multimodal_tokens(image_sizes=sizes)
         counts = data["num_image_tokens"] if isinstance(data, dict) else data.num_image_tokens
         return [int(c) for c in counts]
 
     def _image_spans(self, prompt_ids: Sequence[int]) -> list[tuple[int, int]]:
-        ids, spans, start = self._image_ids, [], -1
-        for position, token_id in enumerate(prompt_ids):
-            if token_id in ids:
-                if start < 0:
-                    start = position
-            elif start >= 0:
-                spans.append((start, position))
-                start = -1
-        if start >= 0:
-            spans.append((start, len(prompt_ids)))
-        return spans
+        assert self.scheme is not None
+        return image_spans(prompt_ids, self.scheme, self._decode)
 
-    def _check_expansion(self) -> None:
-        """The processor's own expansion of one placeholder equals `image_token_counts`'s run."""
-        if not hasattr(self.processor, "_get_num_multimodal_tokens"):
-            raise PrefdataError(f"processor {type(self.processor).__name__} cannot count image tokens (no _get_num_multimodal_tokens)")
-        image = pillow().new("RGB", _PROBE_SIZE, (127, 64, 200))
-        probe = LoadedImage(b"", image.width, image.height, "", 0)
-        try:
-            count = self.image_token_counts([probe])[0]
-            theirs = list(self.processor(text=[self._image_token], images=[image])["input_ids"][0])
-        except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise PrefdataError(f"processor at {self.tokenizer_path} failed on a probe image: {first}") from None
-        ours = list(self.tokenizer(self._image_token * count)["input_ids"])
-        if theirs != ours:
-            raise PrefdataError(
-                f"processor {type(self.processor).__name__} expands {self._image_token!r} differently from a run of "
-                f"{count} image tokens; prefdata cannot count its tokens exactly yet"
-            )
+    def _encode(self, text: str) -> list[int]:
+        return list(self._backend.encode(text, add_special_tokens=False).ids)
+
+    def _decode(self, ids: Sequence[int]) -> str:
+        return str(self._backend.decode(list(ids), skip_special_tokens=False))
+
+
+class _GivenProcessor(VisionPairTokenizer):
+    """VisionPairTokenizer over a processor already in memory (a trainer's), for its fingerprint."""
+
+    def __init__(self, processor: Any):
+        super().__init__(str(getattr(processor.tokenizer, "name_or_path", "") or "<processor>"), TokenizeSettings())
+        self._given = processor
+
+    def _load_tokenizer(self) -> Any:
+        return self._adopt(self._given)
 
 
 def processor_fingerprint(processor: Any) -> str:
-    """The fingerprint `prepare --processor` records for `processor` (its tokenizer under the
-    processor's chat template, the image processor's settings, the expansion rule): what a trainer's
-    processor is compared with."""
-    tokenizer = processor.tokenizer
-    template = getattr(processor, "chat_template", None)
-    if template and tokenizer.chat_template != template:  # as _load_tokenizer renders, without touching the caller's
-        tokenizer = copy.copy(tokenizer)
-        tokenizer.chat_template = template
-    return _combined_fingerprint(tokenizer_fingerprint(tokenizer), processor)
+    """The fingerprint `prepare --processor` records, for a processor already loaded (refs, train and
+    the TRL hand-off compare it with OUT's): the same tokenizer, template, settings and learned
+    expansion rule, computed on a copy so the caller's processor is left as it was."""
+    return _GivenProcessor(copy.deepcopy(processor)).fingerprint()
 
 
-def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any) -> str:
-    """The tokenizer's fingerprint with the image processor's settings and the expansion rule."""
+def _as_parts(message: Message) -> Message:
+    content = message.get("content")
+    return {**message, "content": [{"type": "text", "text": content}]} if isinstance(content, str) else message
+
+
+def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any, scheme: ImageScheme) -> str:
+    """The tokenizer's fingerprint with the image processor's settings, the processor's own
+    settings (Gemma 3's image_seq_length, LLaVA's patch_size...) and the expansion rule."""
     record = {
         "tokenizer": tokenizer_fingerprint,
         "processor": type(processor).__name__,
         "image_processor": json.loads(processor.image_processor.to_json_string()),
-        "image_token": processor.image_token,
-        **{name: getattr(processor, name, None) for name in ("patch_size", "num_additional_image_tokens",
-                                                              "vision_feature_select_strategy")},
+        "settings": _processor_settings(processor),
+        "scheme": scheme.record(),
     }
     return "sha256:" + hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def _processor_settings(processor: Any) -> dict[str, Any]:
+    """The processor's own scalar settings (what processor_config.json holds besides its parts)."""
+    try:
+        settings = processor.to_dict()
+    except Exception:  # an old or custom processor: its known settings by name
+        settings = {name: getattr(processor, name, None) for name in (
+            "patch_size", "num_additional_image_tokens", "vision_feature_select_strategy", "image_seq_length")}
+    return {name: value for name, value in settings.items()
+            if isinstance(value, (str, int, float, bool)) or value is None}

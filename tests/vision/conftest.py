@@ -21,3 +21,25 @@ def llava_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+
+
+@pytest.fixture(scope="session")
+def qwen2vl_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not hasattr(transformers, "Qwen2VLImageProcessorPil"):
+        pytest.skip("this transformers has no Qwen2VLImageProcessorPil")
+    from prefdata.tiny import build_tiny_qwen2vl_processor
+
+    path = tmp_path_factory.mktemp("qwen2vl") / "processor"
+    build_tiny_qwen2vl_processor(path)  # 28px cells, 1 to 16 per image: the count depends on the size
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma3_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not hasattr(transformers, "Gemma3Processor") or not hasattr(transformers, "Gemma3ImageProcessorPil"):
+        pytest.skip("this transformers has no Gemma3Processor / Gemma3ImageProcessorPil")
+    from prefdata.tiny import build_tiny_gemma3_processor
+
+    path = tmp_path_factory.mktemp("gemma3") / "processor"
+    build_tiny_gemma3_processor(path)  # 28px, 4 soft tokens per image between <start_of_image> and <end_of_image>
+    return path

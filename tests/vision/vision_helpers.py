@@ -26,3 +26,12 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return path
+
+
+def processor_prompt_ids(processor, prompt: list[dict], images: list) -> list[int]:
+    """The processor's own ids for a prompt: its chat template over the messages as TRL hands them to
+    a vision-language model (text as content parts), then `processor(text=..., images=...)`."""
+    messages = [{**m, "content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
+                for m in prompt]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return [int(i) for i in processor(text=[text], images=images)["input_ids"][0]]
