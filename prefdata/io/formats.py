@@ -396,7 +396,13 @@ def _message_pair(
         for message in messages:
             if type(message["content"]) is list:
                 pair.image_parts += sum(1 for part in message["content"] if part["type"] == "image")
-    for name in IMAGE_COLUMNS:  # image pairs: the column is the pair's, not a pass-through
+    return _take_images(pair)
+
+
+def _take_images(pair: Pair) -> Pair:
+    """Image pairs: the `images` (or `image`) column is the pair's, not a pass-through, so that a row
+    with images is never tokenized as text alone (its placeholders are checked, its images counted)."""
+    for name in IMAGE_COLUMNS:
         if name in pair.extra:
             value = pair.extra.pop(name)
             if value is not None and value != []:
@@ -413,7 +419,7 @@ def _explicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     prompt = row["prompt"]
     if type(prompt) is not str:
         raise RecordError(_type_error("prompt", prompt, "a string or a list of messages"))
-    return Pair(
+    return _take_images(Pair(
         source_file=raw.source_file,
         source_line=raw.source_line,
         prompt=prompt,
@@ -422,7 +428,7 @@ def _explicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
         extra=_extra(row, _CONSUMED["explicit"]),
         shape="explicit",
         tools=_tools(row.get("tools")),
-    )
+    ))
 
 
 def _alpaca(raw: RawRecord, row: dict[str, Any]) -> Pair:

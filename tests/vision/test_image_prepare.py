@@ -154,3 +154,33 @@ def test_content_hash_changes_with_the_image_bytes(tmp_path, llava_processor_dir
         _r, out = _prepare(tmp_path, [image_row("q", ["img/a.png"])], llava_processor_dir, name=f"o{color[0]}")
         hashes.append(json.loads((out / "manifest.json").read_text())["content_hash"])
     assert hashes[0] != hashes[1]
+
+
+def test_explicit_string_rows_take_their_images_with_the_models_placeholder_text(tmp_path, llava_processor_dir):
+    """TRL's standard (non-conversational) image rows: a string prompt with the model's placeholder
+    and an `images` column. The images are the pair's (expanded, checked), not a pass-through column
+    that a text-only run would silently drop."""
+    import datasets
+    from transformers import AutoProcessor
+
+    _images(tmp_path / "data" / "img", wide=(64, 20))
+    rows = [
+        {"prompt": "<image>\nWhat color is it?", "chosen": " Red.", "rejected": " Blue.", "images": ["img/wide.png"]},
+        {"prompt": "<image><image>\nCompare.", "chosen": " Same.", "rejected": " Different.", "images": ["img/wide.png"]},
+    ]
+    result, out = _prepare(tmp_path, rows, llava_processor_dir)
+    assert result.rows_out == 1 and result.report["flags"][F.IMAGE_MISMATCH]["count"] == 1
+    processor = AutoProcessor.from_pretrained(str(llava_processor_dir))
+    row = datasets.load_from_disk(str(out))[0]
+    assert row["prompt_ids"] == processor(text=[rows[0]["prompt"]], images=row["images"])["input_ids"][0]
+    assert len(row["images"]) == 1
+
+    # Without a processor the row is not tokenized as text alone: it is quarantined with the reason.
+    from prefdata.tiny import build_tiny_tokenizer
+
+    build_tiny_tokenizer(tmp_path / "tok")
+    from prefdata.errors import PrefdataError
+
+    with pytest.raises(PrefdataError, match="row has images: prepare image pairs with --processor"):
+        prepare(tmp_path / "data" / "pairs.jsonl", tmp_path / "text-out", tokenizer=str(tmp_path / "tok"),
+                progress=False, workers=1)
