@@ -25,6 +25,7 @@ from typing import Any, Sequence
 from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.images import LoadedImage, pillow
+from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.records import Pair
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _interrupted, _Texts
 
@@ -181,3 +182,18 @@ def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any) -> str:
                                                               "vision_feature_select_strategy")},
     }
     return "sha256:" + hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def holds_processor(path: str | os.PathLike[str]) -> bool:
+    """Whether a directory holds a processor's files (a model directory saved with its processor)."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in _PROCESSOR_FILES)
+
+
+def processor_fingerprint(processor: Any) -> str:
+    """The fingerprint `VisionPairTokenizer` records for a loaded processor (its tokenizer with the
+    processor's chat template, the image processor's settings and the expansion rule): what refs
+    and train compare with the manifest's."""
+    tokenizer = processor.tokenizer
+    if getattr(processor, "chat_template", None):  # as `VisionPairTokenizer._load_tokenizer` sets it
+        tokenizer.chat_template = processor.chat_template
+    return _combined_fingerprint(tokenizer_fingerprint(tokenizer), processor)
