@@ -128,6 +128,14 @@ def test_refs_in_small_batches_and_auto_layout(tmp_path, image_out, llava_model_
     np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, image_out, llava_model_dir, expected):
+    out = _copy(image_out, tmp_path)
+    result = R.compute_refs(out, str(llava_model_dir), device="cuda", progress=False)  # pixel values in bf16 too
+    assert result.dtype == "bfloat16" and result.device.startswith("cuda") and result.layout == "shared"
+    np.testing.assert_allclose(datasets.load_from_disk(str(out))["ref_chosen_logps"], expected[0], atol=1.0, rtol=0.05)
+
+
 def _run_killed(out: Path, model_dir: Path, kill_after: int) -> subprocess.CompletedProcess:
     code = (
         "from prefdata.refs import compute_refs; "
@@ -147,6 +155,29 @@ def test_refs_resume_after_kill_9(tmp_path, image_out, llava_model_dir, expected
     assert result.shards_resumed == 2 and result.shards_total > 2
     rows = datasets.load_from_disk(str(out))
     np.testing.assert_allclose(rows["ref_chosen_logps"], expected[0], atol=2e-4)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_policy_forward_of_train_equals_the_stored_refs_pair_by_pair(tmp_path, image_out, llava_model_dir, layout):
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from prefdata.model.vision_model import vision_inputs
+    from prefdata.train.data import load_pairs
+    from prefdata.train.step import PairForward, forward_pairs
+
+    out = _copy(image_out, tmp_path)
+    R.compute_refs(out, str(llava_model_dir), progress=False)  # auto: shared
+    data = load_pairs(out, need_refs=True)
+    model = AutoModelForImageTextToText.from_pretrained(str(llava_model_dir)).train()  # as train runs it
+    fwd = PairForward(model=model, layout=layout, pad_token_id=0, device=torch.device("cpu"),
+                      loss_kwargs={"loss_type": "sigmoid", "beta": 0.1},
+                      vision=vision_inputs(AutoProcessor.from_pretrained(str(llava_model_dir))))
+    rows = [3, 0, 4, 2, 1]  # not in dataset order: the batch's images follow its rows
+    with torch.no_grad():
+        _, logps, _ = forward_pairs(fwd, data, rows)
+    stored = datasets.load_from_disk(str(out)).select(rows)
+    np.testing.assert_allclose(logps.chosen.numpy(), stored["ref_chosen_logps"], atol=2e-4)
+    np.testing.assert_allclose(logps.rejected.numpy(), stored["ref_rejected_logps"], atol=2e-4)
 
 
 @pytest.mark.parametrize("layout", ["shared", "right"])
