@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from prefdata.model.attention import block_attention, model_body as _body, supports_blocks, text_body
+from prefdata.model.attention import block_attention, model_body, supports_blocks, text_body
 from prefdata.tokenize.masks import SequenceBatch
 
 # Attention implementations whose transformers integration honours packed position ids: eager, sdpa
@@ -32,8 +32,6 @@ DEFAULT_CHUNK_ROWS = 1024
 def _attn_implementation(model: Any) -> str:
     config = getattr(text_body(model), "config", None) or getattr(model, "config", None)
     return str(getattr(config, "_attn_implementation", None) or "eager")
-
-
 
 
 def supports_packing(model: Any) -> bool:
@@ -141,7 +139,7 @@ def _hidden_states(model: Any, batch: SequenceBatch) -> torch.Tensor:
     with ExitStack() as stack:
         if batch.blocks is not None:
             kwargs.update(stack.enter_context(block_attention(model, batch.blocks)))
-        out = _body(model)(
+        out = model_body(model)(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             position_ids=batch.position_ids,

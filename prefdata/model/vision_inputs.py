@@ -18,8 +18,9 @@ distinct image goes through the image processor once even when two halves carry 
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -76,7 +77,8 @@ def decode_image(item: Any) -> Any:
     return image
 
 
-def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None], order: list[int]) -> dict[str, torch.Tensor] | None:
+def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None],
+                 order: list[int]) -> dict[str, torch.Tensor] | None:
     """The image processor's outputs for the images of pairs ``order[0], order[1], ...`` in turn
     (each pair's images in their own order). Each pair's images are decoded and processed once."""
     if not order:

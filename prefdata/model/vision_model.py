@@ -93,9 +93,9 @@ def is_vision_language(config: Any) -> bool:
     """A config with a vision tower (`vision_config`) or one transformers maps to image-text-to-text."""
     if getattr(config, "vision_config", None) is not None:
         return True
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES as NAMES
 
-    return getattr(config, "model_type", None) in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+    return getattr(config, "model_type", None) in NAMES
 
 
 def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) -> None:

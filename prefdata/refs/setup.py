@@ -124,7 +124,8 @@ def load_reference_model(model_dir: Path, dtype_name: str, device_name: str, tru
     if vision:
         from prefdata.model.vision_model import load_vision_language_model
 
-        return load_vision_language_model(model_dir, getattr(torch, dtype_name), trust_remote_code).to(device_name).eval()
+        net = load_vision_language_model(model_dir, getattr(torch, dtype_name), trust_remote_code)
+        return net.to(device_name).eval()
     try:
         net = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=getattr(torch, dtype_name), trust_remote_code=trust_remote_code

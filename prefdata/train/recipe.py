@@ -258,7 +258,8 @@ def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch
     return policy
 
 
-def _checked_vision(out_dir: Path, model: Path, processor: str | Path | None, data: Any, trust_remote_code: bool) -> tuple[Any, Any]:
+def _checked_vision(out_dir: Path, model: Path, processor: str | Path | None, data: Any,
+                    trust_remote_code: bool) -> tuple[Any, Any]:
     """For an image OUT: its pixel-input settings and the processor (checked against the manifest,
     after the model's config); (None, None) for a text OUT, which refuses `processor`."""
     from prefdata.model import vision_model as V

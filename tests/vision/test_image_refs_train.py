@@ -261,9 +261,10 @@ def test_a_model_with_3d_positions_is_refused(tmp_path, image_out, llava_process
 
     def qwen2_vl(rope: dict):
         config = transformers.Qwen2VLConfig(
-            text_config=dict(vocab_size=600, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                             num_attention_heads=2, num_key_value_heads=1, rope_parameters=rope),
-            vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2), image_token_id=512)
+            text_config={"vocab_size": 600, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                         "num_attention_heads": 2, "num_key_value_heads": 1, "rope_parameters": rope},
+            vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2},
+            image_token_id=512)
         return transformers.Qwen2VLForConditionalGeneration(config)
 
     # As its checkpoints are: refused from the config, before the weights are read.
