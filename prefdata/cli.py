@@ -227,6 +227,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("out", metavar="OUT", help="a directory written by `prefdata prepare`")
     r.add_argument("--model", metavar="PATH", help="reference model directory (required)")
+    r.add_argument("--processor", metavar="DIR",
+                   help="image OUTs (prepared with --processor): the AutoProcessor directory whose image processor makes the "
+                   "pixel values; must be the one OUT was prepared with (default: --model when it holds processor files, "
+                   "else the manifest's)")
     r.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default auto (cuda when available)")
     r.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], help="default auto (bf16 on GPU, fp32 on CPU)")
     r.add_argument("--batch-tokens", type=_positive_int, metavar="N", help="token budget per forward batch")
@@ -245,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("out", metavar="OUT", help="a prepared OUT/ (with `prefdata refs` columns unless --loss simpo)")
     t.add_argument("--model", metavar="PATH", help="policy model to start from (required)")
+    t.add_argument("--processor", metavar="DIR",
+                   help="image OUTs (prepared with --processor): the AutoProcessor directory whose image processor makes the "
+                   "pixel values; must be the one OUT was prepared with (default: --model when it holds processor files, "
+                   "else the manifest's); saved with the trained model")
     t.add_argument("--output", metavar="DIR", help="where checkpoints, metrics.jsonl and the final model go (required)")
     t.add_argument("--loss", choices=["sigmoid", "ipo", "hinge", "robust", "simpo"],
                    help="preference loss (default sigmoid: DPO); simpo needs no reference log-probs")

@@ -60,6 +60,7 @@ def compute_refs_on_ray(
     layout: str = "auto",
     shard_batches: int = SHARD_BATCHES,
     max_restarts: int = 2,
+    processor: str | None = None,
 ) -> RefsResult:
     """`compute_refs` across a Ray cluster: `workers` actors (default one per GPU, else one per CPU).
 
@@ -91,6 +92,7 @@ def compute_refs_on_ray(
         "device": device if device != "auto" else ("cuda" if use_gpu else "cpu"),
         "dtype": dtype, "batch_tokens": batch_tokens, "resume": True, "progress": False,
         "trust_remote_code": trust_remote_code, "recompute": recompute, "layout": layout, "shard_batches": shard_batches,
+        "processor": processor,
     }
     calls = [actor.run.remote(str(out), str(model), settings) for actor in actors]
     try:

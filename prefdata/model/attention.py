@@ -82,14 +82,30 @@ def _register() -> None:
         _registered = True
 
 
+def model_body(model: Any) -> Any:
+    """The decoder stack without the output head (a vision-language model's: vision tower,
+    projector and language model)."""
+    body = getattr(model, "model", None)
+    if body is None:
+        body = model.get_decoder()
+    return body
+
+
+def text_body(model: Any) -> Any:
+    """The language model that builds the attention mask and runs attention: the body itself, or a
+    vision-language body's `language_model` (whose config carries the attention implementation)."""
+    body = model_body(model)
+    return getattr(body, "language_model", None) or body
+
+
 def supports_blocks(model: Any) -> bool:
     """Whether block attention can run this model: a decoder that builds its mask with transformers'
     `create_causal_mask` and dispatches attention by name (Llama, Qwen2, Mistral, ...), with no
     sliding-window layers and not using a mask-only implementation."""
-    config = getattr(model, "config", None)
-    if config is None:
+    if getattr(model, "config", None) is None:
         return False
-    body = getattr(model, "model", None) or model.get_decoder()
+    body = text_body(model)  # a vision-language model's language model: its mask, its attention
+    config = getattr(body, "config", None) or model.config
     module = sys.modules.get(type(body).__module__)
     if module is None or not hasattr(module, "create_causal_mask") or not hasattr(module, "ALL_ATTENTION_FUNCTIONS"):
         return False
@@ -106,10 +122,11 @@ def block_attention(model: Any, blocks: AttentionBlocks) -> Iterator[dict[str, A
     """Inside: the model's attention runs block by block; yields the kwargs to pass to its forward.
 
     The previous implementation is restored on exit. Backward needs no config (autograd holds the
-    graph), so the forward alone runs under the switch.
+    graph), so the forward alone runs under the switch. Only the language model switches: setting a
+    composite (vision-language) config would switch its vision tower too.
     """
     _register()
-    config = model.config
+    config = getattr(text_body(model), "config", None) or model.config
     previous = config._attn_implementation
     config._attn_implementation = ATTENTION_NAME
     try:

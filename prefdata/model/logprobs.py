@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from prefdata.model.attention import block_attention, supports_blocks
+from prefdata.model.attention import block_attention, model_body, supports_blocks, text_body
 from prefdata.tokenize.masks import SequenceBatch
 
 # Attention implementations whose transformers integration honours packed position ids: eager, sdpa
@@ -30,16 +30,8 @@ DEFAULT_CHUNK_ROWS = 1024
 
 
 def _attn_implementation(model: Any) -> str:
-    config = getattr(model, "config", None)
+    config = getattr(text_body(model), "config", None) or getattr(model, "config", None)
     return str(getattr(config, "_attn_implementation", None) or "eager")
-
-
-def _body(model: Any) -> Any:
-    """The decoder stack without the output head."""
-    body = getattr(model, "model", None)
-    if body is None:
-        body = model.get_decoder()
-    return body
 
 
 def supports_packing(model: Any) -> bool:
@@ -55,7 +47,7 @@ def supports_packing(model: Any) -> bool:
         from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
     except ImportError:  # older transformers: no packed-sequence detection
         return False
-    module = sys.modules.get(type(_body(model)).__module__)
+    module = sys.modules.get(type(text_body(model)).__module__)
     return module is not None and hasattr(module, "create_causal_mask")
 
 
@@ -115,7 +107,7 @@ def _head_logps(model: Any, hidden: torch.Tensor, targets: torch.Tensor) -> tupl
     """fp32 log-prob of each target token from its hidden state (rows of one chunk), and the mean of
     the row's logits over the vocabulary (TRL's `logits/*` metrics; not differentiated)."""
     logits = model.get_output_embeddings()(hidden).float()
-    config = model.config
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     scaling = getattr(config, "logits_scaling", None)  # Granite divides its logits
     if scaling:
         logits = logits / scaling
@@ -141,10 +133,13 @@ class CompletionLogps:
 def _hidden_states(model: Any, batch: SequenceBatch) -> torch.Tensor:
     """The decoder body's last hidden states [B, T, H] for the batch's layout."""
     kwargs: dict[str, Any] = {}
+    if batch.pixel_inputs:  # image pairs: the vision tower runs inside the body's forward
+        dtype = next(model.parameters()).dtype
+        kwargs.update({k: v.to(dtype) if v.is_floating_point() else v for k, v in batch.pixel_inputs.items()})
     with ExitStack() as stack:
         if batch.blocks is not None:
-            kwargs = stack.enter_context(block_attention(model, batch.blocks))
-        out = _body(model)(
+            kwargs.update(stack.enter_context(block_attention(model, batch.blocks)))
+        out = model_body(model)(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
             position_ids=batch.position_ids,

@@ -10,7 +10,7 @@ once for both halves wherever that saves work (`share_pays`: whenever there is a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
@@ -20,6 +20,7 @@ from prefdata.model.logprobs import (
     packing_is_efficient,
     supports_packing,
 )
+from prefdata.model.vision_inputs import VisionInputs
 from prefdata.tokenize.masks import build_block_pair_batch, build_pair_batch
 
 PAIR_LAYOUTS: tuple[str, ...] = ("right", "left", "packed", "blocks", "shared")
@@ -86,12 +87,15 @@ def pair_tokens(prompt_len: int, chosen_len: int, rejected_len: int, shared: boo
 
 def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]],
                layout: str, pad_token_id: int, chosen_loss_starts: list[int] | None = None,
-               rejected_loss_starts: list[int] | None = None, public: bool = False) -> PairLogps:
+               rejected_loss_starts: list[int] | None = None, public: bool = False,
+               images: Sequence[Sequence[Any] | None] | None = None, vision: VisionInputs | None = None) -> PairLogps:
     """Summed completion log-probs of both halves of every pair (``layout`` from `choose_layout`).
 
     With loss starts (`--loss-on answer`), each half sums (and counts) only its completion tokens
     from its loss start on; the tokens before stay in the sequence as context. `public`: also the
-    sums over each half's public length (LD-DPO; `refs` stores them, `train --ld-alpha` weighs)."""
+    sums over each half's public length (LD-DPO; `refs` stores them, `train --ld-alpha` weighs).
+    Image pairs: `images` (per pair, its prompt's images as OUT stores them) and `vision` feed the
+    pixel inputs in the order the layout puts the image tokens (prefdata.model.vision_inputs)."""
     n = len(prompts)
     shared = 0
     if layout in BLOCK_LAYOUTS:
@@ -101,6 +105,8 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
     else:
         batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id, chosen_loss_starts,
                                  rejected_loss_starts)
+    if vision is not None and images is not None:
+        batch.pixel_inputs = vision.for_batch(batch, images)
     out = completion_logps(model, batch, public_pairs=public)  # sequences [chosen..., rejected...]
     return PairLogps(
         chosen=out.logps[:n], rejected=out.logps[n:], chosen_counts=out.counts[:n], rejected_counts=out.counts[n:],

@@ -26,6 +26,7 @@ from prefdata.io.lock import holding_out_lock, is_rank_zero
 from prefdata.io.manifest import read_manifest, require_pairs, write_manifest
 from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, batch_costs, compute_shards
 from prefdata.refs.setup import (
+    checked_vision,
     choose_layout,
     distributed_env,
     early_fingerprint,
@@ -126,6 +127,7 @@ def compute_refs(
     rank: int | None = None,
     world_size: int | None = None,
     loaded_model: Any = None,
+    processor: str | None = None,
 ) -> RefsResult:
     """Add reference log-probs and completion token counts to the prepared dataset in `out_dir`.
 
@@ -136,6 +138,9 @@ def compute_refs(
     model (same weights, dtype and device type) nothing is computed unless `recompute`.
     `loaded_model` is `model` already in memory (online runs keep the reference across rounds; see
     `load_reference_model`), in eval mode with the dtype and device resolved here.
+    An image OUT (prepared with `--processor`) runs a vision-language model with `processor` (default:
+    the model directory when it holds processor files, else the one the manifest records), which must
+    be the processor OUT was prepared with; see prefdata.model.vision_model.
     """
     import torch
 
@@ -153,13 +158,15 @@ def compute_refs(
     if world_size > 1 and "MASTER_ADDR" in os.environ:
         init_process_group()
 
-    # 1. check the tokenizer, load the model, open the ids
+    # 1. check the tokenizer (an image OUT: the processor), load the model, open the ids
     if rank == 0:
         _finish_swap(out)  # a previous run killed mid-swap
     from prefdata.schema import LOSS_START_COLUMNS, check_out
 
     check_out(out, tokens_only=True)  # the part of OUT's contract refs reads, before loading a model
-    tok_fp = load_tokenizer_checked(model_dir, manifest, trust_remote_code)
+    vision, tok_fp = checked_vision(out, model_dir, processor, manifest, trust_remote_code)
+    if vision is None:
+        tok_fp = load_tokenizer_checked(model_dir, manifest, trust_remote_code)
     pad_token_id = int((manifest.get("tokenizer") or {}).get("pad_token_id") or 0)
     device_name = resolve_device(device, local_rank)
     dtype_name = resolve_dtype(dtype, device_name)
@@ -170,9 +177,13 @@ def compute_refs(
     if loaded_model is not None and str(next(loaded_model.parameters()).dtype) != f"torch.{dtype_name}":
         raise PrefdataError(f"loaded_model is {next(loaded_model.parameters()).dtype}, refs here run in {dtype_name}")
     net = loaded_model if loaded_model is not None else load_reference_model(model_dir, dtype_name, device_name,
-                                                                             trust_remote_code)
+                                                                             trust_remote_code, vision is not None)
+    if vision is not None:
+        from prefdata.model.vision_model import check_loaded_model
+
+        check_loaded_model(net, vision, model_dir)
     layout = choose_layout(net, layout)
-    dataset, ids, lens = open_ids(out)
+    dataset, ids, lens = open_ids(out, images=vision is not None)
 
     # 2. plan batches and shards; the work directory is keyed by everything that decides the values
     costs, padding_free, shared_pairs = batch_costs(net, layout, lens)
@@ -185,6 +196,8 @@ def compute_refs(
         "batch_tokens": batch_tokens, "layout": layout, "shard_batches": shard_batches,
         "pad_token_id": pad_token_id, "ids_sha256": ids_digest(dataset.data.table),
     }
+    if vision is not None:  # the pixel values: the processor, and the images (OUT's content hash covers them)
+        settings.update(processor=tok_fp, content_hash=manifest.get("content_hash"))
     settings_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     work = _work_dir(out, settings, settings_hash, rank, resume)
 
@@ -201,7 +214,7 @@ def compute_refs(
     bar = tqdm(total=total_tokens, initial=total_tokens - _shard_tokens(shards, todo, row_tokens), unit="tok",
                unit_scale=True, desc="refs", disable=not progress, smoothing=0.1)
     start = time.perf_counter()
-    tokens, _ = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar)
+    tokens, _ = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar, vision)
     if device_name.startswith("cuda"):
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
@@ -230,6 +243,7 @@ def compute_refs(
                      "world_size": world_size, "settings_hash": settings_hash,
                      "prefix_sharing": {"shared_pairs": shared_pairs, "pairs": num_rows}},
         "tokenizer_fingerprint_checked": tok_fp,
+        **({"processor_fingerprint_checked": tok_fp} if vision is not None else {}),
         "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "rows": num_rows,
         "non_finite_rows": result.non_finite_rows,

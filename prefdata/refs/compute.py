@@ -16,9 +16,9 @@ KILL_AFTER_SHARDS_ENV = "PREFDATA_REFS_KILL_AFTER_SHARDS"
 
 
 def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layout: str, pad_token_id: int,
-                  bar: Any) -> dict[str, Any]:
+                  bar: Any, vision: Any = None) -> dict[str, Any]:
     """Reference log-probs for every pair in the shard's batches (over the answer tokens only when
-    `ids` holds loss starts)."""
+    `ids` holds loss starts; with the images of `ids["images"]` through `vision` for image pairs)."""
     import pyarrow as pa
 
     from prefdata.model.pairs import pair_logps
@@ -33,7 +33,9 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
         rejecteds = ids["rejected_ids"].take(take).to_pylist()
         # `--loss-on answer`: sum (and count) only the tokens after each half's reasoning block.
         starts = [ids[name].take(take).to_pylist() if name in ids else None for name in LOSS_START_COLUMNS]
-        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts, public=True)
+        images = ids["images"].take(take).to_pylist() if vision is not None and "images" in ids else None
+        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts, public=True,
+                         images=images, vision=vision)
         rows.append(np.asarray(batch_rows, dtype=np.int64))
         chosen.append(out.chosen.float().cpu().numpy())
         rejected.append(out.rejected.float().cpu().numpy())
@@ -67,7 +69,7 @@ def batch_costs(net: Any, layout: str, lens: dict[str, np.ndarray]) -> tuple[lis
 
 
 def compute_shards(net: Any, shards: list[list[list[int]]], todo: list[int], work: Path, ids: dict[str, Any],
-                   layout: str, pad_token_id: int, bar: Any) -> tuple[int, int]:
+                   layout: str, pad_token_id: int, bar: Any, vision: Any = None) -> tuple[int, int]:
     """Compute and save each shard in `todo`; returns the tokens forwarded and the shared pairs."""
     import torch
 
@@ -76,7 +78,7 @@ def compute_shards(net: Any, shards: list[list[list[int]]], todo: list[int], wor
     written = 0
     with torch.inference_mode():
         for s in todo:
-            values = compute_shard(net, shards[s], ids, layout, pad_token_id, bar)
+            values = compute_shard(net, shards[s], ids, layout, pad_token_id, bar, vision)
             tokens += int(values.pop("tokens"))
             shared += int(values.pop("shared"))
             save_shard(shard_path(work, s), ShardValues(**values))

@@ -115,11 +115,17 @@ def distributed_env() -> tuple[int, int, int]:
 
 
 
-def load_reference_model(model_dir: Path, dtype_name: str, device_name: str, trust_remote_code: bool) -> Any:
-    """The reference model in eval mode on its device."""
+def load_reference_model(model_dir: Path, dtype_name: str, device_name: str, trust_remote_code: bool,
+                         vision: bool = False) -> Any:
+    """The reference model in eval mode on its device (`vision`: a vision-language model)."""
     import torch
     from transformers import AutoModelForCausalLM
 
+    if vision:
+        from prefdata.model.vision_model import load_vision_language_model
+
+        net = load_vision_language_model(model_dir, getattr(torch, dtype_name), trust_remote_code)
+        return net.to(device_name).eval()
     try:
         net = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=getattr(torch, dtype_name), trust_remote_code=trust_remote_code
@@ -139,8 +145,25 @@ def choose_layout(net: Any, layout: str) -> str:
         raise PrefdataError(str(exc)) from None
 
 
-def open_ids(out: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
-    """The dataset in OUT, its token-id columns (Arrow) and their lengths."""
+def checked_vision(out: Path, model_dir: Path, processor: str | None, manifest: dict[str, Any],
+                   trust_remote_code: bool) -> tuple[Any, str]:
+    """For an image OUT: the pixel-input settings of its processor (checked against the manifest,
+    after the model's config is checked) and the processor's fingerprint; (None, "") for a text
+    OUT, which refuses `processor`."""
+    from prefdata.model import vision_model as V
+
+    if not V.is_image_out(manifest):
+        if processor:
+            raise PrefdataError(f"--processor is for image pairs; {out} was prepared with --tokenizer")
+        return None, ""
+    V.check_model_config(model_dir, trust_remote_code)
+    loaded, fingerprint = V.load_checked_processor(model_dir, processor, manifest, trust_remote_code)
+    return V.vision_inputs(loaded), fingerprint
+
+
+def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
+    """The dataset in OUT, its token-id columns (Arrow) and their lengths; `images`: also the images
+    column (memory-mapped, read per batch), after refusing rows kept with `image_mismatch`."""
     import datasets
     import pyarrow.compute as pc
 
@@ -158,6 +181,12 @@ def open_ids(out: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     lens = {name: pc.list_value_length(col).to_numpy(zero_copy_only=False) for name, col in ids.items()}
     if has_loss_starts(dataset.column_names):  # `--loss-on answer`: refs sum only the answer tokens
         ids.update({name: table.column(name).combine_chunks() for name in LOSS_START_COLUMNS})
+    if images:
+        from prefdata.model.vision_model import refuse_mismatched_rows
+
+        refuse_mismatched_rows(table, out)
+        if "images" in dataset.column_names:
+            ids["images"] = table.column("images")  # chunked and mapped: `take` reads a batch's rows only
     return dataset, ids, lens
 
 

@@ -58,6 +58,9 @@ class SequenceBatch:
     # hidden state predicts it (-1: none). Other layouts predict token t from t-1 of the same sequence.
     blocks: AttentionBlocks | None = None
     source_index: torch.Tensor | None = None
+    # Image pairs: the image processor's outputs (pixel_values, image_sizes / image_grid_thw) for the
+    # images in the order their tokens appear in the flattened input_ids (prefdata.model.vision_inputs).
+    pixel_inputs: dict[str, torch.Tensor] | None = None
 
     def to(self, device: torch.device | str) -> SequenceBatch:
         """The same batch on another device."""
@@ -71,6 +74,7 @@ class SequenceBatch:
             layout=self.layout,
             blocks=None if self.blocks is None else self.blocks.to(device),
             source_index=None if self.source_index is None else self.source_index.to(device),
+            pixel_inputs=None if self.pixel_inputs is None else {k: v.to(device) for k, v in self.pixel_inputs.items()},
         )
 
     @property

@@ -108,3 +108,8 @@ def _json(path: str) -> dict[str, Any]:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def holds_processor(path: str | os.PathLike[str]) -> bool:
+    """Whether a directory holds a processor's files (a model directory saved with its processor)."""
+    return any(os.path.isfile(os.path.join(path, name)) for name in _PROCESSOR_FILES)

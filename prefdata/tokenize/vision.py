@@ -34,9 +34,9 @@ from prefdata.io.images import LoadedImage
 from prefdata.records import Message, Pair
 from prefdata.tokenize.image_scheme import ImageScheme, image_spans, learn_image_scheme, template_unit
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _Texts
-from prefdata.tokenize.processor import load_processor
+from prefdata.tokenize.processor import holds_processor, load_processor
 
-__all__ = ["VisionPairTokenizer", "load_processor"]
+__all__ = ["VisionPairTokenizer", "holds_processor", "load_processor", "processor_fingerprint"]
 
 
 class VisionPairTokenizer(PairTokenizer):

@@ -75,8 +75,9 @@ def load_checkpoint(path: Path, policy, optimizer, scheduler, config: dict[str, 
 
 
 def save_final_model(policy, tokenizer, output: Path, lora: bool) -> None:
-    """save_pretrained + tokenizer in `output`, loadable with AutoModelForCausalLM. LoRA: the adapter
-    goes to output/adapter and the merged model to output."""
+    """save_pretrained + tokenizer in `output`, loadable with AutoModelForCausalLM (an image OUT's
+    policy: AutoModelForImageTextToText, `tokenizer` being its processor). LoRA: the adapter goes to
+    output/adapter and the merged model to output."""
     if lora:
         policy.save_pretrained(str(output / "adapter"))
         policy = policy.merge_and_unload()

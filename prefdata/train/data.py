@@ -16,6 +16,7 @@ from prefdata.errors import PrefdataError
 from prefdata.io.manifest import read_manifest, require_pairs, tokenizer_fingerprint
 from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
+from prefdata.model.vision_model import is_image_out, refuse_mismatched_rows
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")  # for --ld-alpha
@@ -39,6 +40,13 @@ class PairData:
     shared_pairs: int = 0  # kept rows whose prompt goes through the model once
     loss_on_answer: bool = False  # `--loss-on answer`: rows carry per-half loss starts
     has_public_refs: bool = False  # the reference's public-length sums (LD-DPO) are loaded
+    # Image OUT: its `images` column (Arrow, memory-mapped; a batch's rows are read and decoded per
+    # batch by prefdata.model.vision_inputs), indexed by dataset row like `dataset`.
+    images: Any = None
+
+    def images_of(self, rows: list[int]) -> list[Any] | None:
+        """The images of dataset rows as OUT stores them (``[{bytes, path}, ...]`` or None per row)."""
+        return None if self.images is None else self.images.take(rows).to_pylist()
 
     def pair_tokens_of(self, rows: list[int]) -> list[int]:
         """TRL's token count (prompt twice + both completions) of dataset rows."""
@@ -93,6 +101,11 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     loss_on_answer = has_loss_starts(dataset.column_names)
     if has_refs:
         check_refs_loss_on(manifest, loss_on_answer, out_dir)
+    images = None
+    if is_image_out(manifest):
+        refuse_mismatched_rows(dataset.data.table, out_dir)
+        if "images" in dataset.column_names:
+            images = dataset.data.table.column("images")
 
     table = dataset.data  # Arrow, memory-mapped: column work here never copies the dataset
     keep = np.ones(len(dataset), dtype=bool)
@@ -121,7 +134,7 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     return PairData(
         dataset=dataset.select_columns(columns), rows=rows, pair_tokens=pair_tokens, manifest=manifest,
         has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
-        loss_on_answer=loss_on_answer, has_public_refs=has_public,
+        loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images,
     )
 
 

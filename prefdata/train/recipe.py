@@ -92,6 +92,7 @@ def train(
     save_optimizer: bool = False,
     ld_alpha: float | None = None,
     loaded_policy: Any = None,
+    processor: str | Path | None = None,
 ) -> TrainResult:
     """Train a policy with a preference loss on OUT/ and save it to `output`.
 
@@ -107,6 +108,9 @@ def train(
     `ld_alpha` (LD-DPO, TRL's `ld_alpha`, in [0, 1]): the log-probs of each half's tokens beyond the
     shorter half's length are weighted by it, in the policy's and the reference's sums alike (needs
     refs from this prefdata: they store the reference's public-length sums). None: plain DPO.
+    An image OUT (prepared with `--processor`) trains a vision-language model with `processor`
+    (default: the model directory when it holds processor files, else the one the manifest
+    records), which must be the processor OUT was prepared with; the final model is saved with it.
     """
     import transformers
 
@@ -127,8 +131,10 @@ def train(
     eval_data = (load_pairs(Path(eval_dir), need_refs=need_refs, need_public_refs=need_public)
                  if eval_dir is not None else None)
 
-    # 2. policy and tokenizer
-    tokenizer = load_checked_tokenizer(model, data.manifest, out_dir, trust_remote_code)
+    # 2. policy and tokenizer (an image OUT: the processor, whose tokenizer made its ids)
+    vision, image_processor = _checked_vision(out_dir, Path(model), processor, data, trust_remote_code)
+    tokenizer = (image_processor.tokenizer if vision is not None
+                 else load_checked_tokenizer(model, data.manifest, out_dir, trust_remote_code))
     if eval_data is not None:
         check_same_tokenizer(data.manifest, eval_data.manifest, out_dir, Path(eval_dir))
         if eval_data.loss_on_answer != data.loss_on_answer:
@@ -136,10 +142,14 @@ def train(
     seed_everything(seed)
     if loaded_policy is not None and lora:
         raise PrefdataError("loaded_policy and lora do not go together: pass the model directory")
-    policy = _load_policy(transformers, model, lora, torch_device, trust_remote_code, loaded_policy)
+    policy = _load_policy(transformers, model, lora, torch_device, trust_remote_code, loaded_policy, vision is not None)
     # The forward calls the decoder body and output head directly, so it gets the plain transformers
     # model (for LoRA: the base model with the adapter layers injected).
     forward_model = policy.get_base_model() if lora else policy
+    if vision is not None:
+        from prefdata.model.vision_model import check_loaded_model
+
+        check_loaded_model(forward_model, vision, model)
     layout = _pair_layout(forward_model, layout)
     for part in (data, eval_data):
         if part is not None:
@@ -148,7 +158,7 @@ def train(
         model=forward_model, layout=layout, pad_token_id=pad_token_id(data.manifest, tokenizer), device=torch_device,
         loss_kwargs={"loss_type": loss, "beta": beta, "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma},
         autocast=torch.autocast("cuda", dtype=torch.bfloat16) if torch_device.type == "cuda" else nullcontext(),
-        ld_alpha=ld_alpha,
+        ld_alpha=ld_alpha, vision=vision,
     )
 
     # 3. batch plan
@@ -198,7 +208,7 @@ def train(
                                        world_size=world_size, step=step, epoch=result.epochs, metrics_path=metrics_path)
     result.model = policy
     if rank == 0:
-        save_final_model(policy, tokenizer, output, lora)
+        save_final_model(policy, image_processor if vision is not None else tokenizer, output, lora)
         if save_optimizer:
             save_optimizer_state(output, optimizer, scheduler)
     if world_size > 1:
@@ -225,11 +235,19 @@ def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, wa
 
 
 def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch.device, trust_remote_code: bool,
-                 loaded: Any = None):
-    """fp32 master weights (bf16 only inside autocast on CUDA), no KV cache, in train mode."""
-    policy = loaded if loaded is not None else transformers.AutoModelForCausalLM.from_pretrained(
-        str(model), dtype=torch.float32, trust_remote_code=trust_remote_code
-    )
+                 loaded: Any = None, vision: bool = False):
+    """fp32 master weights (bf16 only inside autocast on CUDA), no KV cache, in train mode (`vision`:
+    a vision-language model, for an image OUT)."""
+    if loaded is not None:
+        policy = loaded
+    elif vision:
+        from prefdata.model.vision_model import load_vision_language_model
+
+        policy = load_vision_language_model(model, torch.float32, trust_remote_code)
+    else:
+        policy = transformers.AutoModelForCausalLM.from_pretrained(
+            str(model), dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
     if loaded is not None and next(policy.parameters()).dtype != torch.float32:
         raise PrefdataError("loaded_policy must hold fp32 weights (the trainer's master weights)")
     policy.config.use_cache = False
@@ -238,6 +256,21 @@ def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch
     policy.to(device)
     policy.train()
     return policy
+
+
+def _checked_vision(out_dir: Path, model: Path, processor: str | Path | None, data: Any,
+                    trust_remote_code: bool) -> tuple[Any, Any]:
+    """For an image OUT: its pixel-input settings and the processor (checked against the manifest,
+    after the model's config); (None, None) for a text OUT, which refuses `processor`."""
+    from prefdata.model import vision_model as V
+
+    if not V.is_image_out(data.manifest):
+        if processor:
+            raise PrefdataError(f"--processor is for image pairs; {out_dir} was prepared with --tokenizer")
+        return None, None
+    V.check_model_config(model, trust_remote_code)
+    loaded, _ = V.load_checked_processor(model, processor, data.manifest, trust_remote_code)
+    return V.vision_inputs(loaded), loaded
 
 
 def _pair_layout(model: Any, layout: str) -> str:

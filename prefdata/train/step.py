@@ -12,6 +12,7 @@ import torch
 
 from prefdata.model.losses import LossOutput, dpo_loss, length_desensitized
 from prefdata.model.pairs import PairLogps, pair_logps
+from prefdata.model.vision_inputs import VisionInputs
 from prefdata.train.data import PairData, plan_token_batches
 from prefdata.train.metrics import Sums, append_jsonl
 from prefdata.train.runtime import all_reduce_sum
@@ -28,6 +29,7 @@ class PairForward:
     loss_kwargs: dict[str, Any]
     autocast: Any = field(default_factory=nullcontext)
     ld_alpha: float | None = None  # LD-DPO: weight of the tokens past the shorter half's length
+    vision: VisionInputs | None = None  # image OUT: how the images of a batch become pixel inputs
 
 
 def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[LossOutput, PairLogps, int]:
@@ -43,8 +45,10 @@ def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[Lo
         starts = (batch_rows["chosen_loss_start"], batch_rows["rejected_loss_start"])
     with fwd.autocast:
         ld = fwd.ld_alpha is not None
+        # Image pairs: the batch's images, read here and decoded per batch (model/vision_inputs).
+        pixels = {"images": data.images_of(rows), "vision": fwd.vision} if fwd.vision is not None else {}
         logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
-                           fwd.layout, fwd.pad_token_id, *starts, **({"public": True} if ld else {}))
+                           fwd.layout, fwd.pad_token_id, *starts, **({"public": True} if ld else {}), **pixels)
         ref_c = ref_r = None
         if data.has_refs:
             ref_c, ref_r = (torch.tensor(batch_rows[f"ref_{half}_logps"], dtype=torch.float32, device=logps.chosen.device)

@@ -1,0 +1,108 @@
+"""Pixel inputs for a batch of image pairs, in the order the model consumes them.
+
+A LLaVA-style model (LlavaModel and its kin) encodes every image of `pixel_values` and scatters the
+features into the image-token positions of the whole flattened batch, in order of appearance. So
+the images must be listed in the order their image tokens appear in the batch's flattened
+`input_ids`, whatever the layout: right/left/packed put the chosen halves, then the rejected ones,
+each carrying its pair's prompt (and so its images); the block layouts put each half's prompt in
+its block, and a shared-prompt block holds its prompt (and its images) once.
+
+That order is read from the batch itself: the sequences that hold image tokens, in the order their
+first image token appears (a sequence's tokens are contiguous in every layout, and its images sit
+in its prompt in image order). Sequence ``s`` of a pair batch is a half of pair ``s % n``.
+
+Images are decoded here, per batch (lazily: a dataset of images is never decoded up front), and each
+distinct image goes through the image processor once even when two halves carry it.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from prefdata.tokenize.masks import SequenceBatch
+
+# What an image processor may return that the model's forward takes; other keys are not read.
+IMAGE_INPUT_KEYS: tuple[str, ...] = ("pixel_values", "image_sizes", "image_grid_thw")
+
+
+@dataclass
+class VisionInputs:
+    """How a forward feeds images: the processor's image processor and the image token's id."""
+
+    image_processor: Any
+    image_token_id: int
+
+    def for_batch(self, batch: SequenceBatch, images: Sequence[Sequence[Any] | None]) -> dict[str, torch.Tensor] | None:
+        """The image-processor outputs for `batch` (a pair batch of ``len(images)`` pairs, sequences
+        [chosen..., rejected...]); None when no sequence holds an image token."""
+        order = image_pair_order(batch, self.image_token_id, len(images))
+        return pixel_inputs(self.image_processor, images, order)
+
+
+def image_pair_order(batch: SequenceBatch, image_token_id: int, num_pairs: int) -> list[int]:
+    """For every sequence that holds image tokens, in the order its image tokens appear in the
+    flattened batch: the pair it belongs to (``sequence % num_pairs``)."""
+    flat_ids = batch.input_ids.flatten()
+    seq = batch.sequence_index.flatten()
+    holders = seq[(flat_ids == image_token_id) & (seq >= 0)]
+    if holders.numel() == 0:
+        return []
+    return [int(s) % num_pairs for s in torch.unique_consecutive(holders).tolist()]
+
+
+def decode_image(item: Any) -> Any:
+    """A PIL image from what OUT's `images` column holds (``{"bytes", "path"}``, as datasets.Image
+    stores it), a path, or an image already decoded."""
+    from prefdata.io.images import pillow
+
+    image_module = pillow()
+    if isinstance(item, image_module.Image):
+        return item
+    if isinstance(item, dict):
+        data, path = item.get("bytes"), item.get("path")
+        if data is not None:
+            image = image_module.open(io.BytesIO(data))
+        elif path:
+            image = image_module.open(path)
+        else:
+            raise ValueError("an image with neither bytes nor a path")
+    else:
+        image = image_module.open(item)
+    image.load()
+    return image
+
+
+def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None],
+                 order: list[int]) -> dict[str, torch.Tensor] | None:
+    """The image processor's outputs for the images of pairs ``order[0], order[1], ...`` in turn
+    (each pair's images in their own order). Each pair's images are decoded and processed once."""
+    if not order:
+        return None
+    pairs = list(dict.fromkeys(order))  # distinct pairs, first appearance first
+    first_image: dict[int, int] = {}
+    decoded: list[Any] = []
+    for p in pairs:
+        first_image[p] = len(decoded)
+        decoded.extend(decode_image(item) for item in images[p] or [])
+    sequence = [first_image[p] + k for p in order for k in range(len(images[p] or []))]
+    if not sequence:
+        return None
+    out = image_processor(images=decoded, return_tensors="pt")
+    tensors = {key: out[key] for key in IMAGE_INPUT_KEYS if key in out and out[key] is not None}
+    if "pixel_values" not in tensors:
+        raise ValueError(f"{type(image_processor).__name__} returned no pixel_values")
+    return {key: _per_image(key, value, tensors, sequence) for key, value in tensors.items()}
+
+
+def _per_image(key: str, value: torch.Tensor, tensors: dict[str, torch.Tensor], sequence: list[int]) -> torch.Tensor:
+    """`value` (one entry per decoded image along dim 0) rearranged to the images in `sequence`.
+    With grids (Qwen2-VL style) pixel_values are the images' patches concatenated: cut by grid."""
+    if key == "pixel_values" and "image_grid_thw" in tensors:
+        chunks = value.split(tensors["image_grid_thw"].prod(dim=-1).tolist(), dim=0)
+        return torch.cat([chunks[i] for i in sequence], dim=0)
+    return value.index_select(0, torch.tensor(sequence, dtype=torch.long))

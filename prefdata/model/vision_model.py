@@ -1,0 +1,160 @@
+"""What `refs` and `train` need to run a vision-language model on an image OUT (one prepared with
+`--processor`): the processor, checked against the one OUT was prepared with, the model class to
+load, and the models refused with one line.
+
+An image OUT's token ids were made by the processor's tokenizer and hold each image's tokens
+already expanded; its pixel values must come from the same image processor. So the processor is
+checked (its combined fingerprint, tokenize.vision) instead of the model directory's tokenizer.
+
+Refused: a text-only model (it cannot see the images), a model whose image token is not the
+processor's, and models that compute 3-D (mrope) position ids from the image grids (Qwen2-VL and
+kin): every prefdata layout gives 1-D position ids per token, which such a model would read wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefdata import flags as F
+from prefdata.errors import PrefdataError
+from prefdata.model.attention import model_body
+from prefdata.model.vision_inputs import VisionInputs
+
+
+def is_image_out(manifest: dict[str, Any]) -> bool:
+    """Whether OUT was prepared with a processor (`prepare --processor`)."""
+    return isinstance(manifest.get("processor"), dict)
+
+
+def processor_dir(model_dir: Path, processor: str | Path | None, manifest: dict[str, Any]) -> str:
+    """`--processor` when given; else the model directory when it holds processor files; else the
+    processor recorded in the manifest."""
+    from prefdata.tokenize.vision import holds_processor
+
+    if processor:
+        return str(processor)
+    if holds_processor(model_dir):
+        return str(model_dir)
+    recorded = str((manifest.get("processor") or {}).get("path") or "")
+    if recorded and Path(recorded).is_dir() and holds_processor(recorded):
+        return recorded
+    raise PrefdataError(
+        f"{model_dir} holds no processor and the one OUT was prepared with ({recorded or 'not recorded'}) is not "
+        "there: pass --processor DIR"
+    )
+
+
+def load_checked_processor(model_dir: Path, processor: str | Path | None, manifest: dict[str, Any],
+                           trust_remote_code: bool) -> tuple[Any, str]:
+    """The processor (see `processor_dir`) and its fingerprint; refuses one that differs from the
+    processor OUT was prepared with."""
+    from prefdata.tokenize.vision import load_processor, processor_fingerprint
+
+    path = processor_dir(model_dir, processor, manifest)
+    loaded = load_processor(path, trust_remote_code)
+    found = processor_fingerprint(loaded)
+    expected = str((manifest.get("processor") or {}).get("fingerprint") or "")
+    if found != expected:
+        raise PrefdataError(
+            f"the processor at {path} ({found[:19]}) differs from the one OUT was prepared with "
+            f"({expected[:19]}): refusing to read its token ids and images with another processor"
+        )
+    return loaded, found
+
+
+def vision_inputs(processor: Any) -> VisionInputs:
+    """The processor's image processor and image token id, as the pair forward uses them."""
+    token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    return VisionInputs(image_processor=processor.image_processor, image_token_id=int(token_id))
+
+
+def check_model_config(model_dir: Path, trust_remote_code: bool) -> None:
+    """Refuse, before loading weights, a text-only model or one with 3-D positions for an image OUT.
+    A config that cannot be read is left to the model loader to report."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return
+    if not is_vision_language(config):
+        archs = getattr(config, "architectures", None) or [type(config).__name__]
+        raise PrefdataError(
+            f"{model_dir} is a text-only model ({archs[0]}) but OUT holds image pairs (prepared with --processor): "
+            "give a vision-language model (LLaVA-style)"
+        )
+    if _mrope_config(config):
+        raise PrefdataError(_three_d_message(model_dir, getattr(config, "model_type", type(config).__name__)))
+
+
+def is_vision_language(config: Any) -> bool:
+    """A config with a vision tower (`vision_config`) or one transformers maps to image-text-to-text."""
+    if getattr(config, "vision_config", None) is not None:
+        return True
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES as NAMES
+
+    return getattr(config, "model_type", None) in NAMES
+
+
+def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) -> None:
+    """Refuse a loaded model that computes its own 3-D position ids, or whose image token differs
+    from the processor's (its features would land nowhere)."""
+    if hasattr(model_body(model), "get_rope_index") or _mrope_config(model.config):
+        raise PrefdataError(_three_d_message(model_dir, getattr(model.config, "model_type", type(model).__name__)))
+    config = model.config
+    token_id = getattr(config, "image_token_id", None)
+    if token_id is None:
+        token_id = getattr(config, "image_token_index", None)
+    if token_id is not None and int(token_id) != vision.image_token_id:
+        raise PrefdataError(
+            f"{model_dir}'s image token id is {token_id} but the processor's is {vision.image_token_id}: "
+            "the model and the processor do not belong together"
+        )
+
+
+def load_vision_language_model(model_dir: Path | str, dtype: Any, trust_remote_code: bool) -> Any:
+    """AutoModelForImageTextToText from a local directory, or a one-line PrefdataError."""
+    from transformers import AutoModelForImageTextToText
+
+    try:
+        return AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype=dtype,
+                                                          trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PrefdataError(f"cannot load a vision-language model from {model_dir}: {first}") from None
+
+
+def refuse_mismatched_rows(table: Any, out_dir: Path | str) -> None:
+    """Rows kept with `image_mismatch` (a policy that does not drop it) have unexpanded placeholders:
+    no model can match their images to image tokens, so refs and train refuse them up front."""
+    import pyarrow.compute as pc
+
+    if "flags" not in table.column_names:
+        return
+    flat = pc.list_flatten(table.column("flags").combine_chunks())
+    count = int(pc.sum(pc.equal(flat, F.IMAGE_MISMATCH)).as_py() or 0)
+    if count:
+        raise PrefdataError(
+            f"{out_dir} keeps {count} rows flagged {F.IMAGE_MISMATCH}: their image tokens do not match their images, "
+            f"so no model can score them; prepare again with {F.IMAGE_MISMATCH} dropped (the default policy)"
+        )
+
+
+def _mrope_config(config: Any) -> bool:
+    """Rope settings that ask for multimodal (3-D) rotary positions (`mrope_section`, rope type mrope)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for owner in {id(config): config, id(text): text}.values():
+        for name in ("rope_parameters", "rope_scaling"):
+            value = getattr(owner, name, None)
+            if isinstance(value, dict) and "mrope" in json.dumps(value, default=str):
+                return True
+    return False
+
+
+def _three_d_message(model_dir: Path | str, model_type: str) -> str:
+    return (
+        f"{model_dir} ({model_type}) computes 3-D (mrope) position ids from its image grids; prefdata refs and train "
+        "give 1-D position ids per token and run models with 1-D positions (LLaVA-style) only"
+    )
