@@ -4,7 +4,12 @@ A row names its images as `datasets.Image` stores them, or as paths:
 
 - a path string, relative to the input file's directory (or absolute);
 - `{"path": ...}` (read from disk) or `{"bytes": ...}` (the encoded file itself), as a dataset saved
-  with an Image feature holds them; when both are given the bytes win, as in `datasets`.
+  with an Image feature holds them; when both are given the bytes win, as in `datasets`;
+- the encoded file's bytes themselves (a plain binary column of Parquet or Arrow input).
+
+Arrow and Parquet input give these shapes as they store them: a `datasets.Image` column
+(struct<bytes, path>) reads as the dict, a list of them (`List(Image())`, `Sequence(Image())`) as
+a list of dicts, a binary column as bytes; one image (an `image` column) is a list of one.
 
 `image_refs` only checks the shape (cheap, in normalize); `load_images` reads and fully decodes
 each image (Pillow, the `[vision]` extra) where the row is tokenized, i.e. in the engine's workers,
@@ -54,6 +59,8 @@ def image_refs(value: Any, field: str) -> list[ImageRef]:
         where = f"{field}[{i}]"
         if type(item) is str:
             refs.append(ImageRef(path=item))
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            refs.append(ImageRef(data=bytes(item)))
         elif type(item) is dict:
             data, path = item.get("bytes"), item.get("path")
             if isinstance(data, (bytes, bytearray, memoryview)):
@@ -63,7 +70,9 @@ def image_refs(value: Any, field: str) -> list[ImageRef]:
             else:
                 raise RecordError(f"field {where!r}: an image needs 'bytes' or a 'path'")
         else:
-            raise RecordError(f"field {where!r}: an image must be a path or {{'bytes'/'path'}}, got {type(item).__name__}")
+            raise RecordError(
+                f"field {where!r}: an image must be a path, its bytes or {{'bytes'/'path'}}, got {type(item).__name__}"
+            )
     return refs
 
 
@@ -73,6 +82,14 @@ def image_base(images_from: str | None, source_file: str) -> str:
     if images_from and os.path.isdir(images_from):
         return os.path.join(images_from, os.path.dirname(source_file))
     return os.path.dirname(images_from or source_file)
+
+
+def load_pair_images(pairs: list[Any], images_from: str | None) -> None:
+    """Read the images of each image pair (`Pair.images` set) into `Pair.image_data`, in a worker;
+    RecordError for the first missing or broken one (its record is quarantined)."""
+    for pair in pairs:
+        if pair.images is not None:
+            pair.image_data = load_images(pair.images, image_base(images_from, pair.source_file))
 
 
 def load_images(refs: list[ImageRef], base: str) -> list[LoadedImage]:
