@@ -118,6 +118,23 @@ def load_images(refs: list[ImageRef], base: str) -> list[LoadedImage]:
     return loaded
 
 
+def stored_images(values: list[dict[str, Any]]) -> list[LoadedImage]:
+    """The images of a row of a prepared OUT (`prepare` decoded and checked them): each one's size
+    and format from its file's header, no pixels decoded; RecordError for one that cannot be read."""
+    image_module = pillow()
+    loaded: list[LoadedImage] = []
+    for i, value in enumerate(values):
+        data, path = value.get("bytes"), value.get("path")
+        try:
+            with image_module.open(io.BytesIO(data)) as image:
+                width, height, kind = image.width, image.height, image.format or ""
+        except Exception as exc:  # Pillow raises several types for broken data
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise RecordError(f"stored image {i} ({path or 'bytes'}): cannot read: {first[:120]}") from None
+        loaded.append(LoadedImage(data, width, height, kind, xxhash.xxh3_64_intdigest(data), path))
+    return loaded
+
+
 def pillow() -> Any:
     """PIL.Image, or a one-line usage error naming the extra that provides it."""
     try:

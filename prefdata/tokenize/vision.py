@@ -122,6 +122,7 @@ class VisionPairTokenizer(PairTokenizer):
             texts.flags = (*texts.flags, F.IMAGE_MISMATCH)
             return texts
         counts = self.image_token_counts(images)
+        texts.image_tokens = counts  # the report's tokens per image
         pieces = texts.prompt.split(token)
         expanded = [pieces[0]]
         for count, piece in zip(counts, pieces[1:]):
