@@ -40,7 +40,8 @@ def _spread(d: Mapping[str, Any]) -> str:
 def per_pair(images: Mapping[str, Any]) -> str:
     """Pairs by image count: "pairs with 0 / 1 / 2 images: 2 / 3 / 1"."""
     counts = images["rows_by_image_count"]
-    return f"pairs with {' / '.join(counts)} images: {' / '.join(num(n) for n in counts.values())}"
+    word = "image" if list(counts) == ["1"] else "images"
+    return f"pairs with {' / '.join(counts)} {word}: {' / '.join(num(n) for n in counts.values())}"
 
 
 def images_text(report: Mapping[str, Any]) -> list[str]:
