@@ -51,6 +51,24 @@ class LoadedImage:
     name: str | None = None  # the file name it was read from, kept as the Image feature's `path`
 
 
+def inline_image_bytes(value: Any) -> int:
+    """Encoded image bytes a raw record holds in its image column (Arrow and Parquet input), 0 for
+    none: what a chunk of such records weighs beyond its text (prefdata.io.chunks)."""
+    if type(value) is not dict:
+        return 0
+    column = value.get("images")
+    if column is None:
+        column = value.get("image")
+        if column is None:
+            return 0
+    total = 0
+    for item in column if type(column) is list else (column,):
+        data = item.get("bytes") if type(item) is dict else item
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            total += len(data)
+    return total
+
+
 def image_refs(value: Any, field: str) -> list[ImageRef]:
     """The images of a row's image column, or RecordError naming what is wrong with it."""
     items = value if type(value) is list else [value]

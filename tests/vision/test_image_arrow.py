@@ -125,3 +125,40 @@ def test_images_are_decoded_in_the_workers_only(tmp_path, llava_processor_dir, m
     assert sizes == [[size] for size in SIZES]
     pids = set(seen.read_text().split())
     assert pids and str(os.getpid()) not in pids
+
+
+def test_a_hub_split_with_an_image_column_streams_its_bytes(tmp_path, llava_processor_dir, monkeypatch):
+    """A Hub dataset id (a local directory laid out like a Hub repo): its Image column is not decoded
+    by `datasets` in this process; the rows prepare with their images."""
+    import datasets.config
+    import huggingface_hub.constants
+
+    data = tmp_path / "org" / "pics" / "data"
+    data.mkdir(parents=True)
+    _dataset("list_of_images").to_parquet(str(data / "train-00000-of-00001.parquet"))
+    (tmp_path / "org" / "pics" / "README.md").write_text("# image pairs\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    sizes = _prepared_sizes("org/pics:train", tmp_path / "out", llava_processor_dir)
+    assert sizes == [[size] for size in SIZES]
+
+
+def test_image_rows_read_here_travel_in_chunks_weighed_by_their_bytes(tmp_path):
+    """Parquet rows are read by the main process and sent to the workers: a chunk holds about
+    max_bytes of encoded images, however many rows max_lines allows (text rows are not weighed)."""
+    from prefdata.io.chunks import iter_chunks
+    from prefdata.io.images import inline_image_bytes
+
+    path = tmp_path / "pairs.parquet"
+    pngs = [png_bytes((40, 40), (i, 255 - i, 7 * i % 255)) for i in range(0, 240, 8)]  # 30 images
+    pq.write_table(pa.Table.from_pylist(_rows([[{"bytes": data, "path": None}] for data in pngs])), path)
+    limit = 3 * len(pngs[0])
+    chunks = list(iter_chunks(path, max_lines=1000, max_bytes=limit))
+    weights = [[inline_image_bytes(record.value) for record in chunk.records] for chunk in chunks]
+    assert [w for chunk in weights for w in chunk] == [len(data) for data in pngs]  # every row, in order
+    assert len(chunks) > 5 and all(sum(chunk[:-1]) < limit for chunk in weights)
+    text = tmp_path / "text.parquet"
+    pq.write_table(pa.Table.from_pylist([{"prompt": f"q{i}", "chosen": "a", "rejected": "b"} for i in range(50)]), text)
+    assert len(list(iter_chunks(text, max_lines=1000, max_bytes=limit))) == 1
