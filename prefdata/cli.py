@@ -208,6 +208,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("input", metavar="INPUT", help="raw file/directory, a mix file (mix.toml, the records prepare would sample), "
                    "or a prepared OUT/")
     v.add_argument("--tokenizer", metavar="PATH", help="also run token-level checks (after truncation)")
+    v.add_argument(
+        "--processor", metavar="PATH",
+        help="instead of --tokenizer, for image pairs: an AutoProcessor directory; counts each image's tokens as "
+        "prepare --processor does (lengths, image_truncated, tokens per image); without it image placeholders are "
+        "only counted against the images (needs Pillow: prefdata[vision])",
+    )
     _add_tokenize_options(v)
     v.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr` (strict, for PRs), or a TOML file")
     v.add_argument("--format", choices=["text", "json", "markdown", "github", "html"], help="report format (default text)")

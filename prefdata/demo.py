@@ -2,6 +2,8 @@
 
 Builds a tiny tokenizer (real ChatML template) and a tiny random Qwen2 model from code, then runs
 prepare -> validate -> refs -> train on examples/pairs/ (several input shapes, a few bad rows).
+`--images`: the same stages for image preference pairs (examples/images/) with a tiny LLaVA
+(a CLIP vision tower and a Llama text model) and its processor, built from code.
 """
 
 from __future__ import annotations
@@ -59,13 +61,66 @@ def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
     return 0
 
 
+def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
+    """prepare --processor -> validate -> refs -> train on image pairs, with a tiny random LLaVA."""
+    from prefdata.prepare import prepare
+    from prefdata.refs import compute_refs
+    from prefdata.report.render_text import render_text
+    from prefdata.tiny import build_tiny_llava_model, build_tiny_llava_processor
+    from prefdata.train.recipe import train
+    from prefdata.validate.command import validate
+
+    work.mkdir(parents=True, exist_ok=True)
+    model_dir = work / "tiny-llava"
+    out, checkpoint = work / "prepared", work / "checkpoint"
+    started = time.time()
+
+    print(f"[1/5] building a tiny LLaVA processor and model (CLIP tower + Llama text) in {model_dir}/")
+    build_tiny_llava_processor(work / "tiny-llava-processor")
+    build_tiny_llava_model(model_dir, work / "tiny-llava-processor")
+
+    print(f"[2/5] prefdata prepare {examples} {out} --processor {model_dir} --max-length 256")
+    result = prepare(examples, out, processor=str(model_dir), max_length=256, overwrite=True, progress=False)
+    print(render_text(result.report))
+
+    print(f"[3/5] prefdata validate {out} --processor {model_dir}")
+    validated = validate(str(out), processor=str(model_dir), progress=False, output=str(work / "validate.txt"))
+    print(f"      exit code {validated.exit_code} (report in {work / 'validate.txt'})")
+
+    print(f"[4/5] prefdata refs {out} --model {model_dir}")
+    refs = compute_refs(str(out), model=str(model_dir), device="cpu", progress=False)
+    print(f"      {refs.summary()}")
+
+    print(f"[5/5] prefdata train {out} --model {model_dir} --output {checkpoint} --max-steps {max_steps}")
+    trained = train(
+        str(out), model=str(model_dir), output=str(checkpoint), max_steps=max_steps, batch_pairs=4,
+        lr=1e-3, device="cpu", progress=False, stall_steps=max_steps + 1,
+    )
+    print(f"      {trained.summary()}")
+
+    print(f"\ndone in {time.time() - started:.0f}s")
+    print(f"  dataset:    {out}/  (load_from_disk gives decoded images beside the ids; manifest.json records the processor)")
+    print(f"  report:     {out}/report.html  ({out}/report.md)")
+    print(f"  model:      {checkpoint}/  (save_pretrained, with its processor)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prefdata.demo", description=__doc__)
     parser.add_argument("--work", default=str(REPO / "demo-out"), help="where everything is written")
-    parser.add_argument("--examples", default=str(REPO / "examples" / "pairs"))
-    parser.add_argument("--max-steps", type=int, default=30)
+    parser.add_argument("--examples", default=None,
+                        help="the input (default: examples/pairs, or examples/images/pairs.jsonl with --images)")
+    parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: 30; 20 with --images)")
+    parser.add_argument("--images", action="store_true",
+                        help="image preference pairs with a tiny LLaVA and its processor (the [vision] extra)")
     args = parser.parse_args(argv)
-    return run_demo(Path(args.work), Path(args.examples), args.max_steps)
+    from prefdata.quiet import quiet_libraries
+
+    with quiet_libraries(True):  # the demo prints its own lines; library bars would bury them
+        if args.images:
+            examples = Path(args.examples or REPO / "examples" / "images" / "pairs.jsonl")
+            return run_image_demo(Path(args.work), examples, args.max_steps or 20)
+        return run_demo(Path(args.work), Path(args.examples or REPO / "examples" / "pairs"), args.max_steps or 30)
 
 
 if __name__ == "__main__":

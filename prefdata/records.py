@@ -94,6 +94,8 @@ class TokenizedPair:
     # With --loss-on answer: leading completion tokens (the reasoning block) kept out of the loss.
     chosen_loss_start: int | None = None
     rejected_loss_start: int | None = None
+    # Image pairs through a processor: the tokens each image expanded to, in order (None otherwise).
+    image_tokens: list[int] | None = None
 
 
 @dataclass

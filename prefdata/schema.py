@@ -11,7 +11,9 @@ they also accept pre-tokenized datasets from elsewhere. `validate OUT` checks th
     ScoredPairs.validate(frame)
 
 Pass-through columns are allowed (not strict). The text columns `prompt`, `chosen`, `rejected` are
-strings, or TRL message lists (`list[struct{role, content}]`) for conversational rows (docs/trl.md).
+strings, or TRL message lists (`list[struct{role, content}]`) for conversational rows (docs/trl.md);
+with image pairs a content is a list of parts (`list[struct{type, text}]`) and `images` holds
+each row's images as `datasets.Image` stores them (`list[struct{bytes, path}]`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ from prefdata.errors import PrefdataError
 
 ID_DTYPE = pl.List(pl.Int32)
 MESSAGES_DTYPE = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
+# Image pairs: content as TRL's list of parts, and the images as datasets.Image stores them.
+PARTS_MESSAGES_DTYPE = pl.List(pl.Struct({"role": pl.String,
+                                          "content": pl.List(pl.Struct({"type": pl.String, "text": pl.String}))}))
+IMAGES_DTYPE = pl.List(pl.Struct({"bytes": pl.Binary, "path": pl.String}))
 TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 ID_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
@@ -127,7 +133,8 @@ class PreparedPairs(TokenPairs):
     @pa.dataframe_check
     def text_columns_are_strings_or_messages(cls, data: pa.PolarsData) -> pl.LazyFrame:
         schema = data.lazyframe.collect_schema()
-        ok = all(name in schema and schema[name] in (pl.String, MESSAGES_DTYPE) for name in TEXT_COLUMNS)
+        ok = all(name in schema and schema[name] in (pl.String, MESSAGES_DTYPE, PARTS_MESSAGES_DTYPE)
+                 for name in TEXT_COLUMNS)
         return data.lazyframe.select(pl.lit(ok).alias("text_columns"))
 
     @pa.dataframe_check
@@ -247,6 +254,10 @@ def check_frame(frame: pl.DataFrame, label: str, *, tokens_only: bool = False, f
     """Validate one frame of OUT's rows; PrefdataError (one line) naming the model, the failing checks
     and where they fail first. `first_row` numbers the frame's rows within the whole dataset."""
     model = model_for(frame.columns, tokens_only)
+    if "images" in frame.columns:  # image pairs: checked here, as pandera cannot report on binary columns
+        if frame.schema["images"] != IMAGES_DTYPE:
+            raise PrefdataError(f"{label} breaks OUT's schema: its images column is {frame.schema['images']}, "
+                                f"not {IMAGES_DTYPE} (datasets.Image's storage)")
     # pandera reports a failing row as JSON, which polars cannot write for binary data (the image bytes
     # of image OUTs: it panics). No model reads such a column (they pass through), so it is left out.
     checked = frame.select([name for name, dtype in frame.schema.items() if not _holds_binary(dtype)])

@@ -74,7 +74,8 @@ def _image_keys(prompt: str, images: Sequence[Any], chosen: str, rejected: str) 
 
 def pair_digests_and_key(pair: Pair) -> tuple[int, int, int, int]:
     """`pair_digests(pair)` and the pair key built from them, in one call."""
-    if pair.chosen_ids is None and pair.chosen_messages is None and pair.rejected_messages is None:
+    if pair.chosen_ids is None and pair.chosen_messages is None and pair.rejected_messages is None \
+            and not pair.image_data:  # image pairs of string rows (a prepared OUT re-checked): their images count
         return _text_keys(pair.prompt, pair.chosen, pair.rejected)
     digests = pair_digests(pair)
     return (*digests, _xxh(_PACK3(*digests)))

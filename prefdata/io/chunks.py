@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Union
 
 from prefdata.errors import PrefdataError
+from prefdata.io.images import inline_image_bytes
 from prefdata.io.json_decode import _keys_big_floats, _open_binary, _string_colons
 from prefdata.io.json_lines import _broken_line, _Overlong, _read_lines, _Truncated, json_line_record
 from prefdata.io.readers import _iter_file, _kind, _parses, _sniff, list_input_files
@@ -102,8 +103,10 @@ def iter_chunks(
     path: str | Path, max_lines: int | None = None, max_bytes: int | None = None, label: str | None = None
 ) -> Iterator[Chunk]:
     """Every record under `path` in `iter_raw_records` order, as chunks of about `max_bytes` bytes
-    or `max_lines` lines (default CHUNK_BYTES, CHUNK_LINES). `label`: what a single file is called
-    in `source_file` (default `path`), and the prefix of a directory's relative file names.
+    or `max_lines` lines (default CHUNK_BYTES, CHUNK_LINES); records read here (Parquet, Arrow) are
+    weighed by the encoded images they hold, so image rows travel in chunks of about `max_bytes`.
+    `label`: what a single file is called in `source_file` (default `path`), and the prefix of a
+    directory's relative file names.
 
     File-level problems raise PrefdataError when reached, as `iter_raw_records` does; an input
     without any record is for the caller to detect (it sees the records, this only sees lines)."""
@@ -117,11 +120,13 @@ def iter_chunks(
         name = (label or str(path)) if single else (f"{label.rstrip('/')}/{relative}" if label else relative)
         if not _is_json_lines(file):
             batch: list[RawRecord] = []
+            size = 0  # encoded image bytes in the batch: image rows make smaller chunks
             for record in _iter_file(file, name):
                 batch.append(record)
-                if len(batch) >= max_lines:
+                size += inline_image_bytes(record.value)
+                if len(batch) >= max_lines or size >= max_bytes:
                     yield RecordsChunk(name, batch)
-                    batch = []
+                    batch, size = [], 0
             if batch:
                 yield RecordsChunk(name, batch)
         elif _kind(file).endswith(".gz") or not file.is_file():  # type: ignore[union-attr]

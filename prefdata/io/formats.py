@@ -165,7 +165,8 @@ def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None)
                 extras.setdefault(_PART_FIELDS[kind], []).append(_part_text(part, where))
                 continue
             if kind == "image":
-                if any(key in part for key in ("image", "url", "path")):
+                # Arrow input gives every part the struct's fields, unused ones null ({"text": None}).
+                if any(part.get(key) is not None for key in ("image", "url", "path")):
                     raise RecordError(f"field {where!r}: an image part must not carry its image; put it in the 'images' column")
                 parts.append({"type": "image"})
                 continue

@@ -1,9 +1,10 @@
 """RAW as a Hugging Face Hub dataset id with a split: `org/name:train_prefs` (or `org/name@REV:split`).
 
 Rows stream through `datasets.load_dataset(..., streaming=True)`, so nothing is downloaded in full
-before reading starts. As `datasets` does, a local directory named `org/name` is read in place of the
-Hub repository (tests use one laid out like a Hub dataset repo). The manifest records the id, the
-split and the revision that was read.
+before reading starts; image columns come as their encoded bytes (the workers decode them). As
+`datasets` does, a local directory named `org/name` is read in place of the Hub repository (tests
+use one laid out like a Hub dataset repo). The manifest records the id, the split and the revision
+that was read.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ def _open(source: HubSource) -> Any:
     import datasets
 
     try:
-        return datasets.load_dataset(source.repo, split=source.split, revision=source.revision, streaming=True)
+        dataset = datasets.load_dataset(source.repo, split=source.split, revision=source.revision, streaming=True)
+        # Image columns stay encoded ({"bytes", "path"}, as Parquet holds them): the workers decode them.
+        return dataset.decode(False)
     except Exception as exc:  # noqa: BLE001 - datasets/hub raise many types; the user needs one line
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PrefdataError(f"cannot read the Hub dataset {source.name}: {first}") from None

@@ -39,6 +39,7 @@ from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.tokenize.select import select_pair_tokenizer
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
 
@@ -271,15 +272,10 @@ def _write_with_workers(
 def _pair_tokenizer(tokenizer: str | None, processor: str | None, settings: TokenizeSettings,
                     trust_remote_code: bool) -> PairTokenizer:
     """The tokenizer stage: a plain tokenizer, or a processor for image pairs (tokenize.vision)."""
-    if bool(tokenizer) == bool(processor):
+    if not tokenizer and not processor:
         raise PrefdataError("give one of --tokenizer PATH and --processor PATH (a processor for image pairs)")
-    if processor:
-        from prefdata.tokenize.vision import VisionPairTokenizer
-
-        pair_tokenizer: PairTokenizer = VisionPairTokenizer(str(processor), settings, trust_remote_code)
-    else:
-        pair_tokenizer = PairTokenizer(str(tokenizer), settings, trust_remote_code=trust_remote_code)
-    pair_tokenizer.setup()
+    pair_tokenizer = select_pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
+    assert pair_tokenizer is not None
     return pair_tokenizer
 
 

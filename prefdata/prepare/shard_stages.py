@@ -39,6 +39,7 @@ from prefdata.io.ledger import Ledger
 from prefdata.prepare.balance import pair_classes
 from prefdata.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
+from prefdata.report.images import ImageFacts, ImageFactsCollector
 
 _QUARANTINED = OUTCOMES.index("quarantined")
 _UNPAIRED = OUTCOMES.index("unpaired")
@@ -149,6 +150,7 @@ class ChunkReport:
     excerpts: list[str] | None
     tokens: list[tuple[int, ...]]  # report.compact.token_row of each tokenized pair, in order
     scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)  # (position, summary), as CompactRows
+    images: ImageFacts | None = None  # of its pairs with images, as CompactRows
 
 
 @dataclass
@@ -222,6 +224,7 @@ class WriteShard:
             {}, [] if unit.want_excerpts else None, [],
         )
         rows: list[CheckedRow] = []
+        images = ImageFactsCollector()
         at_pair = 0
         for position, record in enumerate(records):
             pair = record.pair
@@ -258,6 +261,8 @@ class WriteShard:
                 report.details[position] = _for_report(row)
             if record.tokenized is not None:
                 report.tokens.append(token_row(record.tokenized))
+            if pair.image_data:
+                images.add(pair.image_data, record.tokenized.image_tokens if record.tokenized is not None else None)
             if below is None or position in below:
                 report.halves[position] = sample_halves(pair)
             if report.excerpts is not None:
@@ -265,6 +270,7 @@ class WriteShard:
             if row.outcome == "dropped":
                 lines.drop(jsonl_line(dropped_record(row)))
             rows.append(row)
+        report.images = images.facts()
         result.chunks.append(report)
         return rows
 

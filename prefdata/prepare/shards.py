@@ -230,7 +230,7 @@ def _add_to_report(report: ReportBuilder, shard: ShardWritten) -> None:
             pair_index=chunk.pair_index, prompt_keys=chunk.prompt_keys, pair_keys=chunk.pair_keys,
             lengths=chunk.lengths, detailed=sorted(chunk.details), detail=chunk.details.__getitem__,
             halves=chunk.halves, excerpts=chunk.excerpts,
-            tokens=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6), scored=chunk.scored,
+            tokens=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6), scored=chunk.scored, images=chunk.images,
         ))
 
 

@@ -29,6 +29,7 @@ from prefdata.report.compact import (
     token_lengths,
 )
 from prefdata.report.distributions import IntDistribution
+from prefdata.report.images import ImageStats
 from prefdata.report.length_bias import compare, count_bias
 from prefdata.report.scored import ScoredStats
 from prefdata.report.sections import LINES_PER_GROUP, TOP_GROUPS, build_report
@@ -120,6 +121,7 @@ class ReportBuilder:
         self.benchmark_matches: list[tuple[int, int, str, Any]] = []
         self.benchmark_pairs: Counter[str] = Counter()
         self.scored = ScoredStats()  # records of scored completions: what pairing made of them
+        self.images = ImageStats()  # image pairs: sizes, tokens per image, images per pair (report.images)
 
     # ------------------------------------------------------------------ per row
 
@@ -150,6 +152,8 @@ class ReportBuilder:
             self._add_flagged(row)
         self._add_dataset_keys(ordinal, row)
         self._add_lengths(row)
+        if pair.image_data:
+            self.images.add(pair.image_data, row.tokenized.image_tokens if row.tokenized is not None else None)
         halves = (pair.chosen_ids or [], pair.rejected_ids or []) if ids_mode(pair) else (pair.chosen, pair.rejected)
         if len(halves[0]) + len(halves[1]) > EXACT_LIMIT:
             self._add_bounded(raw.source_file, raw.source_line)
@@ -197,6 +201,8 @@ class ReportBuilder:
             self._flush_lengths()
         if rows.tokens is not None:
             self._add_token_array(rows.tokens)
+        if rows.images is not None:
+            self.images.add_facts(rows.images)
         self._add_kept_compact(rows, pairs, lengths, flag_lists)
 
     def _add_kept_compact(

@@ -11,6 +11,7 @@ import xxhash
 from prefdata.checks.dataset import pair_digests_and_key
 from prefdata.checks.pair import completion_content, ids_mode, similarity
 from prefdata.records import Pair, ScoredSummary
+from prefdata.report.images import ImageFacts
 from prefdata.report.similarity import LazySimilarity
 
 if TYPE_CHECKING:
@@ -103,6 +104,8 @@ class CompactRows:
     tokens: "np.ndarray | None" = None
     # (position, summary) of each record of scored completions, on its first row (prefdata.pairing).
     scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)
+    # The images of its pairs that have some (report.images); None when none has.
+    images: ImageFacts | None = None
 
 
 def sample_halves(pair: Pair) -> tuple[Any, Any] | float:

@@ -20,6 +20,7 @@ from prefdata.report.render_common import (
     threshold_findings,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
+from prefdata.report.render_images import images_html
 from prefdata.report.render_scored import scored_html
 from prefdata.report.svg import svg_histogram
 
@@ -116,6 +117,7 @@ def render_html(report: Report) -> str:
     body += scored_html(report)
     body += _html_decontamination(report.get("decontamination"))
     body += _html_dataset(report.get("dataset", {}))
+    body += images_html(report)
     body += _html_distributions(report)
     body += _html_sources(report.get("sources"))
     body.append(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from prefdata.report.render_images import images_markdown
 from prefdata.report.render_scored import scored_markdown
 from prefdata.report.render_common import (
     bounded_line,
@@ -47,6 +48,7 @@ def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
     out += _md_decontamination(report.get("decontamination"))
     out += _md_dataset(report.get("dataset", {}))
     out += _md_lengths(report.get("lengths", {}))
+    out += images_markdown(report)
     out += _md_truncation_bias_similarity(report)
     out += _md_sources(report.get("sources"))
     out += ["", f"<sub>prefdata {report.get('prefdata_version')} · report schema {report.get('schema_version')} · {report.get('generated_at')}</sub>", ""]

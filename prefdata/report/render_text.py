@@ -16,6 +16,7 @@ from prefdata.report.render_common import (
     threshold_findings,
     threshold_line,
 )
+from prefdata.report.render_images import images_text
 from prefdata.report.render_scored import ledger_line
 
 
@@ -28,6 +29,7 @@ def render_text(report: Report, top: int = 8) -> str:
     ]
     if report.get("scored"):  # records of scored completions: both ledgers in one line
         lines.append("  scored completions: " + ledger_line(report))
+    lines += ["  " + line for line in images_text(report)]  # image pairs: sizes, tokens per image
     flags = report.get("flags", {})
     if flags:
         lines.append("  flags:")

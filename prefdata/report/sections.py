@@ -40,6 +40,7 @@ def build_report(
     accounting = {**_accounting(builder), **(accounting or {})}
 
     tokens = builder.tokenized_rows > 0
+    images = builder.images.to_dict(pairs)  # None for text-only data: no section
     unit = "tokens" if tokens else "characters"
     lengths_src = builder.tokens if tokens else builder.chars
     bias = builder.bias["tokens" if tokens else "chars"]
@@ -105,6 +106,7 @@ def build_report(
         "similarity": _similarity_section(builder, getattr(policy, "near_duplicate_threshold", None)),
         "scored": builder.scored.to_dict(),
         **({"length_balance": builder.length_balance} if builder.length_balance is not None else {}),
+        **({"images": images} if images is not None else {}),
         **({"sources": sources_section(builder.by_source, list(builder.source_plans), accounting["rows_in"],
                                        accounting["rows_out"], builder.source_plans)}
            if builder.file_sources is not None else {}),

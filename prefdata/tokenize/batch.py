@@ -11,7 +11,7 @@ from array import array
 from dataclasses import dataclass
 
 from prefdata.errors import RecordError, UnknownShapeError
-from prefdata.io.images import image_base, load_images
+from prefdata.io.images import load_pair_images
 from prefdata.io.scored import record_pairs
 from prefdata.pairing import PairingSettings
 from prefdata.records import Pair, RawRecord, ScoredSummary, TokenizedPair
@@ -46,9 +46,7 @@ def normalize_and_tokenize(
             continue
         try:
             made = record_pairs(raw, pairing)
-            for pair in made.pairs:
-                if pair.images is not None:  # image pairs: read here, in the worker (io.images)
-                    pair.image_data = load_images(pair.images, image_base(settings.images_from, pair.source_file))
+            load_pair_images(made.pairs, settings.images_from)  # image pairs: read here, in the worker
         except UnknownShapeError as exc:
             results.append(ProcessedRecord(None, None, str(exc), unknown_shape=True, record=position))
             continue

@@ -212,6 +212,7 @@ class _Texts:
     rejected_ends_turn: bool = False
     flags: tuple[str, ...] = ()  # found while rendering (reasoning_lost)
     images: bool = False  # the prompt holds expanded image tokens (truncation must not cut them)
+    image_tokens: list[int] | None = None  # tokens each image expanded to (None: not expanded)
 
 
 _NEEDS_PROCESSOR = "row has images: prepare image pairs with --processor (an AutoProcessor directory), not --tokenizer"
@@ -462,6 +463,7 @@ class PairTokenizer:
             rejected = _end_with_one_eos(rejected, eos, append=not row.rejected_ends_turn)
             spans = self._image_spans(prompt) if row.images else None
             tokenized = truncate_pair(prompt, chosen, rejected, self.settings, eos, spans)
+            tokenized.image_tokens = row.image_tokens
             if starts is not None:
                 _set_loss_starts(tokenized, *starts[i])
             if mismatch[i]:

@@ -128,7 +128,9 @@ class VisionPairTokenizer(PairTokenizer):
         if placeholders != len(images) or stray:
             texts.flags = (*texts.flags, F.IMAGE_MISMATCH)
             return texts
-        texts.prompt = scheme.expand(texts.prompt, self.image_token_counts(images))
+        counts = self.image_token_counts(images)
+        texts.image_tokens = counts  # the report's tokens per image
+        texts.prompt = scheme.expand(texts.prompt, counts)
         return texts
 
     def image_token_counts(self, images: Sequence[LoadedImage]) -> list[int]:

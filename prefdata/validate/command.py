@@ -12,7 +12,7 @@ import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
@@ -26,10 +26,12 @@ from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem
 from prefdata.report.sections import SCHEMA_VERSION
+from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
 
 if TYPE_CHECKING:
     from prefdata.checks.merge import DatasetMerge
     from prefdata.checks.partitioned import PartitionedMerge
+    from prefdata.tokenize.pairs import PairTokenizer
 
 FORMATS = ("text", "json", "markdown", "github", "html")
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
@@ -72,6 +74,7 @@ def validate(
     input: str | Path,
     *,
     tokenizer: str | None = None,
+    processor: str | None = None,
     policy: str | Path | None = None,
     format: str = "text",
     output: str | Path | None = None,
@@ -103,7 +106,10 @@ def validate(
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
     Without a tokenizer raw input gets every text-level check; with one, the token-level checks on
-    the truncated ids as well (as `prepare` would). A prepared OUT/ is re-checked from its stored
+    the truncated ids as well (as `prepare` would). `processor` (image pairs) in place of `tokenizer`:
+    an AutoProcessor directory, which counts each image's tokens exactly as `prepare --processor`
+    does (lengths, `image_truncated`, the report's tokens per image); without it, image placeholders
+    are only counted against the images (`image_mismatch`). A prepared OUT/ is re-checked from its stored
     columns (its ids are what training sees). `--format github` prints annotations to stdout and
     appends the Markdown report to $GITHUB_STEP_SUMMARY; its `output`, if given, gets the report as
     HTML (.html), Markdown (.md) or JSON (anything else), e.g. to keep as the next baseline.
@@ -121,6 +127,8 @@ def validate(
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if tokenizer and processor:
+        raise PrefdataError(BOTH_GIVEN)
     input_path = Path(input)
     hub = parse_hub_id(input)  # `org/name:split`: a Hub dataset split, streamed (prefdata.io.hub)
     if not input_path.exists() and hub is None:
@@ -150,6 +158,7 @@ def validate(
 
         mix = plan_input_mix(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared, sources=mix.file_sources() if mix else None)
+    pair_tokenizer = None
     builder.benchmarks = benchmarks[1] if benchmarks else None
     if mix is not None:
         builder.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
@@ -158,7 +167,7 @@ def validate(
 
         check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
         _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
-                        benchmarks=index)
+                        benchmarks=index, image_tokens=_image_token_counter(processor, trust_remote_code))
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
         from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -171,22 +180,24 @@ def validate(
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
                                     chat_template=chat_template, template=template,
                                     images_from=None if mix else str(input_path))  # relative image paths
+        pair_tokenizer = select_pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
         _check_raw(
-            mix or input_path, builder, loaded_policy, settings, tokenizer=tokenizer, against=against, progress=progress,
-            batch_size=batch_size, workers=workers, trust_remote_code=trust_remote_code, engine=engine,
+            mix or input_path, builder, loaded_policy, settings, pair_tokenizer=pair_tokenizer, against=against,
+            progress=progress, batch_size=batch_size, workers=workers, engine=engine,
             ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index, pairing=pairing_settings,
         )
 
     meta: dict[str, Any] = {
         "command": "validate",
         "input": str(input),
-        "tokenizer": str(tokenizer) if tokenizer else None,
+        "tokenizer": str(tokenizer or processor) if tokenizer or processor else None,
+        **({"processor": str(processor)} if processor else {}),
         "input_kind": "prepared" if prepared else "raw",
         "against": str(against) if against is not None else None,
         # Rows of a directory input name their file relative to it; annotations need the full path.
         "source_root": str(input) if input_path.is_dir() and not prepared else (str(input_path.parent) if mix else None),
         "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
-        "tokenizer_chat_template": _has_chat_template(tokenizer, trust_remote_code) if tokenizer and not prepared else None,
+        "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template) if pair_tokenizer is not None else None,
     }
     if prepared:
         manifest = read_manifest(input_path)
@@ -209,23 +220,26 @@ def validate(
     return ValidateResult(exit_code=exit_code, report=report, rendered=rendered, problem=problem)
 
 
-def _has_chat_template(tokenizer: str, trust_remote_code: bool) -> bool:
-    """Whether the tokenizer at `tokenizer` has a chat template (for report.hints)."""
-    from prefdata.tokenize.pairs import load_tokenizer
-
-    return bool(load_tokenizer(tokenizer, trust_remote_code).chat_template)
-
-
 def _check_prepared(
     input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int,
-    benchmarks: BenchmarkIndex | None = None,
+    benchmarks: BenchmarkIndex | None = None, image_tokens: Callable[[list[Any]], list[int]] | None = None,
 ) -> None:
     from prefdata.checks.merge import DatasetMerge
 
     merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
     rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge,
-                              benchmarks=benchmarks)
+                              benchmarks=benchmarks, image_tokens=image_tokens)
     _accumulate(rows, builder, merge)
+
+
+def _image_token_counter(processor: str | None, trust_remote_code: bool) -> Callable[[list[Any]], list[int]] | None:
+    """With --processor on a prepared OUT/: each stored image's tokens, counted by the processor."""
+    if not processor:
+        return None
+    from prefdata.tokenize.pairs import TokenizeSettings
+
+    vision = select_pair_tokenizer(None, processor, TokenizeSettings(), trust_remote_code)
+    return vision.image_token_counts  # type: ignore[union-attr]
 
 
 def _check_raw(
@@ -234,19 +248,19 @@ def _check_raw(
     policy: Policy,
     settings: Any,
     *,
-    tokenizer: str | None,
+    pair_tokenizer: "PairTokenizer | None",
     against: str | Path | None,
     progress: bool,
     batch_size: int,
     workers: int | None,
-    trust_remote_code: bool,
     engine: str = "local",
     ray_address: str | None = None,
     partitioned_checks: bool = False,
     benchmarks: BenchmarkIndex | None = None,
     pairing: Any = None,
 ) -> None:
-    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest).
+    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest)
+    through `pair_tokenizer` (--tokenizer or --processor).
     On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
     from prefdata.checks.merge import DatasetMerge
     from prefdata.checks.partitioned import PartitionedMerge
@@ -258,7 +272,7 @@ def _check_raw(
     runner = select_engine(engine, workers, ray_address)
     # The bulk text path reads plain files in byte ranges (not a Hub split, not a mixture's samples).
     byte_ranges = not isinstance(input_path, MixPlan) and parse_hub_id(input_path) is None
-    if tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks and byte_ranges:
+    if pair_tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks and byte_ranges:
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(
@@ -272,8 +286,8 @@ def _check_raw(
     threshold = policy.near_duplicate_prompt_threshold
     merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
     rows = iter_checked_rows(
-        input_path, tokenizer_path=tokenizer, policy=policy, settings=settings, batch_size=batch_size,
-        progress=progress, against=against, trust_remote_code=trust_remote_code, workers=workers, merge=merge,
+        input_path, pair_tokenizer=pair_tokenizer, policy=policy, settings=settings, batch_size=batch_size,
+        progress=progress, against=against, workers=workers, merge=merge,
         engine=runner, benchmarks=benchmarks, pairing=pairing,
     )
     _accumulate(rows, builder, merge)
@@ -299,8 +313,13 @@ def iter_prepared_rows(
     batch_size: int = 1000,
     merge: DatasetMerge | None = None,
     benchmarks: BenchmarkIndex | None = None,
+    image_tokens: Callable[[list[Any]], list[int]] | None = None,
 ) -> Iterator[Any]:
     """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
+
+    Image pairs: the stored images are read (their headers only: sizes, not pixels) and their bytes
+    count in the duplicate checks as in `prepare`; `image_tokens` (a processor's
+    VisionPairTokenizer.image_token_counts) gives each image's tokens for the report.
 
     Each row is rebuilt as Pair + TokenizedPair from its columns and goes through the same checks as
     in `prepare`: text flags, token flags on the stored ids, dataset-wide duplicates, prompt leaks,
@@ -321,6 +340,10 @@ def iter_prepared_rows(
     if missing:
         raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
     checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge, benchmarks)
+    # Image pairs: the images' bytes straight from the Arrow table, never decoded by `datasets`.
+    images = dataset.data.column("images") if "images" in dataset.column_names else None
+    if images is not None:
+        dataset = dataset.remove_columns("images")
     has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
     batches = dataset.iter(batch_size=batch_size)
     if progress:
@@ -329,6 +352,7 @@ def iter_prepared_rows(
         batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
     ordinal = 0  # the row's index: what near-duplicate prompt clusters report
     for batch in batches:
+        stored_batch = images.slice(ordinal, len(batch["prompt"])).to_pylist() if images is not None else None
         for i in range(len(batch["prompt"])):
             stored = batch["flags"][i] if "flags" in batch else []
             prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
@@ -361,10 +385,23 @@ def iter_prepared_rows(
                 v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
             )
             extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
+            if stored_batch is not None and stored_batch[i]:
+                pair.image_data = _stored_images(stored_batch[i], pair, out_dir)
+                tokenized.image_tokens = image_tokens(pair.image_data) if image_tokens is not None else None
             kept, severity, outcome = checker.check(pair, tokenized, extra, ordinal=ordinal)
             ordinal += 1
             raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
             yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
+
+
+def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path) -> list[Any]:
+    from prefdata.errors import RecordError
+    from prefdata.io.images import stored_images
+
+    try:
+        return stored_images(values)
+    except RecordError as exc:  # a damaged OUT/ is an input error
+        raise PrefdataError(f"{out_dir}: the row from {pair.source_file}:{pair.source_line}: {exc}") from None
 
 
 def _leak_index(against: str | Path) -> Any:

@@ -172,6 +172,7 @@ class _Merger:
                 excerpts=scan.excerpts,
                 tokens=scan.tokens,
                 scored=scan.scored,
+                images=scan.images,
             )
         )
         if self.bar is not None:

@@ -1,8 +1,10 @@
 """Check one chunk of raw input without a tokenizer: the per-record work of text-level `validate`.
 
-Runs in a worker process (or in-process): parse, normalize, the pair's own flags (text checks,
-pre-tokenized truncation, prompt leak, benchmark overlap), the digests the dataset-wide checks and the report key on,
-character lengths, and the MinHash signatures of the prompts. Everything that depends on earlier
+Runs in a worker process (or in-process): parse, normalize, read the images of image pairs (a
+missing or broken one quarantines its record, as in `prepare`), the pair's own flags (text checks,
+pre-tokenized truncation, prompt leak, benchmark overlap), the digests the dataset-wide checks and
+the report key on, character lengths, the images' facts (report.images), and the MinHash
+signatures of the prompts. Everything that depends on earlier
 chunks (duplicates, conflicts, the similarity sample, exact-duplicate prompts) is left to the
 main process, which merges the chunks in input order (prefdata.validate.merge).
 
@@ -23,12 +25,14 @@ from prefdata.checks.pair import similarity
 from prefdata.checks.dataset import PromptLeakIndex, pair_digests_and_key
 from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.io.images import load_pair_images
 from prefdata.io.scored import record_pairs
 from prefdata.pairing import PairingSettings
 from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.policy import Policy
 from prefdata.records import Pair, ScoredSummary
 from prefdata.report.compact import excerpt, sample_halves, token_row
+from prefdata.report.images import ImageFacts, ImageFactsCollector
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
 from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair
 
@@ -71,6 +75,7 @@ class ChunkScan:
     record_of: np.ndarray | None = None
     unpaired: list[int] = field(default_factory=list)  # positions of unpaired rows
     scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)  # (position, summary), as CompactRows
+    images: ImageFacts | None = None  # of its pairs with images (report.images), as CompactRows
 
 
 @dataclass
@@ -127,6 +132,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
     record_of: list[int] = []
     unpaired: list[int] = []
     scored: list[tuple[int, ScoredSummary]] = []
+    images = ImageFactsCollector()
     position = 0
     for record, (raw, offset, length) in enumerate(chunk_records(chunk, data)):
         made: list[Pair | None] = [None]
@@ -135,6 +141,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             if raw.error is not None:
                 raise RecordError(raw.error)
             result = record_pairs(raw, settings.pairing)
+            load_pair_images(result.pairs, tokenize.images_from)  # image pairs: read here, in the worker
         except UnknownShapeError as exc:
             error = (str(exc), True)
         except RecordError as exc:
@@ -171,6 +178,8 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             lengths += (len(pair.prompt), len(pair.chosen), len(pair.rejected))
             pairs.append(pair)
             pair_index.append(position)
+            if pair.image_data:
+                images.add(pair.image_data, None)  # no processor: no tokens per image
             if excerpts is not None:
                 excerpts.append(excerpt(pair.prompt))
             position += 1
@@ -196,4 +205,5 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
         record_of=np.array(record_of, dtype=np.int64) if record_of and position != record_of[-1] + 1 else None,
         unpaired=unpaired,
         scored=scored,
+        images=images.facts(),
     )

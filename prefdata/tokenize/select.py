@@ -1,0 +1,29 @@
+"""The tokenize stage a command's `--tokenizer` or `--processor` asks for.
+
+A processor (image pairs, prefdata.tokenize.vision) carries its own tokenizer, so the two flags
+exclude each other: given both, it is not clear which tokenizer the user meant.
+"""
+
+from __future__ import annotations
+
+from prefdata.errors import PrefdataError
+from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+
+BOTH_GIVEN = "--tokenizer and --processor exclude each other: give --processor PATH for image pairs (it holds its tokenizer), else --tokenizer PATH"
+
+
+def select_pair_tokenizer(tokenizer: str | None, processor: str | None, settings: TokenizeSettings,
+                          trust_remote_code: bool = False) -> PairTokenizer | None:
+    """A loaded PairTokenizer (a VisionPairTokenizer for a processor), or None when neither is given."""
+    if tokenizer and processor:
+        raise PrefdataError(BOTH_GIVEN)
+    if processor:
+        from prefdata.tokenize.vision import VisionPairTokenizer
+
+        pair_tokenizer: PairTokenizer = VisionPairTokenizer(str(processor), settings, trust_remote_code)
+    elif tokenizer:
+        pair_tokenizer = PairTokenizer(str(tokenizer), settings, trust_remote_code=trust_remote_code)
+    else:
+        return None
+    pair_tokenizer.setup()
+    return pair_tokenizer
