@@ -17,42 +17,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
-    from prefdata.prepare import prepare
-    from prefdata.refs import compute_refs
-    from prefdata.report.render_text import render_text
+    """prepare -> validate -> refs -> train on text pairs, with a tiny random Qwen2."""
     from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
-    from prefdata.train.recipe import train
-    from prefdata.validate.command import validate
 
     work.mkdir(parents=True, exist_ok=True)
     tokenizer_dir, model_dir = work / "tiny-tokenizer", work / "tiny-model"
-    out, checkpoint = work / "prepared", work / "checkpoint"
     started = time.time()
-
     print(f"[1/5] building a tiny tokenizer and a tiny random Qwen2 model in {work}/")
     build_tiny_tokenizer(tokenizer_dir)
     build_tiny_model(model_dir, tokenizer_dir=tokenizer_dir, architecture="qwen2", hidden_size=64, num_layers=2)
-
     # Prepare with the model directory's tokenizer: refs and train check that the fingerprints match.
-    print(f"[2/5] prefdata prepare {examples} {out} --tokenizer {model_dir} --max-length 256")
-    result = prepare(examples, out, tokenizer=str(model_dir), max_length=256, overwrite=True, progress=False)
-    print(render_text(result.report))
-
-    print(f"[3/5] prefdata validate {out}")
-    validated = validate(str(out), progress=False, output=str(work / "validate.txt"))
-    print(f"      exit code {validated.exit_code} (report in {work / 'validate.txt'})")
-
-    print(f"[4/5] prefdata refs {out} --model {model_dir}")
-    refs = compute_refs(str(out), model=str(model_dir), device="cpu", progress=False)
-    print(f"      {refs.summary()}")
-
-    print(f"[5/5] prefdata train {out} --model {model_dir} --output {checkpoint} --max-steps {max_steps}")
-    trained = train(
-        str(out), model=str(model_dir), output=str(checkpoint), max_steps=max_steps, batch_pairs=4,
-        lr=1e-3, device="cpu", progress=False, stall_steps=max_steps + 1,
-    )
-    print(f"      {trained.summary()}")
-
+    out, checkpoint = _stages(work, examples, model_dir, max_steps, "tokenizer")
     print(f"\ndone in {time.time() - started:.0f}s")
     print(f"  dataset:    {out}/  (datasets.load_from_disk; manifest.json, dropped.jsonl, quarantine.jsonl)")
     print(f"  report:     {out}/report.html  ({out}/report.md)")
@@ -63,28 +38,38 @@ def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
 
 def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
     """prepare --processor -> validate -> refs -> train on image pairs, with a tiny random LLaVA."""
-    from prefdata.prepare import prepare
-    from prefdata.refs import compute_refs
-    from prefdata.report.render_text import render_text
     from prefdata.tiny import build_tiny_llava_model, build_tiny_llava_processor
-    from prefdata.train.recipe import train
-    from prefdata.validate.command import validate
 
     work.mkdir(parents=True, exist_ok=True)
     model_dir = work / "tiny-llava"
-    out, checkpoint = work / "prepared", work / "checkpoint"
     started = time.time()
-
     print(f"[1/5] building a tiny LLaVA processor and model (CLIP tower + Llama text) in {model_dir}/")
     build_tiny_llava_processor(work / "tiny-llava-processor")
-    build_tiny_llava_model(model_dir, work / "tiny-llava-processor")
+    build_tiny_llava_model(model_dir, work / "tiny-llava-processor")  # saved with its processor
+    out, checkpoint = _stages(work, examples, model_dir, max_steps, "processor")
+    print(f"\ndone in {time.time() - started:.0f}s")
+    print(f"  dataset:    {out}/  (load_from_disk gives decoded images beside the ids; manifest.json records the processor)")
+    print(f"  report:     {out}/report.html  ({out}/report.md)")
+    print(f"  model:      {checkpoint}/  (save_pretrained, with its processor)")
+    return 0
 
-    print(f"[2/5] prefdata prepare {examples} {out} --processor {model_dir} --max-length 256")
-    result = prepare(examples, out, processor=str(model_dir), max_length=256, overwrite=True, progress=False)
+
+def _stages(work: Path, examples: Path, model_dir: Path, max_steps: int, reader: str) -> tuple[Path, Path]:
+    """Stages 2-5 with the model directory as the `--tokenizer` or `--processor` (`reader`)."""
+    from prefdata.prepare import prepare
+    from prefdata.refs import compute_refs
+    from prefdata.report.render_text import render_text
+    from prefdata.train.recipe import train
+    from prefdata.validate.command import validate
+
+    out, checkpoint = work / "prepared", work / "checkpoint"
+    print(f"[2/5] prefdata prepare {examples} {out} --{reader} {model_dir} --max-length 256")
+    result = prepare(examples, out, max_length=256, overwrite=True, progress=False, **{reader: str(model_dir)})
     print(render_text(result.report))
 
-    print(f"[3/5] prefdata validate {out} --processor {model_dir}")
-    validated = validate(str(out), processor=str(model_dir), progress=False, output=str(work / "validate.txt"))
+    check_with = {"processor": str(model_dir)} if reader == "processor" else {}
+    print(f"[3/5] prefdata validate {out}" + (f" --processor {model_dir}" if check_with else ""))
+    validated = validate(str(out), progress=False, output=str(work / "validate.txt"), **check_with)
     print(f"      exit code {validated.exit_code} (report in {work / 'validate.txt'})")
 
     print(f"[4/5] prefdata refs {out} --model {model_dir}")
@@ -97,12 +82,7 @@ def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
         lr=1e-3, device="cpu", progress=False, stall_steps=max_steps + 1,
     )
     print(f"      {trained.summary()}")
-
-    print(f"\ndone in {time.time() - started:.0f}s")
-    print(f"  dataset:    {out}/  (load_from_disk gives decoded images beside the ids; manifest.json records the processor)")
-    print(f"  report:     {out}/report.html  ({out}/report.md)")
-    print(f"  model:      {checkpoint}/  (save_pretrained, with its processor)")
-    return 0
+    return out, checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
