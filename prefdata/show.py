@@ -1,13 +1,16 @@
 """`prefdata show OUT --row N`: one prepared row with its loss masks made visible.
 
-Masks come from prefdata.tokenize.masks (the module refs and train use), so what `show` prints is what the
-loss sees: tokens inside ⟦ ⟧ count toward the loss, the rest (prompt) does not. Each span is
-decoded as a whole, in context, so the text is byte-exact (see `decode_spans`).
+Masks come from prefdata.tokenize.masks (the module refs and train use), so what `show` prints is
+what the loss sees: tokens inside ⟦ ⟧ count toward the loss, the rest (prompt) does not. Each span
+is decoded as a whole, in context, so the text is byte-exact (see `decode_spans`). An image row
+lists its images and shows each run of image tokens as `<image>×N` (adjacent images make one run,
+as the model sees them).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -78,6 +81,21 @@ def _render_tokens(tokenizer: Any, ids: list[int], mask: list[int]) -> str:
     return "".join(f"{LOSS_OPEN}{text}{LOSS_CLOSE}" if in_loss else text for text, (_s, _e, in_loss) in zip(texts, runs))
 
 
+def _collapse_image_runs(text: str, image_token: str | None) -> str:
+    """An image's run of N image tokens as `<image>×N`: hundreds of placeholders bury the text."""
+    if not image_token:
+        return text
+    return re.sub(f"(?:{re.escape(image_token)}){{2,}}", lambda m: f"{image_token}×{len(m.group(0)) // len(image_token)}", text)
+
+
+def _image_line(images: Any) -> str | None:
+    """`images: 2 (48x32, 640x480 px)` for an image row; None for a text row."""
+    if not images:
+        return None
+    sizes = [f"{image.width}x{image.height}" if hasattr(image, "width") else "?" for image in images]
+    return f"images: {len(images)} ({', '.join(sizes)} px)"
+
+
 def _load_tokenizer(path: str | None) -> Any:
     """OUT's tokenizer, quietly (no transformers warnings in the view); None when it cannot be loaded."""
     if not path:
@@ -119,11 +137,13 @@ def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = 
         f"flags: {', '.join(record['flags']) or '(none)'}",
         f"tokens: prompt {len(prompt)}, chosen {len(chosen)} (loss {sum(chosen_mask)}), "
         f"rejected {len(rejected)} (loss {sum(rejected_mask)})",
-        "",
     ]
+    image_line = _image_line(record.get("images"))
+    lines += [image_line, ""] if image_line else [""]
+    image_token = (manifest.get("processor") or {}).get("image_token")
     for name, ids, mask in (("chosen", prompt + chosen, chosen_mask), ("rejected", prompt + rejected, rejected_mask)):
         lines.append(f"--- {name} (loss tokens inside {LOSS_OPEN} {LOSS_CLOSE}) ---")
-        lines.append(_render_tokens(tokenizer, ids, mask))
+        lines.append(_collapse_image_runs(_render_tokens(tokenizer, ids, mask), image_token))
         lines.append("")
     for key in ("ref_chosen_logps", "ref_rejected_logps"):
         if key in record:

@@ -184,3 +184,13 @@ def test_explicit_string_rows_take_their_images_with_the_models_placeholder_text
     with pytest.raises(PrefdataError, match="row has images: prepare image pairs with --processor"):
         prepare(tmp_path / "data" / "pairs.jsonl", tmp_path / "text-out", tokenizer=str(tmp_path / "tok"),
                 progress=False, workers=1)
+
+
+def test_show_names_the_images_and_collapses_their_token_runs(tmp_path, llava_processor_dir):
+    from prefdata.show import show_row
+
+    _images(tmp_path / "data" / "img", wide=(64, 20))
+    _result, out = _prepare(tmp_path, [image_row("What color?", ["img/wide.png"])], llava_processor_dir)
+    text = show_row(out, row=0)
+    assert "images: 1 (64x20 px)" in text
+    assert f"<image>×{IMAGE_TOKENS}What color?" in text and "<image><image>" not in text
