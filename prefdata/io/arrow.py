@@ -11,14 +11,25 @@ from prefdata.io.json_decode import _one_line
 from prefdata.records import RawRecord
 
 BATCH_ROWS = 1000  # rows converted to Python at a time from Arrow/Parquet
+# ...or fewer, so that one slice holds about this much Arrow data: image rows carry their encoded
+# images (RLAIF-V's are ~100 KB-1 MB), and 1,000 of them would be up to a GB in the main process.
+SLICE_BYTES = 32 << 20
+
+
+def rows_per_slice(nbytes: int, num_rows: int) -> int:
+    """Rows to convert at a time from a batch of `num_rows` rows holding `nbytes` of data."""
+    if num_rows <= 0 or nbytes <= 0:
+        return BATCH_ROWS
+    return max(1, min(BATCH_ROWS, int(SLICE_BYTES * num_rows // nbytes)))
 
 
 def _iter_batches(batches: Iterator[Any], name: str, label: str) -> Iterator[RawRecord]:
     index = 0
     try:
         for batch in batches:
-            for start in range(0, batch.num_rows, BATCH_ROWS):
-                for row in batch.slice(start, BATCH_ROWS).to_pylist():
+            step = rows_per_slice(batch.nbytes, batch.num_rows)
+            for start in range(0, batch.num_rows, step):
+                for row in batch.slice(start, step).to_pylist():
                     index += 1
                     yield RawRecord(name, index, value=row)
     except Exception as exc:  # noqa: BLE001 - a corrupt page must not become a traceback
@@ -35,7 +46,11 @@ def _iter_parquet(file: Path, name: str) -> Iterator[RawRecord]:
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
         raise PrefdataError(f"{file}: cannot open as parquet ({_one_line(exc)})") from None
     with parquet:
-        yield from _iter_batches(parquet.iter_batches(batch_size=BATCH_ROWS), name, "parquet")
+        # Parquet decodes a whole batch at once: size it from the first row group's data per row.
+        meta = parquet.metadata
+        group = meta.row_group(0) if meta.num_row_groups else None
+        batch_rows = rows_per_slice(group.total_byte_size, group.num_rows) if group is not None else BATCH_ROWS
+        yield from _iter_batches(parquet.iter_batches(batch_size=batch_rows), name, "parquet")
 
 
 def _iter_arrow(file: Path, name: str) -> Iterator[RawRecord]:

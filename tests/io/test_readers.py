@@ -140,6 +140,31 @@ def test_parquet_read_in_batches(tmp_path, monkeypatch):
     assert [r.source_line for r in records] == [1, 2, 3, 4, 5]
 
 
+@pytest.mark.parametrize("kind", ["parquet", "arrow"])
+def test_large_rows_are_converted_a_few_at_a_time_and_none_is_lost(tmp_path, monkeypatch, kind):
+    """Image rows carry their encoded images: a slice holds about SLICE_BYTES, not 1,000 rows."""
+    import prefdata.io.arrow as arrow
+
+    monkeypatch.setattr(arrow, "SLICE_BYTES", 3 * 10_000)
+    rows = [{**row, "images": [{"bytes": bytes([i]) * 10_000, "path": None}]} for i, row in enumerate(ROWS * 3)]
+    table = pa.Table.from_pylist(rows)
+    assert arrow.rows_per_slice(table.nbytes, table.num_rows) == 2  # ~10 KB a row, 30 KB a slice
+    assert arrow.rows_per_slice(0, 0) == arrow.BATCH_ROWS and arrow.rows_per_slice(10**9, 10) == 1
+    steps: list[int] = []
+    real = arrow.rows_per_slice
+    monkeypatch.setattr(arrow, "rows_per_slice", lambda nbytes, num_rows: steps.append(real(nbytes, num_rows)) or steps[-1])
+    path = tmp_path / f"d.{kind}"
+    if kind == "parquet":
+        pq.write_table(table, path)
+    else:
+        with pa.ipc.new_stream(str(path), table.schema) as writer:
+            writer.write_table(table)
+    records = _read(path)
+    assert _values(records) == rows
+    assert [r.source_line for r in records] == list(range(1, len(rows) + 1))
+    assert steps and max(steps) <= 3
+
+
 def test_parquet_nested_columns(tmp_path):
     rows = [
         {"prompt": [{"role": "user", "content": "hi"}], "chosen": [{"role": "assistant", "content": "a"}]}
