@@ -332,6 +332,9 @@ def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hid
         vision_config=vision, text_config=text, image_token_id=token_id("<|image_pad|>"),
         video_token_id=token_id("<|video_pad|>"), vision_start_token_id=token_id("<|vision_start|>"),
         vision_end_token_id=token_id("<|vision_end|>"), tie_word_embeddings=False,
+        # Weights large enough that a token's 3-D position visibly moves its log-prob (at 0.02 a random
+        # tiny model attends almost uniformly): tests can tell wrong positions from right ones.
+        initializer_range=0.1,
     )
     torch.manual_seed(seed)
     model = Qwen2VLForConditionalGeneration(config)
