@@ -110,9 +110,8 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
         found = vision.for_batch(batch, images)
         batch.pixel_inputs = found.inputs
         if vision.rope is not None:  # text-only batches too: packed rows need the 4-row form
-            sequences = [list(p) + list(h) for halves in (chosens, rejecteds) for p, h in zip(prompts, halves)]
-            grids = [found.grids.get(s % n) for s in range(2 * n)]
-            batch.model_position_ids = vision.rope.for_batch(batch, sequences, grids)
+            batch.model_position_ids = vision.rope.for_batch(batch, prompts, list(chosens) + list(rejecteds),
+                                                             found.grids)
     out = completion_logps(model, batch, public_pairs=public)  # sequences [chosen..., rejected...]
     return PairLogps(
         chosen=out.logps[:n], rejected=out.logps[n:], chosen_counts=out.counts[:n], rejected_counts=out.counts[n:],

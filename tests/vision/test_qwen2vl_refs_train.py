@@ -165,15 +165,17 @@ def test_each_sequences_positions_in_every_layout_are_its_own(qwen_out, qwen):
             if images[i] else None
         types = torch.tensor(processor.create_mm_token_type_ids(ids.tolist()))
         alone.append(model.model.get_rope_index(ids, types, image_grid_thw=grids)[0][:, 0])
-    for layout in LAYOUTS:
+    for continues, layout in [(None, layout) for layout in LAYOUTS] + [(False, "shared")]:
+        # None: each prompt computed once, its completions continuing (the rule checked on the first
+        # image pair: it holds for Qwen2-VL); False: every whole sequence computed, as for a model where it fails.
+        vision.rope.continues = continues if continues is not None else vision.rope.continues
         if layout in ("blocks", "shared"):
             share = sharing_plan(prompts, chosens, rejecteds) if layout == "shared" else [False] * n
             batch = build_block_pair_batch(prompts, chosens, rejecteds, share)
         else:
             batch = build_pair_batch(prompts, chosens, rejecteds, layout, 0)
         found = vision.for_batch(batch, images)
-        sequences = [p + h for halves in (chosens, rejecteds) for p, h in zip(prompts, halves)]
-        placed = vision.rope.for_batch(batch, sequences, [found.grids.get(s % n) for s in range(2 * n)])
+        placed = vision.rope.for_batch(batch, prompts, chosens + rejecteds, found.grids)
         if layout == "packed":
             assert placed.shape[0] == 4 and torch.equal(placed[0], batch.position_ids)
             placed = placed[1:]
@@ -182,6 +184,7 @@ def test_each_sequences_positions_in_every_layout_are_its_own(qwen_out, qwen):
             where = batch.sequence_index == s
             got, own = placed[:, where], alone[s]
             assert torch.equal(got, own[:, own.shape[1] - got.shape[1]:]), (layout, s)  # shared rejected: its tail
+        assert vision.rope.continues is (False if continues is False else True)
 
 
 def test_refs_equal_a_direct_forward_in_every_layout(tmp_path, qwen_out, qwen_model_dir, expected):
