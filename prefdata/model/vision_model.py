@@ -89,7 +89,7 @@ def check_model_config(model_dir: Path, trust_remote_code: bool) -> None:
         archs = getattr(config, "architectures", None) or [type(config).__name__]
         raise PrefdataError(
             f"{model_dir} is a text-only model ({archs[0]}) but OUT holds image pairs (prepared with --processor): "
-            "give a vision-language model (LLaVA-style)"
+            "give a vision-language model (LLaVA- or Qwen2-VL-style)"
         )
 
 

@@ -211,6 +211,14 @@ def test_refs_in_small_batches_and_auto_layout(tmp_path, qwen_out, qwen_model_di
     np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, qwen_out, qwen_model_dir, expected):
+    out = _copy(qwen_out, tmp_path)
+    result = R.compute_refs(out, str(qwen_model_dir), device="cuda", progress=False)  # positions computed on CPU
+    assert result.dtype == "bfloat16" and result.device.startswith("cuda") and result.layout == "shared"
+    np.testing.assert_allclose(datasets.load_from_disk(str(out))["ref_chosen_logps"], expected[0], atol=1.0, rtol=0.05)
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_policy_forward_of_train_equals_the_stored_refs_pair_by_pair(tmp_path, qwen_out, qwen_model_dir, layout):
     from transformers import AutoModelForImageTextToText
