@@ -26,6 +26,7 @@ read that form cannot run packed rows (`reads_text_positions`); they then run as
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -137,9 +138,13 @@ def computes_3d_positions(model: Any) -> bool:
 def reads_text_positions(model: Any) -> bool:
     """Whether the text model takes [4, B, T] position ids with the 1-D ids first (transformers 5's
     Qwen2-VL family), the form packed rows need: it reads them to find the sequences."""
-    forward = inspect.unwrap(type(text_body(model)).forward)
-    try:
-        source = inspect.getsource(forward)
+    return _reads_text_positions(type(text_body(model)))
+
+
+@functools.lru_cache(maxsize=None)
+def _reads_text_positions(text_model: type) -> bool:
+    try:  # read once per class: packed batches ask on every forward
+        source = inspect.getsource(inspect.unwrap(text_model.forward))
     except (OSError, TypeError):
         return False
     return "shape[0] == 4" in source

@@ -287,3 +287,24 @@ def test_a_qwen2vl_model_with_a_llava_processor_is_refused(tmp_path, qwen_model_
     prepare(raw, tmp_path / "out", processor=str(llava_processor_dir), progress=False, workers=1)
     with pytest.raises(PrefdataError, match="image token id"):
         R.compute_refs(tmp_path / "out", str(qwen_model_dir), processor=str(llava_processor_dir), progress=False)
+
+
+def test_text_batches_and_packing_without_text_positions(qwen_out, qwen, expected, monkeypatch):
+    """A text-only batch needs no grids: its 1-D ids are its 3-D positions on every axis, given as four
+    rows when packed (else the text model would attend across the packed sequences). A text model that
+    cannot read the 1-D row runs packed requests as right padding."""
+    from prefdata.model import logprobs
+    from prefdata.model.pairs import choose_layout, pair_logps
+
+    model, _ = qwen
+    row = datasets.load_from_disk(str(qwen_out))[2]
+    assert not row["images"]
+    two = [row["prompt_ids"], row["prompt_ids"][:-3]]  # two text sequences of other lengths in one packed row
+    for layout in ("packed", "right"):
+        with torch.no_grad():
+            logps = pair_logps(model, two, [row["chosen_ids"]] * 2, [row["rejected_ids"]] * 2, layout, 0)
+        assert float(logps.chosen[0]) == pytest.approx(expected[0][2], abs=2e-4), layout
+        assert float(logps.rejected[0]) == pytest.approx(expected[1][2], abs=2e-4), layout
+    assert choose_layout(model, "packed") == "packed"
+    monkeypatch.setattr(logprobs, "reads_text_positions", lambda _model: False)
+    assert choose_layout(model, "packed") == "right"
