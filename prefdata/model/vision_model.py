@@ -107,7 +107,7 @@ def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) 
     kin). Refuses a model whose image token differs from the processor's (its features would land
     nowhere), and one that wants 3-D positions prefdata cannot compute its way."""
     rope = rope_index(model, vision.image_token_id)
-    if rope is None and _mrope_config(model.config) or rope is not None and not _callable_rope_index(model):
+    if (rope is None and _mrope_config(model.config)) or (rope is not None and not _callable_rope_index(model)):
         raise PrefdataError(_three_d_message(model_dir, getattr(model.config, "model_type", type(model).__name__)))
     config = model.config
     token_id = getattr(config, "image_token_id", None)
