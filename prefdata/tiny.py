@@ -294,3 +294,55 @@ def build_tiny_gemma3_processor(out_dir: str | Path, image_size: int = 28, image
     processor.save_pretrained(str(out))
     shutil.rmtree(scratch, ignore_errors=True)
     return AutoProcessor.from_pretrained(str(out))
+
+
+def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
+                             num_layers: int = 2, seed: int = 0):
+    """A tiny random-init Qwen2-VL (a one-block vision tower, a Qwen2-VL text model with 3-D mrope
+    positions) for the processor saved at `processor_dir` by `build_tiny_qwen2vl_processor`: its
+    patch, merge and temporal patch sizes are the image processor's, its vision/image token ids the
+    tokenizer's. Saved with the processor's files copied beside it (so the model directory is also
+    the `--processor`). Returns the model."""
+    import shutil
+
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+
+    from prefdata.tokenize.processor import load_processor
+
+    processor = load_processor(str(processor_dir))
+    tokenizer, images = processor.tokenizer, processor.image_processor
+    heads = 4
+    half_head = hidden_size // heads // 2  # the rotary frequencies per head, split over (t, h, w)
+    mrope_section = [half_head - 2 * (half_head // 3), half_head // 3, half_head // 3]
+    vision = dict(
+        depth=1, embed_dim=32, hidden_size=hidden_size, num_heads=2, mlp_ratio=2, in_channels=3,
+        patch_size=int(images.patch_size), spatial_merge_size=int(images.merge_size),
+        temporal_patch_size=int(images.temporal_patch_size),
+    )
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers, num_attention_heads=heads, num_key_value_heads=2,
+        max_position_embeddings=2048, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope_section},
+    )
+    token_id = tokenizer.convert_tokens_to_ids
+    config = Qwen2VLConfig(
+        vision_config=vision, text_config=text, image_token_id=token_id("<|image_pad|>"),
+        video_token_id=token_id("<|video_pad|>"), vision_start_token_id=token_id("<|vision_start|>"),
+        vision_end_token_id=token_id("<|vision_end|>"), tie_word_embeddings=False,
+        # Weights large enough that a token's 3-D position visibly moves its log-prob (at 0.02 a random
+        # tiny model attends almost uniformly): tests can tell wrong positions from right ones.
+        initializer_range=0.1,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2VLForConditionalGeneration(config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    # The processor's own files, not a re-save: Qwen2VLProcessor will not save without its video processor.
+    for item in Path(processor_dir).iterdir():
+        if item.is_file() and not (out / item.name).exists():
+            shutil.copy2(item, out / item.name)
+    return model

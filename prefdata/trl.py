@@ -51,6 +51,7 @@ from prefdata.errors import PrefdataError
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.schema import LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
+from prefdata.tokenize.processor import load_processor
 from prefdata.tokenize.vision import processor_fingerprint
 from prefdata.trl_collator import ImagePairCollator
 
@@ -222,10 +223,13 @@ def _is_processor(processing_class: Any) -> bool:
 
 
 def _load_processing_class(model: Any, args: DPOConfig, images: bool) -> Any:
-    """The tokenizer next to the model, or its processor for image OUTs (what TRL itself would load)."""
+    """The tokenizer next to the model, or its processor for image OUTs (what TRL itself would load;
+    from a local directory the way prepare loads it, so Qwen2-VL's needs no torchvision)."""
     from transformers import AutoProcessor, AutoTokenizer
 
     source = model if isinstance(model, str) else _dpo_module.get_config_model_id(model.config)
+    if images and Path(source).is_dir():
+        return load_processor(str(source), args.trust_remote_code)
     loader = AutoProcessor if images else AutoTokenizer
     return loader.from_pretrained(source, trust_remote_code=args.trust_remote_code)
 

@@ -16,6 +16,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from prefdata.model.attention import block_attention, model_body, supports_blocks, text_body
+from prefdata.model.mrope import computes_3d_positions, reads_text_positions
 from prefdata.tokenize.masks import SequenceBatch
 
 # Attention implementations whose transformers integration honours packed position ids: eager, sdpa
@@ -39,9 +40,12 @@ def supports_packing(model: Any) -> bool:
 
     True only when the attention implementation is one transformers packs correctly AND the decoder
     builds its mask with `create_causal_mask` (the function that detects packing); models with
-    their own mask code get padded batches instead.
+    their own mask code get padded batches instead. A model with 3-D (mrope) positions also needs a
+    text model that reads the 1-D ids beside them (prefdata.model.mrope).
     """
     if _attn_implementation(model) not in _PACKING_ATTENTION:
+        return False
+    if computes_3d_positions(model) and not reads_text_positions(model):
         return False
     try:
         from transformers.masking_utils import find_packed_sequence_indices  # noqa: F401
@@ -142,11 +146,26 @@ def _hidden_states(model: Any, batch: SequenceBatch) -> torch.Tensor:
         out = model_body(model)(
             input_ids=batch.input_ids,
             attention_mask=batch.attention_mask,
-            position_ids=batch.position_ids,
+            position_ids=_forward_positions(model, batch),
             use_cache=False,  # a cache would switch off transformers' packed-sequence detection
             **kwargs,
         )
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _forward_positions(model: Any, batch: SequenceBatch) -> torch.Tensor:
+    """The position ids the body gets: the batch's 1-D ids, or for a model with 3-D (mrope) positions
+    the ones placed for it (prefdata.model.mrope). Text alone has the same id on every axis, so a
+    text batch without them passes its 1-D ids (packed: four rows, the first read for packing)."""
+    if batch.model_position_ids is not None:
+        return batch.model_position_ids
+    if computes_3d_positions(model):
+        if batch.pixel_inputs:
+            raise ValueError("this model computes 3-D (mrope) positions from its image grids: the batch needs them "
+                             "(VisionInputs.rope, set by prefdata.model.vision_model.check_loaded_model)")
+        if batch.layout == "packed":
+            return batch.position_ids.unsqueeze(0).expand(4, -1, -1)
+    return batch.position_ids
 
 
 def _loss_sources(batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:

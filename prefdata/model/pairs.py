@@ -95,7 +95,8 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
     from its loss start on; the tokens before stay in the sequence as context. `public`: also the
     sums over each half's public length (LD-DPO; `refs` stores them, `train --ld-alpha` weighs).
     Image pairs: `images` (per pair, its prompt's images as OUT stores them) and `vision` feed the
-    pixel inputs in the order the layout puts the image tokens (prefdata.model.vision_inputs)."""
+    pixel inputs in the order the layout puts the image tokens (prefdata.model.vision_inputs), and a
+    model with 3-D positions gets each sequence's own, placed in the layout (prefdata.model.mrope)."""
     n = len(prompts)
     shared = 0
     if layout in BLOCK_LAYOUTS:
@@ -106,7 +107,11 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
         batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id, chosen_loss_starts,
                                  rejected_loss_starts)
     if vision is not None and images is not None:
-        batch.pixel_inputs = vision.for_batch(batch, images)
+        found = vision.for_batch(batch, images)
+        batch.pixel_inputs = found.inputs
+        if vision.rope is not None:  # text-only batches too: packed rows need the 4-row form
+            batch.model_position_ids = vision.rope.for_batch(batch, prompts, list(chosens) + list(rejecteds),
+                                                             found.grids)
     out = completion_logps(model, batch, public_pairs=public)  # sequences [chosen..., rejected...]
     return PairLogps(
         chosen=out.logps[:n], rejected=out.logps[n:], chosen_counts=out.counts[:n], rejected_counts=out.counts[n:],

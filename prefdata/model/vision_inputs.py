@@ -12,7 +12,9 @@ first image token appears (a sequence's tokens are contiguous in every layout, a
 in its prompt in image order). Sequence ``s`` of a pair batch is a half of pair ``s % n``.
 
 Images are decoded here, per batch (lazily: a dataset of images is never decoded up front), and each
-distinct image goes through the image processor once even when two halves carry it.
+distinct image goes through the image processor once even when two halves carry it. Each pair's
+image grids (Qwen2-VL's `image_grid_thw`) are kept per pair too: a model with 3-D positions needs
+them per sequence (prefdata.model.mrope).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 import torch
 
+from prefdata.model.mrope import RopeIndex
 from prefdata.tokenize.masks import SequenceBatch
 
 # What an image processor may return that the model's forward takes; other keys are not read.
@@ -31,15 +34,26 @@ IMAGE_INPUT_KEYS: tuple[str, ...] = ("pixel_values", "image_sizes", "image_grid_
 
 
 @dataclass
+class BatchImages:
+    """A pair batch's images as the forward takes them, and each image pair's grids."""
+
+    inputs: dict[str, torch.Tensor] | None  # None when no sequence holds an image token
+    grids: dict[int, torch.Tensor]  # pair -> its images' image_grid_thw rows (processors with grids only)
+
+
+@dataclass
 class VisionInputs:
-    """How a forward feeds images: the processor's image processor and the image token's id."""
+    """How a forward feeds images: the processor's image processor and the image token's id, and
+    for a model with 3-D (mrope) positions its own position computation (set by
+    prefdata.model.vision_model.check_loaded_model)."""
 
     image_processor: Any
     image_token_id: int
+    rope: RopeIndex | None = None
 
-    def for_batch(self, batch: SequenceBatch, images: Sequence[Sequence[Any] | None]) -> dict[str, torch.Tensor] | None:
+    def for_batch(self, batch: SequenceBatch, images: Sequence[Sequence[Any] | None]) -> BatchImages:
         """The image-processor outputs for `batch` (a pair batch of ``len(images)`` pairs, sequences
-        [chosen..., rejected...]); None when no sequence holds an image token."""
+        [chosen..., rejected...]), and the grids of each pair with images."""
         order = image_pair_order(batch, self.image_token_id, len(images))
         return pixel_inputs(self.image_processor, images, order)
 
@@ -77,12 +91,12 @@ def decode_image(item: Any) -> Any:
     return image
 
 
-def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None],
-                 order: list[int]) -> dict[str, torch.Tensor] | None:
+def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None], order: list[int]) -> BatchImages:
     """The image processor's outputs for the images of pairs ``order[0], order[1], ...`` in turn
-    (each pair's images in their own order). Each pair's images are decoded and processed once."""
+    (each pair's images in their own order), and each of those pairs' grids. Each pair's images are
+    decoded and processed once."""
     if not order:
-        return None
+        return BatchImages(None, {})
     pairs = list(dict.fromkeys(order))  # distinct pairs, first appearance first
     first_image: dict[int, int] = {}
     decoded: list[Any] = []
@@ -91,12 +105,15 @@ def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None],
         decoded.extend(decode_image(item) for item in images[p] or [])
     sequence = [first_image[p] + k for p in order for k in range(len(images[p] or []))]
     if not sequence:
-        return None
+        return BatchImages(None, {})
     out = image_processor(images=decoded, return_tensors="pt")
     tensors = {key: out[key] for key in IMAGE_INPUT_KEYS if key in out and out[key] is not None}
     if "pixel_values" not in tensors:
         raise ValueError(f"{type(image_processor).__name__} returned no pixel_values")
-    return {key: _per_image(key, value, tensors, sequence) for key, value in tensors.items()}
+    grids = tensors.get("image_grid_thw")
+    per_pair = {} if grids is None else {p: grids[first_image[p] : first_image[p] + len(images[p] or [])]
+                                         for p in pairs if images[p]}
+    return BatchImages({key: _per_image(key, value, tensors, sequence) for key, value in tensors.items()}, per_pair)
 
 
 def _per_image(key: str, value: torch.Tensor, tensors: dict[str, torch.Tensor], sequence: list[int]) -> torch.Tensor:

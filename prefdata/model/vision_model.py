@@ -6,20 +6,26 @@ An image OUT's token ids were made by the processor's tokenizer and hold each im
 already expanded; its pixel values must come from the same image processor. So the processor is
 checked (its combined fingerprint, tokenize.vision) instead of the model directory's tokenizer.
 
+Models that compute 3-D (mrope) position ids from the image grids (Qwen2-VL and kin) get them from
+their own `get_rope_index`, per sequence, placed in the layout (prefdata.model.mrope).
+
 Refused: a text-only model (it cannot see the images), a model whose image token is not the
-processor's, and models that compute 3-D (mrope) position ids from the image grids (Qwen2-VL and
-kin): every prefdata layout gives 1-D position ids per token, which such a model would read wrong.
+processor's, and a model whose config asks for 3-D positions but whose body offers no
+`get_rope_index` prefdata can call (every layout would give it 1-D positions, read wrong).
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.model.attention import model_body
+from prefdata.model.mrope import rope_index
 from prefdata.model.vision_inputs import VisionInputs
 
 
@@ -71,8 +77,8 @@ def vision_inputs(processor: Any) -> VisionInputs:
 
 
 def check_model_config(model_dir: Path, trust_remote_code: bool) -> None:
-    """Refuse, before loading weights, a text-only model or one with 3-D positions for an image OUT.
-    A config that cannot be read is left to the model loader to report."""
+    """Refuse, before loading weights, a text-only model for an image OUT. A config that cannot be
+    read is left to the model loader to report."""
     from transformers import AutoConfig
 
     try:
@@ -83,10 +89,8 @@ def check_model_config(model_dir: Path, trust_remote_code: bool) -> None:
         archs = getattr(config, "architectures", None) or [type(config).__name__]
         raise PrefdataError(
             f"{model_dir} is a text-only model ({archs[0]}) but OUT holds image pairs (prepared with --processor): "
-            "give a vision-language model (LLaVA-style)"
+            "give a vision-language model (LLaVA- or Qwen2-VL-style)"
         )
-    if _mrope_config(config):
-        raise PrefdataError(_three_d_message(model_dir, getattr(config, "model_type", type(config).__name__)))
 
 
 def is_vision_language(config: Any) -> bool:
@@ -98,10 +102,12 @@ def is_vision_language(config: Any) -> bool:
     return getattr(config, "model_type", None) in NAMES
 
 
-def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) -> None:
-    """Refuse a loaded model that computes its own 3-D position ids, or whose image token differs
-    from the processor's (its features would land nowhere)."""
-    if hasattr(model_body(model), "get_rope_index") or _mrope_config(model.config):
+def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) -> VisionInputs:
+    """`vision` for this model: with its own 3-D position computation when it has one (Qwen2-VL and
+    kin). Refuses a model whose image token differs from the processor's (its features would land
+    nowhere), and one that wants 3-D positions prefdata cannot compute its way."""
+    rope = rope_index(model, vision.image_token_id)
+    if (rope is None and _mrope_config(model.config)) or (rope is not None and not _callable_rope_index(model)):
         raise PrefdataError(_three_d_message(model_dir, getattr(model.config, "model_type", type(model).__name__)))
     config = model.config
     token_id = getattr(config, "image_token_id", None)
@@ -112,6 +118,7 @@ def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) 
             f"{model_dir}'s image token id is {token_id} but the processor's is {vision.image_token_id}: "
             "the model and the processor do not belong together"
         )
+    return replace(vision, rope=rope)
 
 
 def load_vision_language_model(model_dir: Path | str, dtype: Any, trust_remote_code: bool) -> Any:
@@ -153,8 +160,14 @@ def _mrope_config(config: Any) -> bool:
     return False
 
 
+def _callable_rope_index(model: Any) -> bool:
+    """Whether the body's `get_rope_index` takes what prefdata gives it: ids, image grids, a mask."""
+    params = inspect.signature(model_body(model).get_rope_index).parameters
+    return all(name in params for name in ("input_ids", "image_grid_thw", "attention_mask"))
+
+
 def _three_d_message(model_dir: Path | str, model_type: str) -> str:
     return (
-        f"{model_dir} ({model_type}) computes 3-D (mrope) position ids from its image grids; prefdata refs and train "
-        "give 1-D position ids per token and run models with 1-D positions (LLaVA-style) only"
+        f"{model_dir} ({model_type}) wants 3-D (mrope) position ids but offers no get_rope_index(input_ids, "
+        "image_grid_thw, attention_mask) to compute them: prefdata refs and train cannot place its positions"
     )

@@ -181,7 +181,7 @@ def compute_refs(
     if vision is not None:
         from prefdata.model.vision_model import check_loaded_model
 
-        check_loaded_model(net, vision, model_dir)
+        vision = check_loaded_model(net, vision, model_dir)
     layout = choose_layout(net, layout)
     dataset, ids, lens = open_ids(out, images=vision is not None)
 

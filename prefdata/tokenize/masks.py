@@ -61,6 +61,10 @@ class SequenceBatch:
     # Image pairs: the image processor's outputs (pixel_values, image_sizes / image_grid_thw) for the
     # images in the order their tokens appear in the flattened input_ids (prefdata.model.vision_inputs).
     pixel_inputs: dict[str, torch.Tensor] | None = None
+    # Models with 3-D (mrope) positions: the position ids their forward gets instead ([3, B, T], or
+    # [4, B, T] with `position_ids` first; prefdata.model.mrope). `position_ids` stay the 1-D
+    # per-sequence ids the loss reads.
+    model_position_ids: torch.Tensor | None = None
 
     def to(self, device: torch.device | str) -> SequenceBatch:
         """The same batch on another device."""
@@ -75,6 +79,7 @@ class SequenceBatch:
             blocks=None if self.blocks is None else self.blocks.to(device),
             source_index=None if self.source_index is None else self.source_index.to(device),
             pixel_inputs=None if self.pixel_inputs is None else {k: v.to(device) for k, v in self.pixel_inputs.items()},
+            model_position_ids=None if self.model_position_ids is None else self.model_position_ids.to(device),
         )
 
     @property

@@ -149,7 +149,7 @@ def train(
     if vision is not None:
         from prefdata.model.vision_model import check_loaded_model
 
-        check_loaded_model(forward_model, vision, model)
+        vision = check_loaded_model(forward_model, vision, model)
     layout = _pair_layout(forward_model, layout)
     for part in (data, eval_data):
         if part is not None:

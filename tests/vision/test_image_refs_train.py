@@ -1,7 +1,8 @@
 """`refs` and `train` on image OUTs with a tiny LLaVA: stored refs equal a direct per-pair forward
 with the processor's pixel values in every layout, the shared layout counts a shared prompt's
 images once, train starts at policy == reference and moves the loss, kill -9 resumes, and a wrong
-processor, a text-only model or a 3-D-position model is refused with one line."""
+processor or a text-only model is refused with one line (Qwen2-VL's 3-D positions:
+test_qwen2vl_refs_train.py)."""
 
 from __future__ import annotations
 
@@ -250,31 +251,6 @@ def test_a_text_only_model_is_refused(tmp_path, image_out, llava_processor_dir, 
                  "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert "text-only model" in err and len(err.splitlines()) == 1
-
-
-def test_a_model_with_3d_positions_is_refused(tmp_path, image_out, llava_processor_dir):
-    transformers = pytest.importorskip("transformers")
-    if not hasattr(transformers, "Qwen2VLForConditionalGeneration"):
-        pytest.skip("this transformers has no Qwen2-VL")
-    from prefdata.model.vision_inputs import VisionInputs
-    from prefdata.model.vision_model import check_loaded_model
-
-    def qwen2_vl(rope: dict):
-        config = transformers.Qwen2VLConfig(
-            text_config={"vocab_size": 600, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-                         "num_attention_heads": 2, "num_key_value_heads": 1, "rope_parameters": rope},
-            vision_config={"depth": 1, "embed_dim": 32, "hidden_size": 32, "num_heads": 2, "mlp_ratio": 2},
-            image_token_id=512)
-        return transformers.Qwen2VLForConditionalGeneration(config)
-
-    # As its checkpoints are: refused from the config, before the weights are read.
-    qwen2_vl({"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}).save_pretrained(tmp_path / "qwen")
-    out = _copy(image_out, tmp_path)
-    with pytest.raises(PrefdataError, match="3-D \\(mrope\\) position ids"):
-        R.compute_refs(out, str(tmp_path / "qwen"), processor=str(llava_processor_dir), progress=False)
-    # A loaded model that computes its own rope index is refused whatever its config says.
-    with pytest.raises(PrefdataError, match="3-D \\(mrope\\) position ids"):
-        check_loaded_model(qwen2_vl({"rope_type": "default", "rope_theta": 1e4}), VisionInputs(None, 512), "qwen")
 
 
 def test_rows_kept_with_image_mismatch_are_refused():

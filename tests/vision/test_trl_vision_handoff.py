@@ -19,7 +19,7 @@ import datasets  # noqa: E402
 import torch  # noqa: E402
 
 from prefdata.errors import PrefdataError  # noqa: E402
-from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import first_batch_token_logps, image_row, png_bytes, write_jsonl  # noqa: E402
 
 MAX_LENGTH = 96
 SIZES = {"square": (28, 28), "wide": (64, 20), "tall": (10, 90), "large": (120, 80)}
@@ -147,26 +147,6 @@ def _files(out) -> list[str]:
     return sorted(str(p.relative_to(out)) for p in out.rglob("*"))
 
 
-def _first_batch_token_logps(trainer, dataset) -> tuple[dict, list[list[float]]]:
-    """The first (sequential) batch the trainer's own dataloader makes of `dataset`, and the per-token
-    policy log-probs of each sequence's completion, captured from the trainer's own loss pass."""
-    captured = {}
-
-    def keep(module, args, output) -> None:  # returns None: the output goes on unchanged
-        captured.setdefault("log_probs", output.log_probs)
-
-    hook = trainer.model.register_forward_hook(keep)
-    try:
-        batch = next(iter(trainer.get_eval_dataloader(dataset)))
-        with torch.no_grad():
-            trainer.compute_loss(trainer.model, trainer._prepare_inputs(batch))
-    finally:
-        hook.remove()
-    mask = batch["completion_mask"][:, 1:].bool()
-    log_probs = captured["log_probs"][:, -mask.size(1) :]
-    return batch, [log_probs[j][mask[j]].tolist() for j in range(mask.size(0))]
-
-
 # --------------------------------------------------------------------------------------------- training
 
 
@@ -188,8 +168,8 @@ def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, refs
     ])
     theirs = trl.DPOTrainer(model_dir, args=_config(tmp_path / "theirs"), train_dataset=raw_rows,
                             processing_class=_processor(model_dir))
-    our_batch, our_logps = _first_batch_token_logps(ours, ours.train_dataset)
-    their_batch, their_logps = _first_batch_token_logps(theirs, raw_rows)
+    our_batch, our_logps = first_batch_token_logps(ours, ours.train_dataset)
+    their_batch, their_logps = first_batch_token_logps(theirs, raw_rows)
 
     assert torch.equal(our_batch["pixel_values"], their_batch["pixel_values"])  # the same pixels, same order
     assert our_batch["pixel_values"].shape[0] == 2 * sum(len(row["images"]) for row in rows)

@@ -35,3 +35,25 @@ def processor_prompt_ids(processor, prompt: list[dict], images: list) -> list[in
                 for m in prompt]
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return [int(i) for i in processor(text=[text], images=images)["input_ids"][0]]
+
+
+def first_batch_token_logps(trainer, dataset) -> tuple[dict, list[list[float]]]:
+    """The first (sequential) batch the trainer's own dataloader makes of `dataset`, and the per-token
+    policy log-probs of each sequence's completion, captured from the trainer's own loss pass."""
+    import torch
+
+    captured = {}
+
+    def keep(module, args, output) -> None:  # returns None: the output goes on unchanged
+        captured.setdefault("log_probs", output.log_probs)
+
+    hook = trainer.model.register_forward_hook(keep)
+    try:
+        batch = next(iter(trainer.get_eval_dataloader(dataset)))
+        with torch.no_grad():
+            trainer.compute_loss(trainer.model, trainer._prepare_inputs(batch))
+    finally:
+        hook.remove()
+    mask = batch["completion_mask"][:, 1:].bool()
+    log_probs = captured["log_probs"][:, -mask.size(1) :]
+    return batch, [log_probs[j][mask[j]].tolist() for j in range(mask.size(0))]
