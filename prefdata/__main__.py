@@ -2,6 +2,10 @@
 
 import sys
 
-from prefdata.cli import main
+try:
+    from prefdata.cli import main
+except KeyboardInterrupt:  # Ctrl-C while Python is still importing: exit 130 with one line, no traceback
+    print("prefdata: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -542,8 +542,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)  # argparse exits 2 with a one-line usage error itself
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)  # argparse exits 2 with a one-line usage error itself
+    except KeyboardInterrupt:  # Ctrl-C before any work began: the same one line and exit code as later
+        print("prefdata: interrupted", file=sys.stderr)
+        return 130
     if args.command is None:
         parser.print_help()
         return 2

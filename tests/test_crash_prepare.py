@@ -104,7 +104,12 @@ def test_ctrl_c_exits_cleanly(tmp_path, tiny_tokenizer_dir):
     out = tmp_path / "out"
     process = subprocess.Popen(_command(raw, out, tiny_tokenizer_dir), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    time.sleep(4.0)
+    # Interrupt once the run has begun writing (its lock and staging appear under OUT), not after a
+    # fixed sleep: a fresh checkout's first start (bytecode compiled, cold caches) can take longer.
+    deadline = time.time() + 60
+    while not out.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     if process.returncode == 0:
