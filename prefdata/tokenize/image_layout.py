@@ -24,8 +24,9 @@ span truncation must never cut (`image_truncated`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from prefdata.errors import PrefdataError
 
@@ -123,7 +124,7 @@ def learn_sized_layout(processor: Any, encode: Encode, added_tokens: dict[str, i
         theirs = [_processor_ids(processor, placeholder, [image]) for image in images]
         both = f"Look at {placeholder} and at {placeholder}, then say which is bigger."
         theirs_both = _processor_ids(processor, both, images[1:])
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the processor's own error, in one line
         raise PrefdataError(f"processor {name} failed on a probe image: {_first_line(exc)}") from None
     token_id = int(processor.tokenizer.convert_tokens_to_ids(placeholder))
     reasons: list[str] = []
@@ -132,7 +133,7 @@ def learn_sized_layout(processor: Any, encode: Encode, added_tokens: dict[str, i
                              markers=(), build=build, encode=encode)
         try:
             reason = _check(layout, images, theirs, both, theirs_both, added_tokens)
-        except Exception as exc:  # a source this processor does not offer
+        except Exception as exc:  # noqa: BLE001 - a source this processor does not offer: the next one
             reason = _first_line(exc)
         if reason is None:
             layout.probes = {f"{w}x{h}": layout.text(w, h) for w, h in PROBE_SIZES}

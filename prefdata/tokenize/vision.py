@@ -35,7 +35,13 @@ from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.images import LoadedImage
 from prefdata.records import Message, Pair
 from prefdata.tokenize.image_layout import SizedLayout, learn_sized_layout
-from prefdata.tokenize.image_scheme import ImageScheme, LayoutRefused, image_spans, learn_image_scheme, template_unit
+from prefdata.tokenize.image_scheme import (
+    ImageScheme,
+    LayoutRefused,
+    image_spans,
+    learn_image_scheme,
+    template_unit,
+)
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _Texts
 from prefdata.tokenize.processor import holds_processor, load_processor
 
@@ -140,12 +146,17 @@ class VisionPairTokenizer(PairTokenizer):
         if placeholders != len(images) or stray:
             texts.flags = (*texts.flags, F.IMAGE_MISMATCH)
             return texts
-        texts.image_tokens = self.image_token_counts(images)  # the report's tokens per image
-        if self.layout is not None:
-            texts.image_sizes = [(image.width, image.height) for image in images]
-            texts.prompt = self.layout.expand(texts.prompt, texts.image_sizes)
-        else:
+        if self.layout is None:
+            texts.image_tokens = self.image_token_counts(images)  # the report's tokens per image
             texts.prompt = self.scheme.expand(texts.prompt, texts.image_tokens)  # type: ignore[union-attr]
+            return texts
+        texts.image_sizes = [(image.width, image.height) for image in images]
+        try:
+            texts.prompt = self.layout.expand(texts.prompt, texts.image_sizes)
+            texts.image_tokens = self.image_token_counts(images)
+        except Exception as exc:  # noqa: BLE001 - a size the processor cannot lay out: this row, one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return RecordError(f"the processor cannot lay out an image of size {texts.image_sizes}: {first}")
         return texts
 
     def image_token_counts(self, images: Sequence[LoadedImage]) -> list[int]:

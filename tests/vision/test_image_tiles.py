@@ -10,6 +10,7 @@ import json
 
 import datasets
 import pytest
+from vision_helpers import image_row, png_bytes, processor_prompt_ids, write_jsonl
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
@@ -18,7 +19,6 @@ from prefdata.tokenize import image_layout
 from prefdata.tokenize.pairs import TokenizeSettings
 from prefdata.tokenize.processor import load_processor
 from prefdata.tokenize.vision import VisionPairTokenizer
-from vision_helpers import image_row, png_bytes, processor_prompt_ids, write_jsonl
 
 # (width, height) -> (rows, cols) under the tiny processor (longest edge 84 px, 28-px tiles)
 SIZES = {"small": ((10, 10), (3, 3)), "wide": ((100, 60), (2, 3)), "tall": ((40, 130), (3, 1)),
@@ -128,7 +128,7 @@ def test_the_processors_own_output_is_the_fallback_when_its_tile_count_disagrees
     tokenizer.setup()
     assert tokenizer.layout is not None and tokenizer.layout.method == "processor"
     _images(tmp_path / "data" / "img")
-    result, out = _prepare(tmp_path, [image_row("Compare.", ["img/wide.png", "img/tall.png"], placeholders=2)],
+    _result, out = _prepare(tmp_path, [image_row("Compare.", ["img/wide.png", "img/tall.png"], placeholders=2)],
                            idefics3_processor_dir)
     [row] = datasets.load_from_disk(str(out))
     assert row["prompt_ids"] == processor_prompt_ids(load_processor(str(idefics3_processor_dir)), row["prompt"],
