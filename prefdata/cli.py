@@ -169,8 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="instead of --tokenizer, for image pairs: an AutoProcessor directory; its chat template renders the "
         "prompt, and each image placeholder is expanded exactly as the processor expands it (learned from the "
         "processor at start: <image> x N as LLaVA, <|vision_start|><|image_pad|>...<|vision_end|> with a "
-        "size-dependent N as Qwen2-VL, fixed text around the run as Gemma 3); a processor that lays images out "
-        "otherwise (tiles) is refused. Needs Pillow only (prefdata[vision]): no torchvision, no video processor",
+        "size-dependent N as Qwen2-VL, fixed text around the run as Gemma 3); a processor whose layout changes with "
+        "the image (Idefics3 / SmolVLM rows x cols tiles) gets each image's text as the processor builds it for that "
+        "width x height, cached by size; one that neither rule reproduces exactly is refused. Needs Pillow only "
+        "(prefdata[vision]): no torchvision, no video processor",
     )
     _add_tokenize_options(p)
     p.add_argument("--policy", metavar="NAME|FILE", help="check policy: bundled `default` (the default) or `pr`, or a TOML file")

@@ -296,6 +296,35 @@ def build_tiny_gemma3_processor(out_dir: str | Path, image_size: int = 28, image
     return AutoProcessor.from_pretrained(str(out))
 
 
+IDEFICS3_TOKENS = ["<global-img>", *(f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7))]
+
+
+def build_tiny_idefics3_processor(out_dir: str | Path, tile: int = 28, longest_edge: int = 84,
+                                  image_seq_len: int = 4, splitting: bool = True):
+    """An Idefics3 (SmolVLM's layout) processor built in code and saved: the tiny tokenizer plus the
+    row/col and global-image tokens, an Idefics3 image processor (its Pillow class) that resizes an
+    image's longest edge to `longest_edge` and, with `splitting`, cuts it into `tile`-pixel tiles
+    (up to 3 x 3 here), and Idefics3Processor with `image_seq_len` `<image>` tokens per tile. The
+    template renders an image part as `<image>`, which the processor expands to one
+    `<fake_token_around_image><row_r_col_c>` + N x `<image>` per tile and a global block: the layout
+    changes with the image's size. Returns it loaded."""
+    import shutil
+
+    from transformers import AutoProcessor, Idefics3ImageProcessorPil, Idefics3Processor
+
+    out = Path(out_dir)
+    scratch = out / "_tokenizer"
+    tokenizer = build_tiny_tokenizer(scratch, chat_template=LLAVA_CHATML_TEMPLATE)
+    tokenizer.add_special_tokens({"additional_special_tokens": IDEFICS3_TOKENS})
+    image_processor = Idefics3ImageProcessorPil(do_image_splitting=splitting, size={"longest_edge": longest_edge},
+                                                max_image_size={"longest_edge": tile})
+    processor = Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer, image_seq_len=image_seq_len,
+                                  chat_template=LLAVA_CHATML_TEMPLATE)
+    processor.save_pretrained(str(out))
+    shutil.rmtree(scratch, ignore_errors=True)
+    return AutoProcessor.from_pretrained(str(out))
+
+
 def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
                              num_layers: int = 2, seed: int = 0):
     """A tiny random-init Qwen2-VL (a one-block vision tower, a Qwen2-VL text model with 3-D mrope

@@ -10,7 +10,9 @@ Models that compute 3-D (mrope) position ids from the image grids (Qwen2-VL and 
 their own `get_rope_index`, per sequence, placed in the layout (prefdata.model.mrope).
 
 Refused: a text-only model (it cannot see the images), a model whose image token is not the
-processor's, and a model whose config asks for 3-D positions but whose body offers no
+processor's, a processor whose images come as tiles with a pixel mask (Idefics2/3, SmolVLM:
+`pixel_attention_mask`; the pair forward lays out one entry per image, so their tiles would be fed
+to the wrong images), and a model whose config asks for 3-D positions but whose body offers no
 `get_rope_index` prefdata can call (every layout would give it 1-D positions, read wrong).
 """
 
@@ -71,7 +73,14 @@ def load_checked_processor(model_dir: Path, processor: str | Path | None, manife
 
 
 def vision_inputs(processor: Any) -> VisionInputs:
-    """The processor's image processor and image token id, as the pair forward uses them."""
+    """The processor's image processor and image token id, as the pair forward uses them. Refuses
+    an image processor that cuts images into tiles under a pixel mask (see the module's docstring)."""
+    image_processor = processor.image_processor
+    if "pixel_attention_mask" in (getattr(image_processor, "model_input_names", None) or ()):
+        raise PrefdataError(
+            f"{type(processor).__name__} feeds images as tiles with a pixel_attention_mask (Idefics3 / SmolVLM "
+            "style): prefdata refs and train cannot lay those out yet (prepare and validate take such processors)"
+        )
     token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     return VisionInputs(image_processor=processor.image_processor, image_token_id=int(token_id))
 

@@ -12,8 +12,9 @@ two different sizes, requires it to be the same for both, and checks that the ru
 processor's ids exactly for two images in one text. N is the processor's own count
 (`_get_num_multimodal_tokens`), less a constant where that count includes the fixed text (Idefics3
 counts its `<fake_token_around_image><global-img>` too). A processor that lays images out otherwise
-(Idefics3 / SmolVLM splitting an image into tiles with row and column markers) is refused with one
-line rather than counted wrong.
+(Idefics3 / SmolVLM splitting an image into tiles with row and column markers) raises
+`LayoutRefused`: prefdata.tokenize.image_layout then builds each image's text per size, or the
+processor is refused with one line rather than counted wrong.
 
 `image_spans` finds each image's whole expansion in token ids (the template's own text around the
 placeholder where the row has it, the fixed text, the run), the span truncation must never cut.
@@ -33,6 +34,10 @@ _PROBE_TEXT = "Q"  # a text part no template renders as anything but itself
 
 Encode = Callable[[str], list[int]]
 Decode = Callable[[Sequence[int]], str]
+
+
+class LayoutRefused(PrefdataError):
+    """The processor's expansion is not prefix + N x image token + suffix (its layout, not a failure)."""
 
 
 @dataclass(frozen=True)
@@ -101,14 +106,14 @@ def learn_image_scheme(processor: Any, unit: str, counts: Callable[[list[tuple[i
         raise PrefdataError(f"processor {name} failed on a probe image: {_first_line(exc)}") from None
     found = _run_token(theirs, numbers)
     if found is None:
-        raise PrefdataError(
+        raise LayoutRefused(
             f"processor {name} does not expand {placeholder!r} to one run of image tokens that follows its count "
             f"({numbers} for images of two sizes); prefdata cannot count its tokens exactly"
         )
     token_id, offset = found
     edges = {_edges(ids, token_id, count - offset, decode) for ids, count in zip(theirs, numbers)}
     if len(edges) != 1:
-        raise PrefdataError(
+        raise LayoutRefused(
             f"processor {name} writes different text around the image tokens for images of different sizes "
             f"(not one fixed prefix and suffix); prefdata cannot count its tokens exactly"
         )
@@ -193,7 +198,7 @@ def _check_in_context(processor: Any, scheme: ImageScheme, images: list[Any], nu
         raise PrefdataError(f"processor {name} failed on two probe images: {_first_line(exc)}") from None
     ours = encode(scheme.expand(text, numbers))
     if ours != theirs:
-        raise PrefdataError(
+        raise LayoutRefused(
             f"processor {name} expands {scheme.placeholder!r} differently in a text with two images than "
             f"prefix + N image tokens + suffix; prefdata cannot count its tokens exactly"
         )
@@ -201,7 +206,7 @@ def _check_in_context(processor: Any, scheme: ImageScheme, images: list[Any], nu
     if len(spans) != len(images) or not all(
         _covers(ours, span, scheme, count - scheme.run_offset, decode) for span, count in zip(spans, numbers)
     ):
-        raise PrefdataError(f"processor {name}: cannot find each image's tokens in its ids; refusing to truncate blind")
+        raise LayoutRefused(f"processor {name}: cannot find each image's tokens in its ids; refusing to truncate blind")
 
 
 def _covers(ids: list[int], span: tuple[int, int], scheme: ImageScheme, run: int, decode: Decode) -> bool:

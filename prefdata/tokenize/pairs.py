@@ -213,6 +213,7 @@ class _Texts:
     flags: tuple[str, ...] = ()  # found while rendering (reasoning_lost)
     images: bool = False  # the prompt holds expanded image tokens (truncation must not cut them)
     image_tokens: list[int] | None = None  # tokens each image expanded to (None: not expanded)
+    image_sizes: list[tuple[int, int]] | None = None  # (width, height) of each image expanded (spans by size)
 
 
 _NEEDS_PROCESSOR = "row has images: prepare image pairs with --processor (an AutoProcessor directory), not --tokenizer"
@@ -461,7 +462,7 @@ class PairTokenizer:
             rejected = ids[2 * n + i][rejected_drop[i] :]
             chosen = _end_with_one_eos(chosen, eos, append=not row.chosen_ends_turn)
             rejected = _end_with_one_eos(rejected, eos, append=not row.rejected_ends_turn)
-            spans = self._image_spans(prompt) if row.images else None
+            spans = self._image_spans(prompt, row) if row.images else None
             tokenized = truncate_pair(prompt, chosen, rejected, self.settings, eos, spans)
             tokenized.image_tokens = row.image_tokens
             if starts is not None:
@@ -472,7 +473,7 @@ class PairTokenizer:
             out.append(tokenized)
         return out
 
-    def _image_spans(self, prompt_ids: Sequence[int]) -> list[tuple[int, int]]:
+    def _image_spans(self, prompt_ids: Sequence[int], row: _Texts) -> list[tuple[int, int]]:
         """[start, end) of each image's tokens in the prompt (prefdata.tokenize.vision)."""
         return []
 

@@ -13,8 +13,10 @@ The rule is learned at setup from the processor's own output (prefdata.tokenize.
 placeholder -> prefix + N x image token + suffix, which covers one `<image>` expanded to N (LLaVA),
 `<|vision_start|><|image_pad|><|vision_end|>` with a grid that depends on the image size
 (Qwen2-VL), and fixed text around the run (Gemma 3: `<start_of_image>` becomes "\\n\\n<start_of_image>" +
-N x `<image_soft_token>` + "<end_of_image>\\n\\n"). A processor whose expansion is none of these is
-refused with one line rather than counted wrong.
+N x `<image_soft_token>` + "<end_of_image>\\n\\n"). A processor whose expansion changes shape with the
+image (Idefics3 / SmolVLM splitting images into rows x cols tiles) gets each image's text as the
+processor itself builds it for that size, cached by size (prefdata.tokenize.image_layout). A
+processor that neither rule reproduces exactly is refused with one line rather than counted wrong.
 
 Only Pillow is needed: transformers picks its Pillow image processors when torchvision is absent,
 and a processor that also wants a torchvision video processor loads without it
@@ -32,7 +34,14 @@ from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError
 from prefdata.io.images import LoadedImage
 from prefdata.records import Message, Pair
-from prefdata.tokenize.image_scheme import ImageScheme, image_spans, learn_image_scheme, template_unit
+from prefdata.tokenize.image_layout import SizedLayout, learn_sized_layout
+from prefdata.tokenize.image_scheme import (
+    ImageScheme,
+    LayoutRefused,
+    image_spans,
+    learn_image_scheme,
+    template_unit,
+)
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _Texts
 from prefdata.tokenize.processor import holds_processor, load_processor
 
@@ -48,6 +57,7 @@ class VisionPairTokenizer(PairTokenizer):
         super().__init__(tokenizer_path, settings, trust_remote_code)
         self.processor: Any = None
         self.scheme: ImageScheme | None = None
+        self.layout: SizedLayout | None = None  # instead of `scheme`, for layouts that change with the image
 
     def _load_tokenizer(self) -> Any:
         return self._adopt(load_processor(self.tokenizer_path, self.trust_remote_code))
@@ -60,9 +70,6 @@ class VisionPairTokenizer(PairTokenizer):
         if processor.image_token not in tokenizer.get_vocab():
             raise PrefdataError(
                 f"processor at {self.tokenizer_path}: image token {processor.image_token!r} is not in its vocabulary")
-        if not hasattr(processor, "_get_num_multimodal_tokens"):
-            raise PrefdataError(
-                f"processor {type(processor).__name__} cannot count image tokens (no _get_num_multimodal_tokens)")
         self.processor = processor
         return tokenizer
 
@@ -73,20 +80,29 @@ class VisionPairTokenizer(PairTokenizer):
         unit = ""  # what the template renders for an image part, around the placeholder
         if self.tokenizer.chat_template:
             unit = template_unit(lambda messages: self._render([messages], generation_prompt=False)[0])
-        self.scheme = learn_image_scheme(self.processor, unit, self._counts, self._encode, self._decode)
-        self._fingerprint = _combined_fingerprint(self._fingerprint, self.processor, self.scheme)
+        try:
+            if not hasattr(self.processor, "_get_num_multimodal_tokens"):
+                raise LayoutRefused(f"processor {type(self.processor).__name__} cannot count image tokens")
+            self.scheme = learn_image_scheme(self.processor, unit, self._counts, self._encode, self._decode)
+        except LayoutRefused:
+            self.layout = learn_sized_layout(self.processor, self._encode, dict(self.tokenizer.get_added_vocab()))
+        rule = self.scheme.record() if self.scheme is not None else self.layout.record()  # type: ignore[union-attr]
+        self._fingerprint = _combined_fingerprint(self._fingerprint, self.processor, rule)
 
     def processor_record(self) -> dict[str, Any]:
         """What the manifest records of the processor."""
         self.setup()
-        assert self.scheme is not None
+        rule = self.scheme or self.layout
+        assert rule is not None
+        expansion = ({"prefix": self.scheme.prefix, "suffix": self.scheme.suffix} if self.scheme is not None
+                     else {"per_image_size": self.layout.method})  # type: ignore[union-attr]
         return {
             "path": self.tokenizer_path,
             "class": type(self.processor).__name__,
             "image_processor": type(self.processor.image_processor).__name__,
-            "image_token": self.scheme.image_token,
-            "placeholder": self.scheme.placeholder,
-            "expansion": {"prefix": self.scheme.prefix, "suffix": self.scheme.suffix},
+            "image_token": rule.image_token,
+            "placeholder": rule.placeholder,
+            "expansion": expansion,
             "fingerprint": self._fingerprint,
         }
 
@@ -114,28 +130,42 @@ class VisionPairTokenizer(PairTokenizer):
         """Expand each placeholder of the prompt the way the processor does; a row whose
         placeholders and images differ in number, or whose text holds the image token itself (a
         run the model would fill with no image), is flagged `image_mismatch` (left unexpanded)."""
-        scheme = self.scheme
-        assert scheme is not None
-        for marker in dict.fromkeys((scheme.placeholder, scheme.image_token)):
+        rule = self.scheme or self.layout
+        assert rule is not None
+        for marker in dict.fromkeys((rule.placeholder, rule.image_token)):
             if marker in texts.chosen or marker in texts.rejected:
                 return RecordError(f"image placeholder {marker!r} in a completion: images must sit in the prompt")
         images: list[LoadedImage] = pair.image_data or []
-        placeholders = texts.prompt.count(scheme.placeholder)
-        stray = scheme.image_token != scheme.placeholder and scheme.image_token in texts.prompt
+        placeholders = texts.prompt.count(rule.placeholder)
+        strays = self.layout.markers if self.layout is not None else (
+            (rule.image_token,) if rule.image_token != rule.placeholder else ())
+        stray = any(marker in texts.prompt for marker in strays)
         if placeholders == 0 and not images and not stray:
             return texts
         texts.images = True
         if placeholders != len(images) or stray:
             texts.flags = (*texts.flags, F.IMAGE_MISMATCH)
             return texts
-        counts = self.image_token_counts(images)
-        texts.image_tokens = counts  # the report's tokens per image
-        texts.prompt = scheme.expand(texts.prompt, counts)
+        if self.layout is None:
+            texts.image_tokens = self.image_token_counts(images)  # the report's tokens per image
+            texts.prompt = self.scheme.expand(texts.prompt, texts.image_tokens)  # type: ignore[union-attr]
+            return texts
+        texts.image_sizes = [(image.width, image.height) for image in images]
+        try:
+            texts.prompt = self.layout.expand(texts.prompt, texts.image_sizes)
+            texts.image_tokens = self.image_token_counts(images)
+        except Exception as exc:  # noqa: BLE001 - a size the processor cannot lay out: this row, one line
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            return RecordError(f"the processor cannot lay out an image of size {texts.image_sizes}: {first}")
         return texts
 
     def image_token_counts(self, images: Sequence[LoadedImage]) -> list[int]:
         """The processor's own count for each image's size: its run of image tokens (and, for a
-        processor whose count takes in the text around the run, that text: `scheme.run_offset`)."""
+        processor whose count takes in the text around the run, that text: `scheme.run_offset`); for
+        a layout that changes with the image, the tokens of its whole expansion."""
+        self.setup()
+        if self.layout is not None:
+            return [len(self.layout.ids(image.width, image.height)) for image in images]
         return self._counts([(image.height, image.width) for image in images])
 
     def _counts(self, sizes: list[tuple[int, int]]) -> list[int]:
@@ -143,7 +173,9 @@ class VisionPairTokenizer(PairTokenizer):
         counts = data["num_image_tokens"] if isinstance(data, dict) else data.num_image_tokens
         return [int(c) for c in counts]
 
-    def _image_spans(self, prompt_ids: Sequence[int]) -> list[tuple[int, int]]:
+    def _image_spans(self, prompt_ids: Sequence[int], row: _Texts) -> list[tuple[int, int]]:
+        if self.layout is not None:
+            return self.layout.spans(prompt_ids, row.image_sizes or [])
         assert self.scheme is not None
         return image_spans(prompt_ids, self.scheme, self._decode)
 
@@ -177,7 +209,7 @@ def _as_parts(message: Message) -> Message:
     return {**message, "content": [{"type": "text", "text": content}]} if isinstance(content, str) else message
 
 
-def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any, scheme: ImageScheme) -> str:
+def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any, rule: dict[str, Any]) -> str:
     """The tokenizer's fingerprint with the image processor's settings, the processor's own
     settings (Gemma 3's image_seq_length, LLaVA's patch_size...) and the expansion rule."""
     record = {
@@ -185,7 +217,7 @@ def _combined_fingerprint(tokenizer_fingerprint: str, processor: Any, scheme: Im
         "processor": type(processor).__name__,
         "image_processor": json.loads(processor.image_processor.to_json_string()),
         "settings": _processor_settings(processor),
-        "scheme": scheme.record(),
+        "scheme": rule,
     }
     return "sha256:" + hashlib.sha256(json.dumps(record, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 

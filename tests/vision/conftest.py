@@ -43,3 +43,14 @@ def gemma3_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("gemma3") / "processor"
     build_tiny_gemma3_processor(path)  # 28px, 4 soft tokens per image between <start_of_image> and <end_of_image>
     return path
+
+
+@pytest.fixture(scope="session")
+def idefics3_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not hasattr(transformers, "Idefics3Processor") or not hasattr(transformers, "Idefics3ImageProcessorPil"):
+        pytest.skip("this transformers has no Idefics3Processor / Idefics3ImageProcessorPil")
+    from prefdata.tiny import build_tiny_idefics3_processor
+
+    path = tmp_path_factory.mktemp("idefics3") / "processor"
+    build_tiny_idefics3_processor(path)  # longest edge 84 px in 28-px tiles: 1 x 3 up to 3 x 3 tiles per image
+    return path

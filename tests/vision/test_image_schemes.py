@@ -221,13 +221,12 @@ def test_a_counted_run_between_fixed_tokens_is_learned(tmp_path):
         "<fake_token_around_image><global-img>", "<image>", "<fake_token_around_image>", 3)
 
 
-def test_a_layout_that_changes_with_the_image_is_refused_in_one_line(tmp_path):
-    """Idefics3 splitting images into tiles: rows of runs with markers between them, not one run."""
+def test_a_layout_that_changes_with_the_image_is_expanded_per_size(tmp_path):
+    """Idefics3 splitting images into tiles: rows of runs with markers between them, not one run; it
+    gets each image's text per size instead (tests/vision/test_image_tiles.py)."""
     tokenizer = VisionPairTokenizer(str(_idefics3_processor(tmp_path / "idefics3", splitting=True)), TokenizeSettings())
-    with pytest.raises(PrefdataError) as refused:
-        tokenizer.setup()
-    message = str(refused.value)
-    assert "\n" not in message and message.startswith("processor Idefics3Processor does not expand '<image>'")
+    tokenizer.setup()
+    assert tokenizer.scheme is None and tokenizer.layout is not None and tokenizer.layout.method == "rows_cols"
 
 
 # -- spans on token ids -----------------------------------------------------------------------
