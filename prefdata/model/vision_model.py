@@ -71,8 +71,11 @@ def load_checked_processor(model_dir: Path, processor: str | Path | None, manife
 
 
 def vision_inputs(processor: Any) -> VisionInputs:
-    """The processor's image processor and image token id, as the pair forward uses them."""
-    token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    """The processor's image processor and image token id, as the pair forward uses them: the token
+    its image features replace (`image_token_ids`, what it marks in `mm_token_type_ids`), which for
+    Gemma 3 is `<image_soft_token>`, not its placeholder `processor.image_token`."""
+    ids = [i for i in (getattr(processor, "image_token_ids", None) or []) if i is not None]
+    token_id = ids[0] if len(ids) == 1 else processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     return VisionInputs(image_processor=processor.image_processor, image_token_id=int(token_id))
 
 
