@@ -349,7 +349,7 @@ def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hid
 
 
 def build_tiny_gemma3_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
-                            num_layers: int = 2, sliding_window: int = 8, seed: int = 0):
+                            num_layers: int = 4, sliding_window: int = 8, seed: int = 0):
     """A tiny random-init Gemma 3 (a one-layer SigLIP tower + a Gemma 3 text model) for the
     processor saved at `processor_dir` by `build_tiny_gemma3_processor`: the tower's image size is
     the image processor's, its 7px patches pooled to the processor's `image_seq_length` soft tokens,

@@ -150,7 +150,7 @@ def train(
         from prefdata.model.vision_model import check_loaded_model
 
         vision = check_loaded_model(forward_model, vision, model)
-    layout = _pair_layout(forward_model, layout)
+    layout = _pair_layout(forward_model, layout, vision)
     for part in (data, eval_data):
         if part is not None:
             part.use_layout(forward_model, layout)
@@ -273,9 +273,9 @@ def _checked_vision(out_dir: Path, model: Path, processor: str | Path | None, da
     return V.vision_inputs(loaded), loaded
 
 
-def _pair_layout(model: Any, layout: str) -> str:
+def _pair_layout(model: Any, layout: str, vision: Any = None) -> str:
     try:
-        return choose_layout(model, layout)
+        return choose_layout(model, layout, vision)
     except ValueError as exc:
         raise PrefdataError(str(exc)) from None
 
