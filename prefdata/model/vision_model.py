@@ -7,11 +7,15 @@ already expanded; its pixel values must come from the same image processor. So t
 checked (its combined fingerprint, tokenize.vision) instead of the model directory's tokenizer.
 
 Models that compute 3-D (mrope) position ids from the image grids (Qwen2-VL and kin) get them from
-their own `get_rope_index`, per sequence, placed in the layout (prefdata.model.mrope).
+their own `get_rope_index`, per sequence, placed in the layout (prefdata.model.mrope). Models whose
+image tokens attend each other both ways (Gemma 3 and kin: the body's own mask, from token types)
+are found by probing the body (`image_type_ids_key`) and get the token types, in right or left
+padding (prefdata.model.pairs.choose_layout).
 
 Refused: a text-only model (it cannot see the images), a model whose image token is not the
-processor's, and a model whose config asks for 3-D positions but whose body offers no
-`get_rope_index` prefdata can call (every layout would give it 1-D positions, read wrong).
+processor's, a model whose config asks for 3-D positions but whose body offers no
+`get_rope_index` prefdata can call (every layout would give it 1-D positions, read wrong), and a
+body that reads token types as more than "which tokens are image tokens" (a prefix-LM, PaliGemma).
 """
 
 from __future__ import annotations

@@ -98,7 +98,8 @@ def train(
 
     `shuffle=False` keeps the data order (batches by token budget: longest first). `layout` (auto,
     right, left, packed, blocks, shared) is for tests and benchmarks: auto runs padding-free rows of
-    pairs with the prompt shared where that pays, when the model supports it (see model/pairs.py).
+    pairs with the prompt shared where that pays, when the model supports it (see model/pairs.py);
+    a model whose image tokens attend each other both ways (Gemma 3) runs right or left padding only.
 
     Runs that continue one another (online rounds): `schedule_steps` is the length the learning-rate
     schedule spans (default: this run's steps), `save_optimizer` writes the optimizer and schedule

@@ -228,3 +228,25 @@ def test_train_starts_at_the_reference_and_moves_the_loss(tmp_path, gemma_out, g
     assert steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
     assert steps[-1]["loss"] < steps[0]["loss"]
     assert result.steps == 4
+
+
+def test_a_prefix_lm_that_reads_token_types_otherwise_is_refused():
+    """PaliGemma reads `token_type_ids` as prefix (0, attended both ways) and suffix (1): the probe
+    sees the text before the image change, and prefdata refuses in one line instead of guessing."""
+    if not hasattr(transformers, "PaliGemmaForConditionalGeneration"):
+        pytest.skip("this transformers has no PaliGemma")
+    from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
+
+    from prefdata.errors import PrefdataError
+    from prefdata.model.vision_model import image_type_ids_key
+
+    config = PaliGemmaConfig(
+        vision_config=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                           num_attention_heads=2, image_size=28, patch_size=7),
+        text_config=dict(model_type="gemma", vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=16),
+        image_token_index=299, initializer_range=0.1,
+    )
+    torch.manual_seed(0)
+    with pytest.raises(PrefdataError, match="reads token_type_ids as more than which tokens are image tokens"):
+        image_type_ids_key(PaliGemmaForConditionalGeneration(config), "paligemma-dir")
