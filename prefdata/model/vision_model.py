@@ -131,56 +131,69 @@ def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) 
 # The forward keywords through which a body may read which tokens are image tokens.
 TYPE_ID_KEYS: tuple[str, ...] = ("token_type_ids", "mm_token_type_ids")
 _PROBE_TYPES = (0, 0, 1, 1, 0, 0)  # text, a two-token image, text
-_CHANGED = 1e-3  # relative change of a hidden state that counts as "sees something else"
+_CHANGED = 1e-3  # relative change of a hidden state that counts as "it sees that token"
 
 
 def image_type_ids_key(model: Any, model_dir: Path | str = "the model") -> str | None:
     """The keyword through which the body lets an image's tokens attend each other both ways
-    (Gemma 3 and kin build that mask from `token_type_ids`), or None when no keyword changes what
-    they see. Found by asking the body itself, so no model name is listed: six random embeddings
-    go through it with and without the types of a two-token image in the middle; the first image
-    token's hidden state changes when it sees the second. A body under which the text before the
-    image changes too reads the types another way (a prefix-LM, PaliGemma), which prefdata cannot
-    lay out: refused."""
+    (Gemma 3 and kin build that mask from `token_type_ids`), or None when none does. Found by
+    asking the body itself, so no model name is listed: six random embeddings, typed as text, a
+    two-token image, text, go through it three times, as they are, with the second image token
+    changed, and with the text after the image changed. The key is the one under which the first
+    image token sees the second. A body under which the text or image before position 4 sees the
+    text after it reads the types another way (a prefix-LM, PaliGemma) that prefdata cannot lay
+    out: refused. Each comparison is between runs under the same mask, so a token that does not see
+    the changed one is bitwise unchanged, in any dtype."""
     body = model_body(model)
     try:
         params = inspect.signature(body.forward).parameters
     except (TypeError, ValueError):
         return None
     for key in (k for k in TYPE_ID_KEYS if k in params):
-        plain, typed = _probe(body, key)
-        change = ((typed - plain).norm(dim=-1) / plain.norm(dim=-1).clamp_min(1e-12)).tolist()
-        if change[0] > _CHANGED or change[1] > _CHANGED:
+        base, later_image, later_text = _probe(body, key)
+        if _change(base[:4], later_text[:4]) > _CHANGED:
             raise PrefdataError(
                 f"{model_dir} ({getattr(model.config, 'model_type', type(model).__name__)}) reads {key} as more than "
                 "which tokens are image tokens (text before an image attends past it): prefdata refs and train "
                 "cannot lay out its attention"
             )
-        if change[2] > _CHANGED:
+        if _change(base[2:3], later_image[2:3]) > _CHANGED:
             return key
     return None
 
 
-def _probe(body: Any, key: str) -> tuple[Any, Any]:
-    """The body's last hidden states for six fixed random embeddings, without and with `key`."""
+def _change(before: Any, after: Any) -> float:
+    """The largest relative change of a row of hidden states."""
+    return float(((after - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(1e-12)).max())
+
+
+def _probe(body: Any, key: str) -> tuple[Any, Any, Any]:
+    """The body's last hidden states (float32) for six fixed random embeddings typed `_PROBE_TYPES`
+    under `key`: as they are, with position 3 (the second image token) replaced, and with position 4
+    (the text after the image) replaced."""
     import torch
 
     param = next(body.parameters())
     config = body.config.get_text_config() if hasattr(body.config, "get_text_config") else body.config
     generator = torch.Generator().manual_seed(0)
-    embeds = torch.randn(1, len(_PROBE_TYPES), int(config.hidden_size), generator=generator)
-    embeds = embeds.to(device=param.device, dtype=param.dtype)
-    types = torch.tensor([_PROBE_TYPES], device=param.device)
-    positions = torch.arange(len(_PROBE_TYPES), device=param.device)[None]
+    size = (1, len(_PROBE_TYPES), int(config.hidden_size))
+    base, other = torch.randn(size, generator=generator), torch.randn(size, generator=generator)
+    variants = [base]
+    for position in (3, 4):
+        changed = base.clone()
+        changed[:, position] = other[:, position]
+        variants.append(changed)
+    extra = {key: torch.tensor([_PROBE_TYPES], device=param.device),
+             "position_ids": torch.arange(len(_PROBE_TYPES), device=param.device)[None]}
     was_training = body.training
     body.eval()
     try:
         with torch.no_grad():
-            outs = [body(inputs_embeds=embeds, position_ids=positions, use_cache=False, **extra).last_hidden_state[0]
-                    for extra in ({}, {key: types})]
+            outs = [body(inputs_embeds=v.to(device=param.device, dtype=param.dtype), use_cache=False,
+                         **extra).last_hidden_state[0].float() for v in variants]
     finally:
         body.train(was_training)
-    return outs[0].float(), outs[1].float()
+    return outs[0], outs[1], outs[2]
 
 
 def load_vision_language_model(model_dir: Path | str, dtype: Any, trust_remote_code: bool) -> Any:
