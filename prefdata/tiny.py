@@ -375,3 +375,49 @@ def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hid
         if item.is_file() and not (out / item.name).exists():
             shutil.copy2(item, out / item.name)
     return model
+
+
+def build_tiny_gemma3_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
+                            num_layers: int = 4, sliding_window: int = 8, seed: int = 0):
+    """A tiny random-init Gemma 3 (a one-layer SigLIP tower + a Gemma 3 text model) for the
+    processor saved at `processor_dir` by `build_tiny_gemma3_processor`: the tower's image size is
+    the image processor's, its 7px patches pooled to the processor's `image_seq_length` soft tokens,
+    its image/boi/eoi ids the tokenizer's. The text model alternates sliding-window layers (window
+    `sliding_window`, short enough that a prompt outgrows it) and full ones, as Gemma 3 does; its
+    image tokens attend each other both ways (the model's own mask, from `token_type_ids`). Saved
+    with the processor beside it (so the model directory is also the `--processor`). Returns the model."""
+    import torch
+    from transformers import AutoProcessor, Gemma3Config, Gemma3ForConditionalGeneration
+
+    processor = AutoProcessor.from_pretrained(str(processor_dir))
+    tokenizer = processor.tokenizer
+    image_size = int(processor.image_processor.size["height"])
+    tokens = int(processor.image_seq_length)
+    vision = dict(
+        model_type="siglip_vision_model", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=2, image_size=image_size, patch_size=7, vision_use_head=False,
+    )
+    pattern = ["sliding_attention", "full_attention"]
+    text = dict(
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, head_dim=hidden_size // 4,
+        max_position_embeddings=2048, pad_token_id=tokenizer.pad_token_id, bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id, sliding_window=sliding_window,
+        layer_types=[pattern[i % 2] for i in range(num_layers)],
+    )
+    token_id = tokenizer.convert_tokens_to_ids
+    config = Gemma3Config(
+        vision_config=vision, text_config=text, mm_tokens_per_image=tokens,
+        image_token_index=token_id(GEMMA3_TOKENS["image_token"]), boi_token_index=token_id(GEMMA3_TOKENS["boi_token"]),
+        eoi_token_index=token_id(GEMMA3_TOKENS["eoi_token"]), tie_word_embeddings=False,
+        # Weights large enough that whether an image token sees the later ones visibly moves the
+        # log-probs (at 0.02 a random tiny model attends almost uniformly).
+        initializer_range=0.1,
+    )
+    torch.manual_seed(seed)
+    model = Gemma3ForConditionalGeneration(config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    processor.save_pretrained(str(out))
+    return model

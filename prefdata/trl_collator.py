@@ -47,10 +47,13 @@ class ImagePairCollator:
         batch = self._text(examples)
         rows = [list(example.get("images") or []) for example in examples]
         if any(rows):  # a processor given no image at all raises; text-only batches have none to give
-            images = self.processor(images=rows, return_tensors="pt")
+            # padding: a processor that writes placeholder text for images alone (Gemma 3) pads it; that
+            # text and its token types are not kept (the types come from the stored ids, below).
+            images = self.processor(images=rows, return_tensors="pt", padding=True)
             # The chosen rows, then the rejected rows: TRL runs the processor on `rows * 2`; the values
             # index images (or rows, or their patches in order) along dim 0, so twice is a concatenation.
-            batch.update({key: _twice(value) for key, value in images.items() if key not in _TEXT_KEYS})
+            batch.update({key: _twice(value) for key, value in images.items()
+                          if key not in _TEXT_KEYS and key not in _TYPE_ID_KEYS})
         if self.type_id_keys:
             import torch
 
@@ -71,7 +74,8 @@ def _text_side_keys(processor: Any) -> tuple[str, ...]:
     image = pillow().new("RGB", (28, 28))
     probe = processor(text=[processor.image_token], images=[image])
     image_keys = set(processor(images=[image]).keys())
-    extra = [key for key in probe.keys() if key not in _TEXT_KEYS and key not in image_keys]
+    # Type ids count as text-side even when images alone return them (Gemma 3 writes placeholder text).
+    extra = [key for key in probe.keys() if key not in _TEXT_KEYS and (key not in image_keys or key in _TYPE_ID_KEYS)]
     unknown = [key for key in extra if key not in _TYPE_ID_KEYS]
     if unknown:
         raise PrefdataError(

@@ -44,16 +44,25 @@ class PairLogps:
     rejected_public: torch.Tensor | None = None
 
 
-def choose_layout(model: Any, layout: str) -> str:
+# Layouts where the model builds its own mask from the token types (an image's tokens attending each
+# other both ways): one padded row per sequence. Packed rows are out: transformers' sliding-window
+# mask reads the image-block ids at each token's position in its sequence, not in the row.
+TYPE_ID_LAYOUTS = frozenset({"right", "left"})
+
+
+def choose_layout(model: Any, layout: str, vision: VisionInputs | None = None) -> str:
     """``auto``: shared blocks where the model runs block attention, else packed where varlen
     kernels make it pay, else right padding. An explicit layout the model cannot run falls back to
-    right padding (correctness first)."""
+    right padding (correctness first); so does any layout but right/left for a model whose image
+    tokens attend each other both ways (`vision.type_ids_key`, Gemma 3)."""
+    if layout not in PAIR_LAYOUTS and layout != "auto":
+        raise ValueError(f"unknown layout {layout!r} (one of auto, {', '.join(PAIR_LAYOUTS)})")
+    if vision is not None and vision.type_ids_key and layout not in TYPE_ID_LAYOUTS:
+        return "right"
     if layout == "auto":
         if supports_blocks(model):
             return "shared"
         return "packed" if packing_is_efficient(model) else "right"
-    if layout not in PAIR_LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r} (one of auto, {', '.join(PAIR_LAYOUTS)})")
     if (layout in BLOCK_LAYOUTS and not supports_blocks(model)) or (layout == "packed" and not supports_packing(model)):
         return "right"
     return layout
@@ -107,6 +116,9 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
         batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id, chosen_loss_starts,
                                  rejected_loss_starts)
     if vision is not None and images is not None:
+        if vision.type_ids_key and layout not in TYPE_ID_LAYOUTS:
+            raise ValueError(f"layout {layout!r} cannot give this model's image tokens their two-way attention; "
+                             "use right or left padding")
         found = vision.for_batch(batch, images)
         batch.pixel_inputs = found.inputs
         if vision.rope is not None:  # text-only batches too: packed rows need the 4-row form

@@ -50,12 +50,19 @@ class VisionInputs:
     image_processor: Any
     image_token_id: int
     rope: RopeIndex | None = None
+    # For a model whose image tokens attend each other both ways (Gemma 3 and kin): the forward's
+    # keyword that marks them (its own mask reads it); set by check_loaded_model.
+    type_ids_key: str | None = None
 
     def for_batch(self, batch: SequenceBatch, images: Sequence[Sequence[Any] | None]) -> BatchImages:
         """The image-processor outputs for `batch` (a pair batch of ``len(images)`` pairs, sequences
-        [chosen..., rejected...]), and the grids of each pair with images."""
+        [chosen..., rejected...]), and the grids of each pair with images; with `type_ids_key`, also
+        the batch's token types as the processor gives them (1 on image tokens, else 0)."""
         order = image_pair_order(batch, self.image_token_id, len(images))
-        return pixel_inputs(self.image_processor, images, order)
+        found = pixel_inputs(self.image_processor, images, order)
+        if self.type_ids_key and found.inputs is not None:
+            found.inputs[self.type_ids_key] = (batch.input_ids == self.image_token_id).long()
+        return found
 
 
 def image_pair_order(batch: SequenceBatch, image_token_id: int, num_pairs: int) -> list[int]:

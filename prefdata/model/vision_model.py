@@ -7,13 +7,17 @@ already expanded; its pixel values must come from the same image processor. So t
 checked (its combined fingerprint, tokenize.vision) instead of the model directory's tokenizer.
 
 Models that compute 3-D (mrope) position ids from the image grids (Qwen2-VL and kin) get them from
-their own `get_rope_index`, per sequence, placed in the layout (prefdata.model.mrope).
+their own `get_rope_index`, per sequence, placed in the layout (prefdata.model.mrope). Models whose
+image tokens attend each other both ways (Gemma 3 and kin: the body's own mask, from token types)
+are found by probing the body (`image_type_ids_key`) and get the token types, in right or left
+padding (prefdata.model.pairs.choose_layout).
 
 Refused: a text-only model (it cannot see the images), a model whose image token is not the
 processor's, a processor whose images come as tiles with a pixel mask (Idefics2/3, SmolVLM:
 `pixel_attention_mask`; the pair forward lays out one entry per image, so their tiles would be fed
-to the wrong images), and a model whose config asks for 3-D positions but whose body offers no
-`get_rope_index` prefdata can call (every layout would give it 1-D positions, read wrong).
+to the wrong images), a model whose config asks for 3-D positions but whose body offers no
+`get_rope_index` prefdata can call (every layout would give it 1-D positions, read wrong), and a
+body that reads token types as more than "which tokens are image tokens" (a prefix-LM, PaliGemma).
 """
 
 from __future__ import annotations
@@ -73,15 +77,18 @@ def load_checked_processor(model_dir: Path, processor: str | Path | None, manife
 
 
 def vision_inputs(processor: Any) -> VisionInputs:
-    """The processor's image processor and image token id, as the pair forward uses them. Refuses
-    an image processor that cuts images into tiles under a pixel mask (see the module's docstring)."""
+    """The processor's image processor and image token id, as the pair forward uses them: the token
+    its image features replace (`image_token_ids`, what it marks in `mm_token_type_ids`), which for
+    Gemma 3 is `<image_soft_token>`, not its placeholder `processor.image_token`. Refuses an image
+    processor that cuts images into tiles under a pixel mask (see the module's docstring)."""
     image_processor = processor.image_processor
     if "pixel_attention_mask" in (getattr(image_processor, "model_input_names", None) or ()):
         raise PrefdataError(
             f"{type(processor).__name__} feeds images as tiles with a pixel_attention_mask (Idefics3 / SmolVLM "
             "style): prefdata refs and train cannot lay those out yet (prepare and validate take such processors)"
         )
-    token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    ids = [i for i in (getattr(processor, "image_token_ids", None) or []) if i is not None]
+    token_id = ids[0] if len(ids) == 1 else processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     return VisionInputs(image_processor=processor.image_processor, image_token_id=int(token_id))
 
 
@@ -127,7 +134,75 @@ def check_loaded_model(model: Any, vision: VisionInputs, model_dir: Path | str) 
             f"{model_dir}'s image token id is {token_id} but the processor's is {vision.image_token_id}: "
             "the model and the processor do not belong together"
         )
-    return replace(vision, rope=rope)
+    return replace(vision, rope=rope, type_ids_key=image_type_ids_key(model, model_dir))
+
+
+# The forward keywords through which a body may read which tokens are image tokens.
+TYPE_ID_KEYS: tuple[str, ...] = ("token_type_ids", "mm_token_type_ids")
+_PROBE_TYPES = (0, 0, 1, 1, 0, 0)  # text, a two-token image, text
+_CHANGED = 1e-3  # relative change of a hidden state that counts as "it sees that token"
+
+
+def image_type_ids_key(model: Any, model_dir: Path | str = "the model") -> str | None:
+    """The keyword through which the body lets an image's tokens attend each other both ways
+    (Gemma 3 and kin build that mask from `token_type_ids`), or None when none does. Found by
+    asking the body itself, so no model name is listed: six random embeddings, typed as text, a
+    two-token image, text, go through it three times, as they are, with the second image token
+    changed, and with the text after the image changed. The key is the one under which the first
+    image token sees the second. A body under which the text or image before position 4 sees the
+    text after it reads the types another way (a prefix-LM, PaliGemma) that prefdata cannot lay
+    out: refused. Each comparison is between runs under the same mask, so a token that does not see
+    the changed one is bitwise unchanged, in any dtype."""
+    body = model_body(model)
+    try:
+        params = inspect.signature(body.forward).parameters
+    except (TypeError, ValueError):
+        return None
+    for key in (k for k in TYPE_ID_KEYS if k in params):
+        base, later_image, later_text = _probe(body, key)
+        if _change(base[:4], later_text[:4]) > _CHANGED:
+            raise PrefdataError(
+                f"{model_dir} ({getattr(model.config, 'model_type', type(model).__name__)}) reads {key} as more than "
+                "which tokens are image tokens (text before an image attends past it): prefdata refs and train "
+                "cannot lay out its attention"
+            )
+        if _change(base[2:3], later_image[2:3]) > _CHANGED:
+            return key
+    return None
+
+
+def _change(before: Any, after: Any) -> float:
+    """The largest relative change of a row of hidden states."""
+    return float(((after - before).norm(dim=-1) / before.norm(dim=-1).clamp_min(1e-12)).max())
+
+
+def _probe(body: Any, key: str) -> tuple[Any, Any, Any]:
+    """The body's last hidden states (float32) for six fixed random embeddings typed `_PROBE_TYPES`
+    under `key`: as they are, with position 3 (the second image token) replaced, and with position 4
+    (the text after the image) replaced."""
+    import torch
+
+    param = next(body.parameters())
+    config = body.config.get_text_config() if hasattr(body.config, "get_text_config") else body.config
+    generator = torch.Generator().manual_seed(0)
+    size = (1, len(_PROBE_TYPES), int(config.hidden_size))
+    base, other = torch.randn(size, generator=generator), torch.randn(size, generator=generator)
+    variants = [base]
+    for position in (3, 4):
+        changed = base.clone()
+        changed[:, position] = other[:, position]
+        variants.append(changed)
+    extra = {key: torch.tensor([_PROBE_TYPES], device=param.device),
+             "position_ids": torch.arange(len(_PROBE_TYPES), device=param.device)[None]}
+    was_training = body.training
+    body.eval()
+    try:
+        with torch.no_grad():
+            outs = [body(inputs_embeds=v.to(device=param.device, dtype=param.dtype), use_cache=False,
+                         **extra).last_hidden_state[0].float() for v in variants]
+    finally:
+        body.train(was_training)
+    return outs[0], outs[1], outs[2]
 
 
 def load_vision_language_model(model_dir: Path | str, dtype: Any, trust_remote_code: bool) -> Any:

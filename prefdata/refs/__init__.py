@@ -182,7 +182,7 @@ def compute_refs(
         from prefdata.model.vision_model import check_loaded_model
 
         vision = check_loaded_model(net, vision, model_dir)
-    layout = choose_layout(net, layout)
+    layout = choose_layout(net, layout, vision)
     dataset, ids, lens = open_ids(out, images=vision is not None)
 
     # 2. plan batches and shards; the work directory is keyed by everything that decides the values

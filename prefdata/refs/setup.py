@@ -135,12 +135,13 @@ def load_reference_model(model_dir: Path, dtype_name: str, device_name: str, tru
     return net.to(device_name).eval()
 
 
-def choose_layout(net: Any, layout: str) -> str:
-    """auto: shared padding-free blocks where the model supports them (see model/pairs.py)."""
+def choose_layout(net: Any, layout: str, vision: Any = None) -> str:
+    """auto: shared padding-free blocks where the model supports them (see model/pairs.py); right
+    padding for a model whose image tokens attend each other both ways (`vision.type_ids_key`)."""
     from prefdata.model.pairs import choose_layout as choose
 
     try:
-        return choose(net, layout)
+        return choose(net, layout, vision)
     except ValueError as exc:
         raise PrefdataError(str(exc)) from None
 

@@ -98,7 +98,8 @@ def train(
 
     `shuffle=False` keeps the data order (batches by token budget: longest first). `layout` (auto,
     right, left, packed, blocks, shared) is for tests and benchmarks: auto runs padding-free rows of
-    pairs with the prompt shared where that pays, when the model supports it (see model/pairs.py).
+    pairs with the prompt shared where that pays, when the model supports it (see model/pairs.py);
+    a model whose image tokens attend each other both ways (Gemma 3) runs right or left padding only.
 
     Runs that continue one another (online rounds): `schedule_steps` is the length the learning-rate
     schedule spans (default: this run's steps), `save_optimizer` writes the optimizer and schedule
@@ -150,7 +151,7 @@ def train(
         from prefdata.model.vision_model import check_loaded_model
 
         vision = check_loaded_model(forward_model, vision, model)
-    layout = _pair_layout(forward_model, layout)
+    layout = _pair_layout(forward_model, layout, vision)
     for part in (data, eval_data):
         if part is not None:
             part.use_layout(forward_model, layout)
@@ -273,9 +274,9 @@ def _checked_vision(out_dir: Path, model: Path, processor: str | Path | None, da
     return V.vision_inputs(loaded), loaded
 
 
-def _pair_layout(model: Any, layout: str) -> str:
+def _pair_layout(model: Any, layout: str, vision: Any = None) -> str:
     try:
-        return choose_layout(model, layout)
+        return choose_layout(model, layout, vision)
     except ValueError as exc:
         raise PrefdataError(str(exc)) from None
 

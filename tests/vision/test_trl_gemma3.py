@@ -1,0 +1,134 @@
+"""The TRL hand-off with Gemma 3: `token_type_ids` (1 on `<image_soft_token>`) let the model build
+its own two-way image mask, through `prefdata.trl.DPOTrainer`, against TRL's own trainer on the
+same raw rows. The refs are `prefdata refs`' (test_gemma3_refs_train.py checks them against a
+plain forward)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("trl")
+transformers = pytest.importorskip("transformers")
+if not hasattr(transformers, "Gemma3ForConditionalGeneration"):
+    pytest.skip("this transformers has no Gemma 3", allow_module_level=True)
+
+import datasets  # noqa: E402
+import torch  # noqa: E402
+
+from vision_helpers import first_batch_token_logps, image_row, png_bytes, write_jsonl  # noqa: E402
+
+MAX_LENGTH = 128
+SIZES = {"wide": (30, 20), "tall": (20, 40), "square": (28, 28)}
+
+
+def _rows() -> list[dict]:
+    """TRL's vision layout, every content a list of parts: one image, two images (in both orders), a
+    text-only row in a batch with images."""
+    rows = [
+        image_row("What color is it?", ["img/wide.png"]),
+        image_row("Compare the two pictures.", ["img/tall.png", "img/square.png"], placeholders=2,
+                  chosen="The first is tall.", rejected="Same."),
+        image_row("Compare the two pictures.", ["img/square.png", "img/tall.png"], placeholders=2,
+                  chosen="Square, then tall.", rejected="Same."),
+        image_row("Say hello.", [], placeholders=0, chosen="Hello!", rejected="No."),
+    ]
+    for row in rows:
+        for message in row["prompt"] + row["chosen"] + row["rejected"]:
+            if isinstance(message["content"], str):
+                message["content"] = [{"type": "text", "text": message["content"]}]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trl-gemma3")
+    (root / "data" / "img").mkdir(parents=True)
+    for i, (name, size) in enumerate(SIZES.items()):
+        (root / "data" / "img" / f"{name}.png").write_bytes(png_bytes(size, (50 * i, 200 - 35 * i, 80)))
+    return write_jsonl(root / "data" / "pairs.jsonl", _rows())
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, gemma3_processor_dir) -> str:
+    from prefdata.tiny import build_tiny_gemma3_model
+
+    path = tmp_path_factory.mktemp("gemma3-model")
+    build_tiny_gemma3_model(path, gemma3_processor_dir, seed=3)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def prepared(raw, model_dir):
+    from prefdata.prepare import prepare
+    from prefdata.refs import compute_refs
+
+    out = raw.parent.parent / "out"
+    result = prepare(raw, out, processor=model_dir, max_length=MAX_LENGTH, progress=False, workers=1)
+    assert result.rows_out == len(_rows()), (out / "dropped.jsonl").read_text()
+    compute_refs(out, model_dir, progress=False)
+    return out
+
+
+def _raw_rows(raw) -> datasets.Dataset:
+    from PIL import Image
+
+    return datasets.Dataset.from_list([
+        {"prompt": row["prompt"], "chosen": row["chosen"], "rejected": row["rejected"],
+         "images": [Image.open(raw.parent / path).convert("RGB") for path in row["images"]]} for row in _rows()
+    ])
+
+
+def _config(tmp_path, **overrides):
+    from prefdata.trl import DPOConfig
+
+    settings = dict(
+        output_dir=str(tmp_path / "run"), max_length=MAX_LENGTH, per_device_train_batch_size=2,
+        per_device_eval_batch_size=len(_rows()), max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
+        bf16=False, activation_checkpointing=False, save_strategy="no", learning_rate=1e-6, disable_tqdm=True,
+        beta=0.1, seed=0,
+    )
+    settings.update(overrides)
+    return DPOConfig(**settings)
+
+
+def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, raw, model_dir, tmp_path):
+    """Same ids, pixels and token types, so the model builds the same two-way image mask and gives
+    the same policy log-probs. TRL's completions may carry one more token after the end of turn (the
+    template's newline): its log-prob is the only one TRL adds."""
+    import trl
+    from transformers import AutoProcessor
+
+    from prefdata.trl import DPOTrainer
+
+    ours = DPOTrainer(model_dir, args=_config(tmp_path / "ours"), train_dataset=str(prepared))
+    raw_rows = _raw_rows(raw)
+    theirs = trl.DPOTrainer(model_dir, args=_config(tmp_path / "theirs"), train_dataset=raw_rows,
+                            processing_class=AutoProcessor.from_pretrained(model_dir))
+    our_batch, our_logps = first_batch_token_logps(ours, ours.train_dataset)
+    their_batch, their_logps = first_batch_token_logps(theirs, raw_rows)
+
+    assert "token_type_ids" in our_batch and "token_type_ids" in their_batch
+    assert torch.equal(our_batch["pixel_values"], their_batch["pixel_values"])
+    for j in range(2 * len(_rows())):
+        keep_ours, keep_theirs = our_batch["attention_mask"][j].bool(), their_batch["attention_mask"][j].bool()
+        ids_ours, ids_theirs = our_batch["input_ids"][j][keep_ours].tolist(), their_batch["input_ids"][j][keep_theirs].tolist()
+        extra = len(ids_theirs) - len(ids_ours)
+        assert extra in (0, 1) and ids_theirs[: len(ids_ours)] == ids_ours
+        types = our_batch["token_type_ids"][j][keep_ours].tolist()
+        assert their_batch["token_type_ids"][j][keep_theirs].tolist()[: len(types)] == types
+        n = len(our_logps[j])
+        torch.testing.assert_close(torch.tensor(their_logps[j][:n]), torch.tensor(our_logps[j]), rtol=0, atol=1e-5)
+    assert all(math.isfinite(value) for logps in our_logps for value in logps)
+
+
+def test_trains_on_stored_refs_from_ln2_without_a_reference_model(prepared, model_dir, tmp_path):
+    from prefdata.trl import DPOTrainer
+
+    dataset = datasets.load_from_disk(str(prepared))
+    trainer = DPOTrainer(model_dir, args=_config(tmp_path), train_dataset=dataset)
+    assert trainer.ref_model is None
+    trainer.train()
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert len(losses) == 2 and abs(losses[0] - math.log(2)) < 1e-4
