@@ -421,3 +421,50 @@ def build_tiny_gemma3_model(out_dir: str | Path, processor_dir: str | Path, hidd
     model.save_pretrained(str(out))
     processor.save_pretrained(str(out))
     return model
+
+
+def build_tiny_idefics3_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
+                              num_layers: int = 2, seed: int = 0):
+    """A tiny random-init Idefics3 (SmolVLM's architecture: a one-layer SigLIP-like tower, a pixel
+    shuffle connector, a Llama text model) for the processor saved at `processor_dir` by
+    `build_tiny_idefics3_processor`: the tower's image size is the processor's tile, its patches and
+    scale factor chosen so each tile gives the processor's `image_seq_len` `<image>` tokens, its image
+    token id the tokenizer's. Saved with the processor's files copied beside it (so the model
+    directory is also the `--processor`). Returns the model."""
+    import math
+    import shutil
+
+    import torch
+    from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    from prefdata.tokenize.processor import load_processor
+
+    processor = load_processor(str(processor_dir))
+    tokenizer = processor.tokenizer
+    tile = int(processor.image_processor.max_image_size["longest_edge"])
+    scale_factor = 2
+    side = scale_factor * math.isqrt(int(processor.image_seq_len))  # patches per tile side
+    if tile % side:
+        raise ValueError(f"a {tile}-px tile cannot be cut into {side} x {side} patches")
+    vision = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                  image_size=tile, patch_size=tile // side)
+    text = dict(
+        model_type="llama", vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+        pad_token_id=tokenizer.pad_token_id, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
+    )
+    config = Idefics3Config(
+        vision_config=vision, text_config=text, scale_factor=scale_factor,
+        image_token_id=tokenizer.convert_tokens_to_ids(processor.image_token), tie_word_embeddings=False,
+        # Weights large enough that which tile lands where visibly moves the log-probs.
+        initializer_range=0.1,
+    )
+    torch.manual_seed(seed)
+    model = Idefics3ForConditionalGeneration(config)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(out))
+    for item in Path(processor_dir).iterdir():
+        if item.is_file() and not (out / item.name).exists():
+            shutil.copy2(item, out / item.name)
+    return model

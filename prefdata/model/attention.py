@@ -93,9 +93,10 @@ def model_body(model: Any) -> Any:
 
 def text_body(model: Any) -> Any:
     """The language model that builds the attention mask and runs attention: the body itself, or a
-    vision-language body's `language_model` (whose config carries the attention implementation)."""
+    vision-language body's `language_model` (Idefics3 / SmolVLM: `text_model`), whose config carries
+    the attention implementation."""
     body = model_body(model)
-    return getattr(body, "language_model", None) or body
+    return getattr(body, "language_model", None) or getattr(body, "text_model", None) or body
 
 
 def supports_blocks(model: Any) -> bool:

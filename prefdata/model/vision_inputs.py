@@ -15,6 +15,13 @@ Images are decoded here, per batch (lazily: a dataset of images is never decoded
 distinct image goes through the image processor once even when two halves carry it. Each pair's
 image grids (Qwen2-VL's `image_grid_thw`) are kept per pair too: a model with 3-D positions needs
 them per sequence (prefdata.model.mrope).
+
+A tiled image processor (Idefics3 / SmolVLM: `pixel_attention_mask` among its inputs) cuts each
+image into tiles, and its model drops all-zero (padding) tiles, encodes the rest, and scatters
+their features into the image tokens of the flattened batch in order. So each image is processed
+as its own sample (its tiles, then zero padding tiles), its real tiles are kept (by the model's own
+test: not all zero), and the batch gets one sample holding every listed image's tiles in turn, with
+the matching pixel masks: the model sees exactly the tiles of the images whose tokens appear.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ from prefdata.model.mrope import RopeIndex
 from prefdata.tokenize.masks import SequenceBatch
 
 # What an image processor may return that the model's forward takes; other keys are not read.
-IMAGE_INPUT_KEYS: tuple[str, ...] = ("pixel_values", "image_sizes", "image_grid_thw")
+IMAGE_INPUT_KEYS: tuple[str, ...] = ("pixel_values", "pixel_attention_mask", "image_sizes", "image_grid_thw")
 
 
 @dataclass
@@ -53,13 +60,15 @@ class VisionInputs:
     # For a model whose image tokens attend each other both ways (Gemma 3 and kin): the forward's
     # keyword that marks them (its own mask reads it); set by check_loaded_model.
     type_ids_key: str | None = None
+    # For a tiled image processor (Idefics3 / SmolVLM): pixel inputs are tiles under a pixel mask.
+    tiled: bool = False
 
     def for_batch(self, batch: SequenceBatch, images: Sequence[Sequence[Any] | None]) -> BatchImages:
         """The image-processor outputs for `batch` (a pair batch of ``len(images)`` pairs, sequences
         [chosen..., rejected...]), and the grids of each pair with images; with `type_ids_key`, also
         the batch's token types as the processor gives them (1 on image tokens, else 0)."""
         order = image_pair_order(batch, self.image_token_id, len(images))
-        found = pixel_inputs(self.image_processor, images, order)
+        found = pixel_inputs(self.image_processor, images, order, self.tiled)
         if self.type_ids_key and found.inputs is not None:
             found.inputs[self.type_ids_key] = (batch.input_ids == self.image_token_id).long()
         return found
@@ -98,10 +107,11 @@ def decode_image(item: Any) -> Any:
     return image
 
 
-def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None], order: list[int]) -> BatchImages:
+def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None], order: list[int],
+                 tiled: bool = False) -> BatchImages:
     """The image processor's outputs for the images of pairs ``order[0], order[1], ...`` in turn
     (each pair's images in their own order), and each of those pairs' grids. Each pair's images are
-    decoded and processed once."""
+    decoded and processed once; `tiled`: each image as its own sample, its real tiles kept."""
     if not order:
         return BatchImages(None, {})
     pairs = list(dict.fromkeys(order))  # distinct pairs, first appearance first
@@ -113,6 +123,8 @@ def pixel_inputs(image_processor: Any, images: Sequence[Sequence[Any] | None], o
     sequence = [first_image[p] + k for p in order for k in range(len(images[p] or []))]
     if not sequence:
         return BatchImages(None, {})
+    if tiled:
+        return BatchImages(_tiles(image_processor, decoded, sequence), {})
     out = image_processor(images=decoded, return_tensors="pt")
     tensors = {key: out[key] for key in IMAGE_INPUT_KEYS if key in out and out[key] is not None}
     if "pixel_values" not in tensors:
@@ -130,3 +142,19 @@ def _per_image(key: str, value: torch.Tensor, tensors: dict[str, torch.Tensor], 
         chunks = value.split(tensors["image_grid_thw"].prod(dim=-1).tolist(), dim=0)
         return torch.cat([chunks[i] for i in sequence], dim=0)
     return value.index_select(0, torch.tensor(sequence, dtype=torch.long))
+
+
+def _tiles(image_processor: Any, decoded: list[Any], sequence: list[int]) -> dict[str, torch.Tensor]:
+    """A tiled processor's pixel values and pixel masks, one sample [1, tiles, ...] holding the real
+    tiles of images ``sequence[0], sequence[1], ...`` in turn. Each image is a sample of its own, so
+    its tiles are never mixed with another's; the padding tiles (all zero, as the model tells them)
+    are dropped here as the model would drop them."""
+    out = image_processor(images=[[image] for image in decoded], return_tensors="pt")
+    values, masks = out["pixel_values"], out.get("pixel_attention_mask")
+    if values is None or values.dim() != 5:
+        raise ValueError(f"{type(image_processor).__name__} returned no tiles [images, tiles, C, H, W]")
+    real = values.flatten(2).ne(0).any(dim=-1)  # [images, tiles]
+    picked = {"pixel_values": torch.cat([values[i][real[i]] for i in sequence])[None]}
+    if masks is not None:
+        picked["pixel_attention_mask"] = torch.cat([masks[i][real[i]] for i in sequence])[None]
+    return picked

@@ -12,10 +12,12 @@ image tokens attend each other both ways (Gemma 3 and kin: the body's own mask, 
 are found by probing the body (`image_type_ids_key`) and get the token types, in right or left
 padding (prefdata.model.pairs.choose_layout).
 
+Processors whose images come as tiles under a pixel mask (Idefics3, SmolVLM: `pixel_attention_mask`)
+feed each image's real tiles in token order (prefdata.model.vision_inputs); their text model is a
+`text_model` (prefdata.model.attention.text_body), so packing and block attention apply.
+
 Refused: a text-only model (it cannot see the images), a model whose image token is not the
-processor's, a processor whose images come as tiles with a pixel mask (Idefics2/3, SmolVLM:
-`pixel_attention_mask`; the pair forward lays out one entry per image, so their tiles would be fed
-to the wrong images), a model whose config asks for 3-D positions but whose body offers no
+processor's, any other tiled image processor (Idefics2: its model's tiles are not checked), a model whose config asks for 3-D positions but whose body offers no
 `get_rope_index` prefdata can call (every layout would give it 1-D positions, read wrong), and a
 body that reads token types as more than "which tokens are image tokens" (a prefix-LM, PaliGemma).
 """
@@ -76,20 +78,28 @@ def load_checked_processor(model_dir: Path, processor: str | Path | None, manife
     return loaded, found
 
 
+# Tiled image processors whose models drop all-zero tiles and scatter the others' features in token
+# order (Idefics3's and SmolVLM's get_image_features): each image's tiles can be laid out exactly.
+# Idefics2's (tiles of uneven size, a perceiver over them) has not been checked.
+TILED_PROCESSORS: tuple[str, ...] = ("Idefics3ImageProcessor", "SmolVLMImageProcessor")
+
+
 def vision_inputs(processor: Any) -> VisionInputs:
     """The processor's image processor and image token id, as the pair forward uses them: the token
     its image features replace (`image_token_ids`, what it marks in `mm_token_type_ids`), which for
-    Gemma 3 is `<image_soft_token>`, not its placeholder `processor.image_token`. Refuses an image
-    processor that cuts images into tiles under a pixel mask (see the module's docstring)."""
+    Gemma 3 is `<image_soft_token>`, not its placeholder `processor.image_token`; `tiled` for an
+    image processor that cuts images into tiles under a pixel mask. Refuses a tiled one other than
+    Idefics3's and SmolVLM's (see the module's docstring)."""
     image_processor = processor.image_processor
-    if "pixel_attention_mask" in (getattr(image_processor, "model_input_names", None) or ()):
+    tiled = "pixel_attention_mask" in (getattr(image_processor, "model_input_names", None) or ())
+    if tiled and not type(image_processor).__name__.startswith(TILED_PROCESSORS):
         raise PrefdataError(
-            f"{type(processor).__name__} feeds images as tiles with a pixel_attention_mask (Idefics3 / SmolVLM "
-            "style): prefdata refs and train cannot lay those out yet (prepare and validate take such processors)"
+            f"{type(image_processor).__name__} feeds images as tiles with a pixel_attention_mask whose model "
+            "prefdata has not checked (it lays out Idefics3 and SmolVLM tiles): refs and train refuse it"
         )
     ids = [i for i in (getattr(processor, "image_token_ids", None) or []) if i is not None]
     token_id = ids[0] if len(ids) == 1 else processor.tokenizer.convert_tokens_to_ids(processor.image_token)
-    return VisionInputs(image_processor=processor.image_processor, image_token_id=int(token_id))
+    return VisionInputs(image_processor=processor.image_processor, image_token_id=int(token_id), tiled=tiled)
 
 
 def check_model_config(model_dir: Path, trust_remote_code: bool) -> None:

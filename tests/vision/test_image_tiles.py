@@ -2,7 +2,8 @@
 becomes rows x cols `<fake_token_around_image><row_r_col_c>` + N x `<image>` blocks and a global
 block, rows and cols following its size. prepare's prompt ids equal the processor's own for every
 size and image count, truncation never cuts into a tiled image's expansion, typed markers are a
-mismatch, and a layout prefdata cannot reproduce is refused with one line."""
+mismatch, and a layout prefdata cannot reproduce is refused with one line (refs and train with tiles:
+test_idefics3_refs_train.py)."""
 
 from __future__ import annotations
 
@@ -161,43 +162,3 @@ def test_distinct_sizes_are_built_once(idefics3_processor_dir, monkeypatch):
         layout.expand("<image> and <image>", [(123, 45), (45, 123)])
     assert calls == [(123, 45), (45, 123)]
     assert image_layout.find([1, 2, 3, 2, 3], [2, 3], 2) == 3
-
-
-# -- refs and train: tiles under a pixel mask are refused, not scored wrong -----------------------
-
-@pytest.fixture()
-def tiled_out_and_model(tmp_path, idefics3_processor_dir):
-    """A tiled OUT, and a directory with an Idefics3 config and the processor beside it (no weights:
-    the refusal comes before any are loaded)."""
-    import shutil
-
-    import transformers
-
-    _images(tmp_path / "data" / "img")
-    result, out = _prepare(tmp_path, [image_row("What is this?", ["img/wide.png"])], idefics3_processor_dir)
-    assert result.rows_out == 1
-    model_dir = tmp_path / "model"
-    shutil.copytree(idefics3_processor_dir, model_dir)
-    transformers.Idefics3Config().save_pretrained(str(model_dir))
-    return out, model_dir
-
-
-def test_refs_refuse_a_tiled_processor_in_one_line(tiled_out_and_model):
-    from prefdata.refs import compute_refs
-
-    out, model_dir = tiled_out_and_model
-    with pytest.raises(PrefdataError) as refused:
-        compute_refs(out, str(model_dir), progress=False)
-    message = str(refused.value)
-    assert "\n" not in message and "pixel_attention_mask" in message and "cannot lay those out" in message
-    assert "ref_chosen_logps" not in datasets.load_from_disk(str(out)).column_names  # OUT left as it was
-
-
-def test_train_refuses_a_tiled_processor_in_one_line(tmp_path, tiled_out_and_model):
-    from prefdata.train.recipe import train
-
-    out, model_dir = tiled_out_and_model
-    with pytest.raises(PrefdataError) as refused:
-        train(out, model=model_dir, output=tmp_path / "policy", loss="simpo", max_steps=1, progress=False)
-    assert "\n" not in str(refused.value) and "pixel_attention_mask" in str(refused.value)
-    assert not (tmp_path / "policy").exists()
