@@ -1,12 +1,15 @@
 """A tiny tokenizer and a tiny random model, built from code.
 
 They make the demo and the tests self-contained: no download, a real chat template, a real
-transformer architecture (Qwen2 or Llama) small enough to train on a CPU in seconds.
+transformer architecture (Qwen2 or Llama) small enough to train on a CPU in seconds. For image
+pairs: tiny processors (LLaVA, Qwen2-VL, Gemma 3, Idefics3) and matching tiny vision-language models.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+from typing import Any
 
 # ChatML, as Qwen2.5 and SmolLM2 use it; no BOS, each turn ends with <|im_end|>.
 CHATML_TEMPLATE = (
@@ -172,7 +175,6 @@ def build_tiny_llava_processor(out_dir: str | Path, image_size: int = 28, patch_
         vision_feature_select_strategy="default", num_additional_image_tokens=1, chat_template=LLAVA_CHATML_TEMPLATE,
     )
     processor.save_pretrained(str(out))
-    import shutil
 
     shutil.rmtree(out / "_tokenizer", ignore_errors=True)
     return AutoProcessor.from_pretrained(str(out))
@@ -183,7 +185,6 @@ def build_tiny_llava_model(out_dir: str | Path, processor_dir: str | Path, hidde
     """A tiny random-init LLaVA (CLIP vision tower + Llama text model) for the processor saved at
     `processor_dir` by `build_tiny_llava_processor`, saved with that processor beside it (so the
     model directory is also the `--processor`). Returns the model."""
-    import torch
     from transformers import (
         AutoProcessor,
         CLIPVisionConfig,
@@ -208,13 +209,7 @@ def build_tiny_llava_model(out_dir: str | Path, processor_dir: str | Path, hidde
         vision_config=vision, text_config=text, image_token_index=tokenizer.convert_tokens_to_ids(processor.image_token),
         vision_feature_select_strategy="default", vision_feature_layer=-1,
     )
-    torch.manual_seed(seed)
-    model = LlavaForConditionalGeneration(config)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    processor.save_pretrained(str(out))
-    return model
+    return _save_beside_processor(LlavaForConditionalGeneration, config, seed, out_dir, processor_dir)
 
 
 # ChatML that renders image parts as Qwen2-VL's template does: <|vision_start|><|image_pad|><|vision_end|>.
@@ -276,7 +271,6 @@ def build_tiny_gemma3_processor(out_dir: str | Path, image_size: int = 28, image
     with `image_seq_length` soft tokens per image. Its template renders `<start_of_image>`, which the
     processor expands to "\\n\\n<start_of_image>" + N x `<image_soft_token>` + "<end_of_image>\\n\\n":
     the placeholder is not the image token, and fixed text surrounds the run. Returns it loaded."""
-    import shutil
 
     from transformers import AutoProcessor, AutoTokenizer, Gemma3ImageProcessorPil, Gemma3Processor
 
@@ -308,7 +302,6 @@ def build_tiny_idefics3_processor(out_dir: str | Path, tile: int = 28, longest_e
     template renders an image part as `<image>`, which the processor expands to one
     `<fake_token_around_image><row_r_col_c>` + N x `<image>` per tile and a global block: the layout
     changes with the image's size. Returns it loaded."""
-    import shutil
 
     from transformers import AutoProcessor, Idefics3ImageProcessorPil, Idefics3Processor
 
@@ -332,9 +325,7 @@ def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hid
     patch, merge and temporal patch sizes are the image processor's, its vision/image token ids the
     tokenizer's. Saved with the processor's files copied beside it (so the model directory is also
     the `--processor`). Returns the model."""
-    import shutil
 
-    import torch
     from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
 
     from prefdata.tokenize.processor import load_processor
@@ -365,16 +356,7 @@ def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hid
         # tiny model attends almost uniformly): tests can tell wrong positions from right ones.
         initializer_range=0.1,
     )
-    torch.manual_seed(seed)
-    model = Qwen2VLForConditionalGeneration(config)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    # The processor's own files, not a re-save: Qwen2VLProcessor will not save without its video processor.
-    for item in Path(processor_dir).iterdir():
-        if item.is_file() and not (out / item.name).exists():
-            shutil.copy2(item, out / item.name)
-    return model
+    return _save_beside_processor(Qwen2VLForConditionalGeneration, config, seed, out_dir, processor_dir)
 
 
 def build_tiny_gemma3_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
@@ -386,7 +368,6 @@ def build_tiny_gemma3_model(out_dir: str | Path, processor_dir: str | Path, hidd
     `sliding_window`, short enough that a prompt outgrows it) and full ones, as Gemma 3 does; its
     image tokens attend each other both ways (the model's own mask, from `token_type_ids`). Saved
     with the processor beside it (so the model directory is also the `--processor`). Returns the model."""
-    import torch
     from transformers import AutoProcessor, Gemma3Config, Gemma3ForConditionalGeneration
 
     processor = AutoProcessor.from_pretrained(str(processor_dir))
@@ -414,13 +395,7 @@ def build_tiny_gemma3_model(out_dir: str | Path, processor_dir: str | Path, hidd
         # log-probs (at 0.02 a random tiny model attends almost uniformly).
         initializer_range=0.1,
     )
-    torch.manual_seed(seed)
-    model = Gemma3ForConditionalGeneration(config)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(out))
-    processor.save_pretrained(str(out))
-    return model
+    return _save_beside_processor(Gemma3ForConditionalGeneration, config, seed, out_dir, processor_dir)
 
 
 def build_tiny_idefics3_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
@@ -432,9 +407,7 @@ def build_tiny_idefics3_model(out_dir: str | Path, processor_dir: str | Path, hi
     token id the tokenizer's. Saved with the processor's files copied beside it (so the model
     directory is also the `--processor`). Returns the model."""
     import math
-    import shutil
 
-    import torch
     from transformers import Idefics3Config, Idefics3ForConditionalGeneration
 
     from prefdata.tokenize.processor import load_processor
@@ -459,8 +432,18 @@ def build_tiny_idefics3_model(out_dir: str | Path, processor_dir: str | Path, hi
         # Weights large enough that which tile lands where visibly moves the log-probs.
         initializer_range=0.1,
     )
+    return _save_beside_processor(Idefics3ForConditionalGeneration, config, seed, out_dir, processor_dir)
+
+
+def _save_beside_processor(model_class: Any, config: Any, seed: int, out_dir: str | Path,
+                           processor_dir: str | Path) -> Any:
+    """A seeded random `model_class(config)` saved in `out_dir` with the processor's own files beside
+    it (copied, not re-saved: Qwen2VLProcessor will not save without its torchvision video
+    processor), so the model directory is also the `--processor`. Returns the model."""
+    import torch
+
     torch.manual_seed(seed)
-    model = Idefics3ForConditionalGeneration(config)
+    model = model_class(config)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out))
