@@ -28,17 +28,8 @@ import datasets  # noqa: E402
 from prefdata import refs as R  # noqa: E402
 from prefdata.model.vision_inputs import decode_image  # noqa: E402
 from vision_helpers import (  # noqa: E402
-    assert_policy_equals_refs,
-    assert_refs_equal,
-    assert_starts_at_the_reference,
-    completion_logp_sum,
-    copy_out,
-    direct_halves,
-    image_row,
-    prepare_all,
-    train_policy_forward,
-    train_steps,
-    write_pngs,
+    assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,
+    direct_halves, image_row, prepare_all, train_policy_forward, train_steps, write_pngs
 )
 
 LAYOUTS = ("right", "left", "packed", "blocks", "shared")

@@ -25,17 +25,8 @@ from prefdata import refs as R  # noqa: E402
 from prefdata.errors import PrefdataError  # noqa: E402
 from prefdata.io.manifest import read_manifest  # noqa: E402
 from vision_helpers import (  # noqa: E402
-    assert_policy_equals_refs,
-    assert_refs_equal,
-    assert_starts_at_the_reference,
-    completion_logp_sum,
-    copy_out,
-    direct_halves,
-    image_row,
-    prepare_all,
-    train_policy_forward,
-    train_steps,
-    write_pngs,
+    assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,
+    direct_halves, image_row, prepare_all, train_policy_forward, train_steps, write_pngs
 )
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from prefdata.tokenize.image_scheme import ImageScheme, image_spans
 from prefdata.tokenize.pairs import TokenizeSettings
 from prefdata.tokenize.processor import load_processor
 from prefdata.tokenize.vision import VisionPairTokenizer
-from vision_helpers import dropped, image_row, prepare_rows, processor_prompt_ids, write_pngs
+from vision_helpers import assert_cuts, dropped, image_row, prepare_rows, processor_prompt_ids, write_pngs
 
 SIZES = {"tiny": (10, 10), "wide": (100, 60), "tall": (40, 130), "big": (300, 200)}
 
@@ -82,16 +82,8 @@ def test_qwen2vl_truncation_never_cuts_the_vision_start_pad_end_run(tmp_path, qw
     end = ids.index(tokenizer.convert_tokens_to_ids("<|vision_end|>")) + 1
     # A cut at the vision start keeps the image whole; one token later (the pads kept, their start
     # token lost: the cut a span of image tokens alone would allow) or inside the run must not happen.
-    for cut, truncated in ((start, False), (start + 1, True), ((start + end) // 2, True), (end - 1, True)):
-        keep = len(ids) - cut
-        result, out = prepare_rows(tmp_path, [row], qwen2vl_processor_dir, name=f"cut{cut}",
-                               max_prompt_length=keep, max_length=keep + 8)
-        if truncated:
-            assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1, cut
-            assert [d["flags"] for d in dropped(out)] == [[F.IMAGE_TRUNCATED]]
-        else:
-            [kept] = datasets.load_from_disk(str(out))
-            assert kept["prompt_ids"] == ids[cut:] and F.IMAGE_TRUNCATED not in kept["flags"]
+    assert_cuts(tmp_path, row, qwen2vl_processor_dir, ids,
+                [(start, False), (start + 1, True), ((start + end) // 2, True), (end - 1, True)])
 
 
 def test_qwen2vl_placeholders_are_counted_as_the_template_renders_them(tmp_path, qwen2vl_processor_dir):
@@ -158,15 +150,8 @@ def test_gemma3_truncation_protects_the_text_around_the_run(tmp_path, gemma3_pro
     eoi = ids.index(tokenizer.convert_tokens_to_ids("<end_of_image>"))
     assert tokenizer.decode(ids[boi - 2:boi]) == "\n\n"  # the processor's prefix, one token per newline here
     # The "\n\n" before <start_of_image> and after <end_of_image> belong to the image as much as its run.
-    for cut, truncated in ((boi - 2, False), (boi - 1, True), (boi, True), (eoi + 1, True)):
-        keep = len(ids) - cut
-        result, out = prepare_rows(tmp_path, [row], gemma3_processor_dir, name=f"cut{cut}",
-                               max_prompt_length=keep, max_length=keep + 8)
-        if truncated:
-            assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1, cut
-        else:
-            [kept] = datasets.load_from_disk(str(out))
-            assert kept["prompt_ids"] == ids[cut:] and F.IMAGE_TRUNCATED not in kept["flags"]
+    assert_cuts(tmp_path, row, gemma3_processor_dir, ids,
+                [(boi - 2, False), (boi - 1, True), (boi, True), (eoi + 1, True)], check_dropped=False)
 
 
 def test_gemma3_image_mismatch_counts_placeholders_and_stray_image_tokens(tmp_path, gemma3_processor_dir):

@@ -11,7 +11,7 @@ import json
 
 import datasets
 import pytest
-from vision_helpers import dropped, image_row, prepare_rows, processor_prompt_ids, write_pngs
+from vision_helpers import assert_cuts, dropped, image_row, prepare_rows, processor_prompt_ids, write_pngs
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
@@ -78,16 +78,8 @@ def test_tiled_truncation_never_cuts_into_the_expansion(tmp_path, idefics3_proce
     # A cut at the first tile keeps the image whole; inside a tile, at a row break, in the global block,
     # or at its last token would train the image half-visible.
     newline_at = start + ids[start:].index(tokenizer.encode("\n", add_special_tokens=False)[0])
-    for cut, truncated in ((start, False), (start + 1, True), (newline_at, True), (end - 3, True), (end - 1, True)):
-        keep = len(ids) - cut
-        result, out = prepare_rows(tmp_path, [row], idefics3_processor_dir, name=f"cut{cut}",
-                               max_prompt_length=keep, max_length=keep + 8)
-        if truncated:
-            assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1, cut
-            assert [d["flags"] for d in dropped(out)] == [[F.IMAGE_TRUNCATED]]
-        else:
-            [kept] = datasets.load_from_disk(str(out))
-            assert kept["prompt_ids"] == ids[cut:] and F.IMAGE_TRUNCATED not in kept["flags"]
+    assert_cuts(tmp_path, row, idefics3_processor_dir, ids,
+                [(start, False), (start + 1, True), (newline_at, True), (end - 3, True), (end - 1, True)])
 
 
 def test_tiled_mismatches_count_placeholders_and_typed_markers(tmp_path, idefics3_processor_dir):

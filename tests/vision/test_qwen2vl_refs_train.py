@@ -29,19 +29,8 @@ from prefdata.errors import PrefdataError  # noqa: E402
 from prefdata.model.vision_inputs import decode_image  # noqa: E402
 from prefdata.tokenize.processor import load_processor  # noqa: E402
 from vision_helpers import (  # noqa: E402
-    assert_policy_equals_refs,
-    assert_refs_equal,
-    assert_starts_at_the_reference,
-    completion_logp_sum,
-    copy_out,
-    direct_halves,
-    image_row,
-    png_bytes,
-    prepare_all,
-    train_policy_forward,
-    train_steps,
-    write_jsonl,
-    write_pngs,
+    assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,
+    direct_halves, image_row, png_bytes, prepare_all, train_policy_forward, train_steps, write_jsonl, write_pngs
 )
 
 LAYOUTS = ("right", "left", "packed", "blocks", "shared")

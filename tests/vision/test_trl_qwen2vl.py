@@ -24,15 +24,8 @@ import torch  # noqa: E402
 
 from prefdata.tokenize.processor import load_processor  # noqa: E402
 from vision_helpers import (  # noqa: E402
-    as_content_parts,
-    dpo_config,
-    first_batch_token_logps,
-    image_row,
-    kept,
-    prepare_all,
-    raw_image_dataset,
-    write_jsonl,
-    write_pngs,
+    as_content_parts, dpo_config, first_batch_token_logps, image_row, kept, prepare_with_refs, raw_image_dataset,
+    write_jsonl, write_pngs
 )
 
 MAX_LENGTH = 128
@@ -81,11 +74,7 @@ def model_dir(tmp_path_factory, qwen2vl_processor_dir) -> str:
 @pytest.fixture(scope="module")
 def prepared(raw, model_dir):
     """OUT prepared with the model directory's processor, plus `prefdata refs` from the same model."""
-    from prefdata.refs import compute_refs
-
-    out = prepare_all(raw.parent.parent, _rows(), model_dir, max_length=MAX_LENGTH)
-    compute_refs(out, model_dir, progress=False)
-    return out
+    return prepare_with_refs(raw.parent.parent, _rows(), model_dir, MAX_LENGTH)
 
 
 def _raw_rows(raw) -> datasets.Dataset:

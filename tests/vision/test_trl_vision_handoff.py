@@ -20,15 +20,8 @@ import torch  # noqa: E402
 
 from prefdata.errors import PrefdataError  # noqa: E402
 from vision_helpers import (  # noqa: E402
-    as_content_parts,
-    dpo_config,
-    first_batch_token_logps,
-    image_row,
-    kept,
-    prepare_all,
-    raw_image_dataset,
-    write_jsonl,
-    write_pngs,
+    as_content_parts, dpo_config, first_batch_token_logps, image_row, kept, prepare_all, raw_image_dataset,
+    write_jsonl, write_pngs
 )
 
 MAX_LENGTH = 96

@@ -106,7 +106,8 @@ def raw_image_dataset(raw: Path, rows: list[dict]) -> Any:
 # --------------------------------------------------------------------------------------------- prepare
 
 
-def prepare_rows(base: Path, rows: list[dict], processor: str | Path, name: str = "out", **kwargs: Any) -> tuple[Any, Path]:
+def prepare_rows(base: Path, rows: list[dict], processor: str | Path, name: str = "out",
+                 **kwargs: Any) -> tuple[Any, Path]:
     """`rows` written to base/data/pairs.jsonl (images under base/data) and prepared into base/name
     with `processor`, one worker; the PrepareResult and OUT."""
     from prefdata.prepare import prepare
@@ -236,3 +237,34 @@ def dpo_config(tmp_path: Path, max_length: int, train_batch: int, eval_batch: in
 def kept(batch: dict, key: str, j: int) -> list:
     """Sequence j's `key` values where its attention mask is 1 (padding left out)."""
     return batch[key][j][batch["attention_mask"][j].bool()].tolist()
+
+
+def assert_cuts(base: Path, row: dict, processor: str | Path, ids: list[int], cuts: list[tuple[int, bool]],
+                check_dropped: bool = True) -> None:
+    """Prepare `row` (whole prompt `ids`) with its prompt cut at each index of `cuts`: a cut marked
+    True must drop the row as image_truncated (in dropped.jsonl too, with `check_dropped`), one
+    marked False must keep ids[cut:] unflagged."""
+    import datasets
+
+    from prefdata import flags as F
+
+    for cut, truncated in cuts:
+        keep = len(ids) - cut
+        result, out = prepare_rows(base, [row], processor, name=f"cut{cut}", max_prompt_length=keep,
+                                   max_length=keep + 8)
+        if truncated:
+            assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1, cut
+            if check_dropped:
+                assert [d["flags"] for d in dropped(out)] == [[F.IMAGE_TRUNCATED]]
+        else:
+            [kept_row] = datasets.load_from_disk(str(out))
+            assert kept_row["prompt_ids"] == ids[cut:] and F.IMAGE_TRUNCATED not in kept_row["flags"]
+
+
+def prepare_with_refs(base: Path, rows: list[dict], model_dir: str, max_length: int) -> Path:
+    """OUT prepared with the model directory's processor (every row kept), plus `prefdata refs` from that model."""
+    from prefdata.refs import compute_refs
+
+    out = prepare_all(base, rows, model_dir, max_length=max_length)
+    compute_refs(out, model_dir, progress=False)
+    return out
