@@ -220,12 +220,13 @@ def assert_starts_at_the_reference(steps: list[dict]) -> None:
 # --------------------------------------------------------------------------------------------- TRL
 
 
-def dpo_config(tmp_path: Path, max_length: int, train_batch: int, eval_batch: int, **overrides: Any) -> Any:
-    """prefdata.trl.DPOConfig for a tiny CPU run: two steps at lr 1e-6, beta 0.1, nothing saved."""
+def dpo_config(tmp_path: Path, out_max_length: int, train_batch: int, eval_batch: int, **overrides: Any) -> Any:
+    """prefdata.trl.DPOConfig for a tiny CPU run: two steps at lr 1e-6, beta 0.1, nothing saved, OUT's
+    max_length; `overrides` (max_length included) replace any of these."""
     from prefdata.trl import DPOConfig
 
     settings = dict(
-        output_dir=str(tmp_path / "run"), max_length=max_length, per_device_train_batch_size=train_batch,
+        output_dir=str(tmp_path / "run"), max_length=out_max_length, per_device_train_batch_size=train_batch,
         per_device_eval_batch_size=eval_batch, max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
         bf16=False, activation_checkpointing=False, save_strategy="no", learning_rate=1e-6, disable_tqdm=True,
         beta=0.1, seed=0,
