@@ -12,45 +12,36 @@ if not hasattr(transformers, "LlavaProcessor") or not hasattr(transformers, "CLI
     pytest.skip("this transformers has no LlavaProcessor / CLIPImageProcessorPil", allow_module_level=True)
 
 
-@pytest.fixture(scope="session")
-def llava_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from prefdata.tiny import build_tiny_llava_processor
+def _tiny_processor(factory: pytest.TempPathFactory, name: str, needs: tuple[str, ...] = ()) -> Path:
+    """A tiny processor built by `prefdata.tiny.build_tiny_<name>_processor` in its own temporary
+    folder; skipped where this transformers lacks one of the classes in `needs`."""
+    if not all(hasattr(transformers, cls) for cls in needs):
+        pytest.skip(f"this transformers has no {' / '.join(needs)}")
+    from prefdata import tiny
 
-    path = tmp_path_factory.mktemp("llava") / "processor"
-    build_tiny_llava_processor(path)  # 28px, patch 14: one <image> expands to 4 tokens
+    path = factory.mktemp(name) / "processor"
+    getattr(tiny, f"build_tiny_{name}_processor")(path)
     return path
 
 
+@pytest.fixture(scope="session")
+def llava_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _tiny_processor(tmp_path_factory, "llava")  # 28px, patch 14: one <image> expands to 4 tokens
 
 
 @pytest.fixture(scope="session")
 def qwen2vl_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not hasattr(transformers, "Qwen2VLImageProcessorPil"):
-        pytest.skip("this transformers has no Qwen2VLImageProcessorPil")
-    from prefdata.tiny import build_tiny_qwen2vl_processor
-
-    path = tmp_path_factory.mktemp("qwen2vl") / "processor"
-    build_tiny_qwen2vl_processor(path)  # 28px cells, 1 to 16 per image: the count depends on the size
-    return path
+    # 28px cells, 1 to 16 per image: the count depends on the size
+    return _tiny_processor(tmp_path_factory, "qwen2vl", ("Qwen2VLImageProcessorPil",))
 
 
 @pytest.fixture(scope="session")
 def gemma3_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not hasattr(transformers, "Gemma3Processor") or not hasattr(transformers, "Gemma3ImageProcessorPil"):
-        pytest.skip("this transformers has no Gemma3Processor / Gemma3ImageProcessorPil")
-    from prefdata.tiny import build_tiny_gemma3_processor
-
-    path = tmp_path_factory.mktemp("gemma3") / "processor"
-    build_tiny_gemma3_processor(path)  # 28px, 4 soft tokens per image between <start_of_image> and <end_of_image>
-    return path
+    # 28px, 4 soft tokens per image between <start_of_image> and <end_of_image>
+    return _tiny_processor(tmp_path_factory, "gemma3", ("Gemma3Processor", "Gemma3ImageProcessorPil"))
 
 
 @pytest.fixture(scope="session")
 def idefics3_processor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not hasattr(transformers, "Idefics3Processor") or not hasattr(transformers, "Idefics3ImageProcessorPil"):
-        pytest.skip("this transformers has no Idefics3Processor / Idefics3ImageProcessorPil")
-    from prefdata.tiny import build_tiny_idefics3_processor
-
-    path = tmp_path_factory.mktemp("idefics3") / "processor"
-    build_tiny_idefics3_processor(path)  # longest edge 84 px in 28-px tiles: 1 x 3 up to 3 x 3 tiles per image
-    return path
+    # longest edge 84 px in 28-px tiles: 1 x 3 up to 3 x 3 tiles per image
+    return _tiny_processor(tmp_path_factory, "idefics3", ("Idefics3Processor", "Idefics3ImageProcessorPil"))

@@ -12,10 +12,6 @@ processor's own inputs.
 
 from __future__ import annotations
 
-import json
-import math
-import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +27,10 @@ import datasets  # noqa: E402
 
 from prefdata import refs as R  # noqa: E402
 from prefdata.model.vision_inputs import decode_image  # noqa: E402
-from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import (  # noqa: E402
+    assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,
+    direct_halves, image_row, prepare_all, train_policy_forward, train_steps, write_pngs
+)
 
 LAYOUTS = ("right", "left", "packed", "blocks", "shared")
 SIZES = [(30, 20), (20, 40), (28, 28)]
@@ -50,13 +49,8 @@ def gemma_model_dir(tmp_path_factory, gemma3_processor_dir) -> Path:
 def gemma_out(tmp_path_factory, gemma_model_dir) -> Path:
     """Five pairs: one image, two images, a text-only row, one image with longer answers, the two
     images in the other order. Prompts are longer than the sliding window (8)."""
-    from prefdata.prepare import prepare
-
     base = tmp_path_factory.mktemp("gemma3-out")
-    images = base / "data" / "img"
-    images.mkdir(parents=True)
-    for i, size in enumerate(SIZES):
-        (images / f"{i}.png").write_bytes(png_bytes(size, (60 * i, 200 - 40 * i, 90)))
+    write_pngs(base / "data" / "img", {str(i): size for i, size in enumerate(SIZES)}, lambda i: (60 * i, 200 - 40 * i, 90))
     rows = [
         image_row("What colour is this?", ["img/0.png"]),
         image_row("Compare the two pictures.", ["img/1.png", "img/2.png"], placeholders=2,
@@ -66,10 +60,7 @@ def gemma_out(tmp_path_factory, gemma_model_dir) -> Path:
         image_row("Compare the two pictures.", ["img/2.png", "img/1.png"], placeholders=2,
                   chosen="Square, then tall.", rejected="Both blue."),
     ]
-    raw = write_jsonl(base / "data" / "pairs.jsonl", rows)
-    result = prepare(raw, base / "out", processor=str(gemma_model_dir), progress=False, workers=1)
-    assert result.rows_out == len(rows), (base / "out" / "dropped.jsonl").read_text()
-    return base / "out"
+    return prepare_all(base, rows, gemma_model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -80,28 +71,22 @@ def gemma(gemma_model_dir):
     return model, AutoProcessor.from_pretrained(str(gemma_model_dir))
 
 
-def _copy(out: Path, tmp_path: Path, name: str = "out") -> Path:
-    return Path(shutil.copytree(out, tmp_path / name))
-
-
 def _direct(model, processor, prompt, half, images, types: bool = True) -> float:
     """Sum of log-probs of `half` after `prompt`: one plain forward of this pair's half with the
     processor's inputs (pixel values, `token_type_ids`); ``types=False`` leaves the types out."""
-    ids = torch.tensor([list(prompt) + list(half)])
-    kwargs = {}
-    if images:
-        kwargs = dict(processor.image_processor([decode_image(i) for i in images], return_tensors="pt"))
-        if types:
-            kwargs["token_type_ids"] = torch.tensor(processor.create_mm_token_type_ids(ids.tolist()))
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs).logits
-    logp = torch.log_softmax(logits.float()[0], dim=-1)
-    return float(sum(logp[t - 1, ids[0, t]] for t in range(len(prompt), ids.shape[1])))
+    def inputs(ids) -> dict:
+        kwargs = {}
+        if images:
+            kwargs = dict(processor.image_processor([decode_image(i) for i in images], return_tensors="pt"))
+            if types:
+                kwargs["token_type_ids"] = torch.tensor(processor.create_mm_token_type_ids(ids.tolist()))
+        return kwargs
+
+    return completion_logp_sum(model, prompt, half, inputs, attention_mask=True)
 
 
 def _halves(model, processor, rows, types: bool = True):
-    return (np.array([_direct(model, processor, r["prompt_ids"], r["chosen_ids"], r["images"], types) for r in rows]),
-            np.array([_direct(model, processor, r["prompt_ids"], r["rejected_ids"], r["images"], types) for r in rows]))
+    return direct_halves(lambda prompt, half, images: _direct(model, processor, prompt, half, images, types), rows)
 
 
 @pytest.fixture(scope="module")
@@ -156,16 +141,14 @@ def test_the_llava_body_needs_no_token_types(llava_processor_dir, tmp_path):
 def test_refs_equal_a_direct_forward_in_every_layout(tmp_path, gemma_out, gemma_model_dir, expected):
     """right and left run as asked; packed and the block layouts (and auto) run right padding."""
     for layout in (*LAYOUTS, "auto"):
-        out = _copy(gemma_out, tmp_path, layout)
+        out = copy_out(gemma_out, tmp_path, layout)
         result = R.compute_refs(out, str(gemma_model_dir), layout=layout, progress=False)
         assert result.layout == (layout if layout in ("right", "left") else "right"), layout
-        rows = datasets.load_from_disk(str(out))
-        np.testing.assert_allclose(rows["ref_chosen_logps"], expected[0], atol=2e-4, err_msg=layout)
-        np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4, err_msg=layout)
+        assert_refs_equal(datasets.load_from_disk(str(out)), expected, err_msg=layout)
 
 
 def test_refs_in_small_batches(tmp_path, gemma_out, gemma_model_dir, expected):
-    out = _copy(gemma_out, tmp_path)
+    out = copy_out(gemma_out, tmp_path)
     result = R.compute_refs(out, str(gemma_model_dir), layout="left", batch_tokens=70, shard_batches=1,
                             progress=False)
     assert result.shards_total >= 3
@@ -173,38 +156,23 @@ def test_refs_in_small_batches(tmp_path, gemma_out, gemma_model_dir, expected):
 
 
 def _forward(model_dir, out, layout, vision_change=None):
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoProcessor
 
-    from prefdata.model.vision_model import check_loaded_model, vision_inputs
-    from prefdata.train.data import load_pairs
-    from prefdata.train.step import PairForward, forward_pairs
-
-    data = load_pairs(out, need_refs=True)
-    model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).train()  # as train runs it
-    vision = check_loaded_model(model, vision_inputs(AutoProcessor.from_pretrained(str(model_dir))), model_dir)
-    if vision_change:
-        vision = replace(vision, **vision_change)
-    fwd = PairForward(model=model, layout=layout, pad_token_id=0, device=torch.device("cpu"),
-                      loss_kwargs={"loss_type": "sigmoid", "beta": 0.1}, vision=vision)
-    rows = [3, 0, 4, 2, 1]  # not in dataset order: the batch's images follow its rows
-    with torch.no_grad():
-        _, logps, _ = forward_pairs(fwd, data, rows)
-    return logps, datasets.load_from_disk(str(out)).select(rows)
+    return train_policy_forward(model_dir, out, layout, AutoProcessor.from_pretrained(str(model_dir)), vision_change)
 
 
 @pytest.mark.parametrize("layout", ["right", "left"])
 def test_the_policy_forward_of_train_equals_the_stored_refs_pair_by_pair(tmp_path, gemma_out, gemma_model_dir, layout):
-    out = _copy(gemma_out, tmp_path)
+    out = copy_out(gemma_out, tmp_path)
     R.compute_refs(out, str(gemma_model_dir), progress=False)  # auto: right
     logps, stored = _forward(gemma_model_dir, out, layout)
-    np.testing.assert_allclose(logps.chosen.numpy(), stored["ref_chosen_logps"], atol=2e-4)
-    np.testing.assert_allclose(logps.rejected.numpy(), stored["ref_rejected_logps"], atol=2e-4)
+    assert_policy_equals_refs(logps, stored)
 
 
 def test_without_token_types_the_forward_is_wrong_and_a_packed_one_is_refused(tmp_path, gemma_out, gemma_model_dir):
     """The check above can fail: a forward that leaves the types out (the image causal) misses the
     refs; a pair forward asked for packed rows refuses rather than score them wrong."""
-    out = _copy(gemma_out, tmp_path)
+    out = copy_out(gemma_out, tmp_path)
     R.compute_refs(out, str(gemma_model_dir), progress=False)
     logps, stored = _forward(gemma_model_dir, out, "right", {"type_ids_key": None})
     with_images = [i for i, n in enumerate(stored["images"]) if n]
@@ -215,17 +183,10 @@ def test_without_token_types_the_forward_is_wrong_and_a_packed_one_is_refused(tm
 
 @pytest.mark.parametrize("layout", ["shared", "left"])
 def test_train_starts_at_the_reference_and_moves_the_loss(tmp_path, gemma_out, gemma_model_dir, layout):
-    from prefdata.train.recipe import train
-
-    out = _copy(gemma_out, tmp_path)
+    out = copy_out(gemma_out, tmp_path)
     R.compute_refs(out, str(gemma_model_dir), progress=False)
-    result = train(out, model=gemma_model_dir, output=tmp_path / "policy", lr=2e-3, max_steps=4, batch_pairs=5,
-                   warmup_ratio=0.0, lr_schedule="constant", layout=layout, progress=False, save_every=None,
-                   device="cpu")
-    lines = [json.loads(line) for line in (tmp_path / "policy" / "metrics.jsonl").read_text().splitlines()]
-    steps = [line for line in lines if "loss" in line]
-    assert abs(steps[0]["rewards/chosen"]) < 1e-5 and abs(steps[0]["rewards/rejected"]) < 1e-5
-    assert steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    result, steps = train_steps(out, gemma_model_dir, tmp_path / "policy", layout, max_steps=4)
+    assert_starts_at_the_reference(steps)
     assert steps[-1]["loss"] < steps[0]["loss"]
     assert result.steps == 4
 

@@ -10,9 +10,6 @@ each pair with the processor's own pixel values and masks, in every layout.
 
 from __future__ import annotations
 
-import json
-import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +27,10 @@ from prefdata import refs as R  # noqa: E402
 from prefdata.errors import PrefdataError  # noqa: E402
 from prefdata.model import vision_inputs as VI  # noqa: E402
 from prefdata.model.vision_inputs import decode_image  # noqa: E402
-from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import (  # noqa: E402
+    assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,
+    direct_halves, image_row, prepare_all, train_policy_forward, train_steps, write_pngs
+)
 
 LAYOUTS = ("right", "left", "packed", "blocks", "shared")
 # name -> (width, height); tiles under the tiny processor (84-px longest edge, 28-px tiles, + global)
@@ -50,13 +50,8 @@ def idefics_model_dir(tmp_path_factory, idefics3_processor_dir) -> Path:
 def idefics_out(tmp_path_factory, idefics_model_dir) -> Path:
     """Five pairs: one image, two images, a text-only row, one image with longer answers, the two
     images in the other order (tall and strip have four tiles each)."""
-    from prefdata.prepare import prepare
-
     base = tmp_path_factory.mktemp("idefics3-out")
-    images = base / "data" / "img"
-    images.mkdir(parents=True)
-    for i, (name, size) in enumerate(SIZES.items()):
-        (images / f"{name}.png").write_bytes(png_bytes(size, (60 * i, 200 - 40 * i, 90)))
+    write_pngs(base / "data" / "img", SIZES, lambda i: (60 * i, 200 - 40 * i, 90))
     rows = [
         image_row("What colour is this?", ["img/wide.png"]),
         image_row("Compare the two pictures.", ["img/tall.png", "img/strip.png"], placeholders=2,
@@ -66,10 +61,7 @@ def idefics_out(tmp_path_factory, idefics_model_dir) -> Path:
         image_row("Compare the two pictures.", ["img/strip.png", "img/tall.png"], placeholders=2,
                   chosen="Wide, then tall.", rejected="Both blue."),
     ]
-    raw = write_jsonl(base / "data" / "pairs.jsonl", rows)
-    result = prepare(raw, base / "out", processor=str(idefics_model_dir), progress=False, workers=1)
-    assert result.rows_out == len(rows), (base / "out" / "dropped.jsonl").read_text()
-    return base / "out"
+    return prepare_all(base, rows, idefics_model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -82,22 +74,14 @@ def idefics(idefics_model_dir):
     return model, load_processor(str(idefics_model_dir))
 
 
-def _copy(out: Path, tmp_path: Path, name: str = "out") -> Path:
-    return Path(shutil.copytree(out, tmp_path / name))
-
-
 def _direct(model, processor, prompt, half, images) -> float:
     """Sum of log-probs of `half` after `prompt`: one plain forward of this pair's half with the
     processor's own pixel values and pixel mask."""
-    ids = torch.tensor([list(prompt) + list(half)])
     kwargs = {}
     if images:
         out = processor.image_processor([decode_image(i) for i in images], return_tensors="pt")
         kwargs = {"pixel_values": out["pixel_values"], "pixel_attention_mask": out["pixel_attention_mask"]}
-    with torch.no_grad():
-        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), **kwargs).logits
-    logp = torch.log_softmax(logits.float()[0], dim=-1)
-    return float(sum(logp[t - 1, ids[0, t]] for t in range(len(prompt), ids.shape[1])))
+    return completion_logp_sum(model, prompt, half, lambda _ids: kwargs, attention_mask=True)
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +89,7 @@ def expected(idefics_out, idefics):
     """Per row: the direct forward's chosen and rejected sums."""
     model, processor = idefics
     rows = list(datasets.load_from_disk(str(idefics_out)))
-    return (np.array([_direct(model, processor, r["prompt_ids"], r["chosen_ids"], r["images"]) for r in rows]),
-            np.array([_direct(model, processor, r["prompt_ids"], r["rejected_ids"], r["images"]) for r in rows]))
+    return direct_halves(lambda prompt, half, images: _direct(model, processor, prompt, half, images), rows)
 
 
 def test_the_tiny_idefics3_gives_each_tile_the_processors_tokens(idefics, idefics_out):
@@ -136,16 +119,14 @@ def test_the_direct_forward_sees_which_tiles_go_where(idefics_out, idefics, expe
 def test_refs_equal_a_direct_forward_in_every_layout(tmp_path, idefics_out, idefics_model_dir, expected):
     """Every layout runs as asked: the text model inside is a Llama, so packing and block attention apply."""
     for layout in (*LAYOUTS, "auto"):
-        out = _copy(idefics_out, tmp_path, layout)
+        out = copy_out(idefics_out, tmp_path, layout)
         result = R.compute_refs(out, str(idefics_model_dir), layout=layout, progress=False)
         assert result.layout == (layout if layout != "auto" else "shared"), layout
-        rows = datasets.load_from_disk(str(out))
-        np.testing.assert_allclose(rows["ref_chosen_logps"], expected[0], atol=2e-4, err_msg=layout)
-        np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4, err_msg=layout)
+        assert_refs_equal(datasets.load_from_disk(str(out)), expected, err_msg=layout)
 
 
 def test_refs_in_small_batches(tmp_path, idefics_out, idefics_model_dir, expected):
-    out = _copy(idefics_out, tmp_path)
+    out = copy_out(idefics_out, tmp_path)
     result = R.compute_refs(out, str(idefics_model_dir), layout="packed", batch_tokens=200, shard_batches=1,
                             progress=False)
     assert result.shards_total >= 3
@@ -153,27 +134,14 @@ def test_refs_in_small_batches(tmp_path, idefics_out, idefics_model_dir, expecte
 
 
 def _forward(model_dir, out, layout):
-    from transformers import AutoModelForImageTextToText
-
-    from prefdata.model.vision_model import check_loaded_model, vision_inputs
     from prefdata.tokenize.processor import load_processor
-    from prefdata.train.data import load_pairs
-    from prefdata.train.step import PairForward, forward_pairs
 
-    data = load_pairs(out, need_refs=True)
-    model = AutoModelForImageTextToText.from_pretrained(str(model_dir)).train()  # as train runs it
-    vision = check_loaded_model(model, vision_inputs(load_processor(str(model_dir))), model_dir)
-    fwd = PairForward(model=model, layout=layout, pad_token_id=0, device=torch.device("cpu"),
-                      loss_kwargs={"loss_type": "sigmoid", "beta": 0.1}, vision=vision)
-    rows = [3, 0, 4, 2, 1]  # not in dataset order: the batch's tiles follow its rows
-    with torch.no_grad():
-        _, logps, _ = forward_pairs(fwd, data, rows)
-    return logps, datasets.load_from_disk(str(out)).select(rows)
+    return train_policy_forward(model_dir, out, layout, load_processor(str(model_dir)))
 
 
 @pytest.fixture(scope="module")
 def refs_out(tmp_path_factory, idefics_out, idefics_model_dir) -> Path:
-    out = _copy(idefics_out, tmp_path_factory.mktemp("idefics3-refs"))
+    out = copy_out(idefics_out, tmp_path_factory.mktemp("idefics3-refs"))
     R.compute_refs(out, str(idefics_model_dir), layout="right", progress=False)
     return out
 
@@ -181,8 +149,7 @@ def refs_out(tmp_path_factory, idefics_out, idefics_model_dir) -> Path:
 @pytest.mark.parametrize("layout", ["shared", "packed", "left"])
 def test_the_policy_forward_of_train_equals_the_stored_refs_pair_by_pair(refs_out, idefics_model_dir, layout):
     logps, stored = _forward(idefics_model_dir, refs_out, layout)
-    np.testing.assert_allclose(logps.chosen.numpy(), stored["ref_chosen_logps"], atol=2e-4)
-    np.testing.assert_allclose(logps.rejected.numpy(), stored["ref_rejected_logps"], atol=2e-4)
+    assert_policy_equals_refs(logps, stored)
 
 
 def test_two_images_tiles_swapped_miss_the_refs(refs_out, idefics_model_dir, monkeypatch):
@@ -212,16 +179,9 @@ def test_two_images_tiles_swapped_miss_the_refs(refs_out, idefics_model_dir, mon
 
 @pytest.mark.parametrize("layout", ["shared", "right"])
 def test_train_starts_at_the_reference_and_moves_the_loss(tmp_path, refs_out, idefics_model_dir, layout):
-    from prefdata.train.recipe import train
-
-    out = _copy(refs_out, tmp_path)
-    result = train(out, model=idefics_model_dir, output=tmp_path / "policy", lr=2e-3, max_steps=4, batch_pairs=5,
-                   warmup_ratio=0.0, lr_schedule="constant", layout=layout, progress=False, save_every=None,
-                   device="cpu")
-    lines = [json.loads(line) for line in (tmp_path / "policy" / "metrics.jsonl").read_text().splitlines()]
-    steps = [line for line in lines if "loss" in line]
-    assert abs(steps[0]["rewards/chosen"]) < 1e-5 and abs(steps[0]["rewards/rejected"]) < 1e-5
-    assert steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    out = copy_out(refs_out, tmp_path)
+    result, steps = train_steps(out, idefics_model_dir, tmp_path / "policy", layout, max_steps=4)
+    assert_starts_at_the_reference(steps)
     assert steps[-1]["loss"] < steps[0]["loss"]
     assert result.steps == 4
 

@@ -6,8 +6,6 @@ test_qwen2vl_refs_train.py)."""
 
 from __future__ import annotations
 
-import json
-import math
 import os
 import shutil
 import signal
@@ -26,7 +24,10 @@ import datasets  # noqa: E402
 from prefdata import refs as R  # noqa: E402
 from prefdata.errors import PrefdataError  # noqa: E402
 from prefdata.io.manifest import read_manifest  # noqa: E402
-from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import (  # noqa: E402
+    assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,
+    direct_halves, image_row, prepare_all, train_policy_forward, train_steps, write_pngs
+)
 
 REPO = Path(__file__).resolve().parents[2]
 LAYOUTS = ("right", "left", "packed", "blocks", "shared")
@@ -45,14 +46,9 @@ def llava_model_dir(tmp_path_factory, llava_processor_dir) -> Path:
 def image_out(tmp_path_factory, llava_processor_dir) -> Path:
     """Five prepared pairs: one image, two images of different sizes (both orders of a pair of
     colours), a text-only row, and an image of another size with longer answers."""
-    from prefdata.prepare import prepare
-
     base = tmp_path_factory.mktemp("image-out")
-    images = base / "data" / "img"
-    images.mkdir(parents=True)
-    for name, size, color in (("wide", (64, 20), (220, 30, 30)), ("tall", (12, 70), (20, 200, 60)),
-                              ("square", (33, 33), (40, 40, 230))):
-        (images / f"{name}.png").write_bytes(png_bytes(size, color))
+    colors = [(220, 30, 30), (20, 200, 60), (40, 40, 230)]
+    write_pngs(base / "data" / "img", {"wide": (64, 20), "tall": (12, 70), "square": (33, 33)}, colors.__getitem__)
     rows = [
         image_row("What colour is this?", ["img/wide.png"]),
         image_row("Compare the two pictures.", ["img/wide.png", "img/tall.png"], placeholders=2,
@@ -63,24 +59,13 @@ def image_out(tmp_path_factory, llava_processor_dir) -> Path:
         image_row("Compare the two pictures.", ["img/tall.png", "img/wide.png"], placeholders=2,
                   chosen="Green first, then red.", rejected="Both are blue."),
     ]
-    raw = write_jsonl(base / "data" / "pairs.jsonl", rows)
-    result = prepare(raw, base / "out", processor=str(llava_processor_dir), progress=False, workers=1)
-    assert result.rows_out == len(rows), (base / "out" / "dropped.jsonl").read_text()
-    return base / "out"
-
-
-def _copy(out: Path, tmp_path: Path, name: str = "out") -> Path:
-    return Path(shutil.copytree(out, tmp_path / name))
+    return prepare_all(base, rows, llava_processor_dir)
 
 
 def _direct(model, processor, prompt, half, images) -> float:
-    """Sum of log-probs of `half` after `prompt`: one plain forward of this pair's half with the
-    processor's pixel values for its images."""
-    ids = torch.tensor([list(prompt) + list(half)])
+    """The plain forward of this pair's half with the processor's pixel values for its images."""
     pixels = dict(processor.image_processor(images, return_tensors="pt")) if images else {}
-    with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=ids, **pixels).logits.float()[0], dim=-1)
-    return float(sum(logp[t - 1, ids[0, t]] for t in range(len(prompt), ids.shape[1])))
+    return completion_logp_sum(model, prompt, half, lambda _ids: pixels)
 
 
 @pytest.fixture(scope="module")
@@ -91,24 +76,22 @@ def expected(image_out, llava_model_dir):
     model = AutoModelForImageTextToText.from_pretrained(str(llava_model_dir)).eval()
     processor = AutoProcessor.from_pretrained(str(llava_model_dir))
     rows = list(datasets.load_from_disk(str(image_out)))
-    chosen = [_direct(model, processor, r["prompt_ids"], r["chosen_ids"], r["images"]) for r in rows]
-    rejected = [_direct(model, processor, r["prompt_ids"], r["rejected_ids"], r["images"]) for r in rows]
+    halves = direct_halves(lambda prompt, half, images: _direct(model, processor, prompt, half, images), rows)
     # The images matter: the two-image row with its images swapped scores differently.
     two = next(r for r in rows if r["images"] and len(r["images"]) == 2)
     swapped = _direct(model, processor, two["prompt_ids"], two["chosen_ids"], two["images"][::-1])
     assert abs(swapped - _direct(model, processor, two["prompt_ids"], two["chosen_ids"], two["images"])) > 1e-3
-    return np.array(chosen), np.array(rejected)
+    return halves
 
 
 def test_refs_equal_a_direct_forward_in_every_layout(tmp_path, image_out, llava_model_dir, expected):
     results = {}
     for layout in LAYOUTS:
-        out = _copy(image_out, tmp_path, layout)
+        out = copy_out(image_out, tmp_path, layout)
         results[layout] = result = R.compute_refs(out, str(llava_model_dir), layout=layout, progress=False)
         assert result.layout == layout  # the model runs it, no fallback to right padding
         rows = datasets.load_from_disk(str(out))
-        np.testing.assert_allclose(rows["ref_chosen_logps"], expected[0], atol=2e-4, err_msg=layout)
-        np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4, err_msg=layout)
+        assert_refs_equal(rows, expected, err_msg=layout)
         assert rows["chosen_token_count"] == [len(c) for c in rows["chosen_ids"]]
         assert [len(i or []) for i in rows["images"]] == [1, 2, 0, 1, 2]  # the images stay in OUT
         refs = read_manifest(out)["refs"]
@@ -121,17 +104,15 @@ def test_refs_equal_a_direct_forward_in_every_layout(tmp_path, image_out, llava_
 
 
 def test_refs_in_small_batches_and_auto_layout(tmp_path, image_out, llava_model_dir, expected):
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     result = R.compute_refs(out, str(llava_model_dir), batch_tokens=60, shard_batches=1, progress=False)
     assert result.layout == "shared" and result.shards_total >= 3  # one or two pairs per batch
-    rows = datasets.load_from_disk(str(out))
-    np.testing.assert_allclose(rows["ref_chosen_logps"], expected[0], atol=2e-4)
-    np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4)
+    assert_refs_equal(datasets.load_from_disk(str(out)), expected)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, image_out, llava_model_dir, expected):
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     result = R.compute_refs(out, str(llava_model_dir), device="cuda", progress=False)  # pixel values in bf16 too
     assert result.dtype == "bfloat16" and result.device.startswith("cuda") and result.layout == "shared"
     np.testing.assert_allclose(datasets.load_from_disk(str(out))["ref_chosen_logps"], expected[0], atol=1.0, rtol=0.05)
@@ -147,7 +128,7 @@ def _run_killed(out: Path, model_dir: Path, kill_after: int) -> subprocess.Compl
 
 
 def test_refs_resume_after_kill_9(tmp_path, image_out, llava_model_dir, expected):
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     proc = _run_killed(out, llava_model_dir, kill_after=2)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert len(list((out / R.WORK_DIR).glob("*/shard-*.npz"))) == 2
@@ -160,42 +141,22 @@ def test_refs_resume_after_kill_9(tmp_path, image_out, llava_model_dir, expected
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_policy_forward_of_train_equals_the_stored_refs_pair_by_pair(tmp_path, image_out, llava_model_dir, layout):
-    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from transformers import AutoProcessor
 
-    from prefdata.model.vision_model import vision_inputs
-    from prefdata.train.data import load_pairs
-    from prefdata.train.step import PairForward, forward_pairs
-
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     R.compute_refs(out, str(llava_model_dir), progress=False)  # auto: shared
-    data = load_pairs(out, need_refs=True)
-    model = AutoModelForImageTextToText.from_pretrained(str(llava_model_dir)).train()  # as train runs it
-    fwd = PairForward(model=model, layout=layout, pad_token_id=0, device=torch.device("cpu"),
-                      loss_kwargs={"loss_type": "sigmoid", "beta": 0.1},
-                      vision=vision_inputs(AutoProcessor.from_pretrained(str(llava_model_dir))))
-    rows = [3, 0, 4, 2, 1]  # not in dataset order: the batch's images follow its rows
-    with torch.no_grad():
-        _, logps, _ = forward_pairs(fwd, data, rows)
-    stored = datasets.load_from_disk(str(out)).select(rows)
-    np.testing.assert_allclose(logps.chosen.numpy(), stored["ref_chosen_logps"], atol=2e-4)
-    np.testing.assert_allclose(logps.rejected.numpy(), stored["ref_rejected_logps"], atol=2e-4)
+    logps, stored = train_policy_forward(llava_model_dir, out, layout, AutoProcessor.from_pretrained(str(llava_model_dir)))
+    assert_policy_equals_refs(logps, stored)
 
 
 @pytest.mark.parametrize("layout", ["shared", "right"])
 def test_train_starts_at_the_reference_and_moves_the_loss(tmp_path, image_out, llava_model_dir, layout):
     from prefdata.tokenize.vision import holds_processor
-    from prefdata.train.recipe import train
 
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     R.compute_refs(out, str(llava_model_dir), progress=False)
-    result = train(out, model=llava_model_dir, output=tmp_path / "policy", lr=2e-3, max_steps=6, batch_pairs=5,
-                   warmup_ratio=0.0, lr_schedule="constant", layout=layout, progress=False, save_every=None,
-                   device="cpu")
-    lines = [json.loads(line) for line in (tmp_path / "policy" / "metrics.jsonl").read_text().splitlines()]
-    steps = [line for line in lines if "loss" in line]
-    # Step 1's forward runs the unchanged policy on every pair: it equals the stored reference.
-    assert abs(steps[0]["rewards/chosen"]) < 1e-5 and abs(steps[0]["rewards/rejected"]) < 1e-5
-    assert steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    result, steps = train_steps(out, llava_model_dir, tmp_path / "policy", layout, max_steps=6)
+    assert_starts_at_the_reference(steps)
     ref_mean = float(np.mean(datasets.load_from_disk(str(out))["ref_chosen_logps"]))
     assert steps[0]["logps/chosen"] == pytest.approx(ref_mean, abs=1e-3)
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.05  # the loss moves
@@ -214,7 +175,7 @@ def test_a_wrong_processor_is_refused(tmp_path, image_out, llava_model_dir, caps
 
     other = tmp_path / "other-processor"
     build_tiny_llava_processor(other, image_size=42)  # another image size: other pixel values
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     with pytest.raises(PrefdataError, match="differs from the one OUT was prepared with") as info:
         R.compute_refs(out, str(llava_model_dir), processor=str(other), progress=False)
     assert "\n" not in str(info.value)
@@ -232,7 +193,7 @@ def test_the_processor_defaults_to_the_manifests_when_the_model_has_none(tmp_pat
     bare = Path(shutil.copytree(llava_model_dir, tmp_path / "bare-model"))
     for name in ("processor_config.json", "preprocessor_config.json"):
         (bare / name).unlink(missing_ok=True)
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     R.compute_refs(out, str(bare), progress=False)  # the manifest's processor (llava_processor_dir)
     np.testing.assert_allclose(datasets.load_from_disk(str(out))["ref_chosen_logps"], expected[0], atol=2e-4)
 
@@ -243,7 +204,7 @@ def test_a_text_only_model_is_refused(tmp_path, image_out, llava_processor_dir, 
 
     text_model = tmp_path / "text-model"
     build_tiny_model(text_model, architecture="llama")
-    out = _copy(image_out, tmp_path)
+    out = copy_out(image_out, tmp_path)
     with pytest.raises(PrefdataError, match="text-only model"):
         R.compute_refs(out, str(text_model), processor=str(llava_processor_dir), progress=False)
     capsys.readouterr()

@@ -15,26 +15,17 @@ import pytest
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
-from prefdata.prepare import prepare
 from prefdata.tokenize.image_scheme import ImageScheme, image_spans
 from prefdata.tokenize.pairs import TokenizeSettings
 from prefdata.tokenize.processor import load_processor
 from prefdata.tokenize.vision import VisionPairTokenizer
-from vision_helpers import image_row, png_bytes, processor_prompt_ids, write_jsonl
+from vision_helpers import assert_cuts, dropped, image_row, prepare_rows, processor_prompt_ids, write_pngs
 
 SIZES = {"tiny": (10, 10), "wide": (100, 60), "tall": (40, 130), "big": (300, 200)}
 
 
 def _images(directory):
-    directory.mkdir(parents=True, exist_ok=True)
-    for i, (name, size) in enumerate(SIZES.items()):
-        (directory / f"{name}.png").write_bytes(png_bytes(size, (40 * i, 90, 200 - 40 * i)))
-
-
-def _prepare(tmp_path, rows, processor, name="out", **kwargs):
-    raw = write_jsonl(tmp_path / "data" / "pairs.jsonl", rows)
-    result = prepare(raw, tmp_path / name, processor=str(processor), progress=False, **{"workers": 1, **kwargs})
-    return result, tmp_path / name
+    write_pngs(directory, SIZES, lambda i: (40 * i, 90, 200 - 40 * i))
 
 
 def _rows_of_every_layout():
@@ -61,15 +52,11 @@ def _runs(ids, token_id):
     return runs
 
 
-def _dropped(out):
-    return [json.loads(line) for line in (out / "dropped.jsonl").read_text().splitlines()]
-
-
 # -- Qwen2-VL: a run whose length depends on the image size -----------------------------------
 
 def test_qwen2vl_ids_equal_the_processors_own_for_every_size_and_image_count(tmp_path, qwen2vl_processor_dir):
     _images(tmp_path / "data" / "img")
-    result, out = _prepare(tmp_path, _rows_of_every_layout(), qwen2vl_processor_dir)
+    result, out = prepare_rows(tmp_path, _rows_of_every_layout(), qwen2vl_processor_dir)
     assert result.rows_out == 4, (out / "dropped.jsonl").read_text()
     processor = load_processor(str(qwen2vl_processor_dir))
     pad, start = (processor.tokenizer.convert_tokens_to_ids(t) for t in ("<|image_pad|>", "<|vision_start|>"))
@@ -87,7 +74,7 @@ def test_qwen2vl_truncation_never_cuts_the_vision_start_pad_end_run(tmp_path, qw
     row = image_row("", ["img/big.png"], placeholders=0)
     row["prompt"][0]["content"] = [{"type": "text", "text": "Some words before the picture here. " * 2},
                                    {"type": "image"}, {"type": "text", "text": "Color?"}]
-    _result, whole = _prepare(tmp_path, [row], qwen2vl_processor_dir, name="whole")
+    _result, whole = prepare_rows(tmp_path, [row], qwen2vl_processor_dir, name="whole")
     [full] = datasets.load_from_disk(str(whole))
     ids = full["prompt_ids"]
     tokenizer = load_processor(str(qwen2vl_processor_dir)).tokenizer
@@ -95,16 +82,8 @@ def test_qwen2vl_truncation_never_cuts_the_vision_start_pad_end_run(tmp_path, qw
     end = ids.index(tokenizer.convert_tokens_to_ids("<|vision_end|>")) + 1
     # A cut at the vision start keeps the image whole; one token later (the pads kept, their start
     # token lost: the cut a span of image tokens alone would allow) or inside the run must not happen.
-    for cut, truncated in ((start, False), (start + 1, True), ((start + end) // 2, True), (end - 1, True)):
-        keep = len(ids) - cut
-        result, out = _prepare(tmp_path, [row], qwen2vl_processor_dir, name=f"cut{cut}",
-                               max_prompt_length=keep, max_length=keep + 8)
-        if truncated:
-            assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1, cut
-            assert [d["flags"] for d in _dropped(out)] == [[F.IMAGE_TRUNCATED]]
-        else:
-            [kept] = datasets.load_from_disk(str(out))
-            assert kept["prompt_ids"] == ids[cut:] and F.IMAGE_TRUNCATED not in kept["flags"]
+    assert_cuts(tmp_path, row, qwen2vl_processor_dir, ids,
+                [(start, False), (start + 1, True), ((start + end) // 2, True), (end - 1, True)])
 
 
 def test_qwen2vl_placeholders_are_counted_as_the_template_renders_them(tmp_path, qwen2vl_processor_dir):
@@ -116,8 +95,8 @@ def test_qwen2vl_placeholders_are_counted_as_the_template_renders_them(tmp_path,
         own_text,  # the model's own placeholder text in a string prompt
         image_row("no placeholder, one image", ["img/tiny.png"], placeholders=0),
     ]
-    result, out = _prepare(tmp_path, rows, qwen2vl_processor_dir)
-    assert [(d["source_line"], d["flags"]) for d in _dropped(out)] == [(1, [F.IMAGE_MISMATCH]), (3, [F.IMAGE_MISMATCH])]
+    result, out = prepare_rows(tmp_path, rows, qwen2vl_processor_dir)
+    assert [(d["source_line"], d["flags"]) for d in dropped(out)] == [(1, [F.IMAGE_MISMATCH]), (3, [F.IMAGE_MISMATCH])]
     [kept] = datasets.load_from_disk(str(out))
     processor = load_processor(str(qwen2vl_processor_dir))
     assert kept["prompt_ids"] == processor_prompt_ids(processor, kept["prompt"], kept["images"])
@@ -142,7 +121,7 @@ def test_gemma3_ids_equal_the_processors_own_for_every_size_and_image_count(tmp_
     _images(tmp_path / "data" / "img")
     own_text = image_row("", ["img/tall.png"], placeholders=0)
     own_text["prompt"][0]["content"] = "Look: <start_of_image> What is it?"
-    result, out = _prepare(tmp_path, [*_rows_of_every_layout(), own_text], gemma3_processor_dir)
+    result, out = prepare_rows(tmp_path, [*_rows_of_every_layout(), own_text], gemma3_processor_dir)
     assert result.rows_out == 5, (out / "dropped.jsonl").read_text()
     processor = load_processor(str(gemma3_processor_dir))
     soft, boi, eoi = (processor.tokenizer.convert_tokens_to_ids(t)
@@ -163,7 +142,7 @@ def test_gemma3_truncation_protects_the_text_around_the_run(tmp_path, gemma3_pro
     row = image_row("", ["img/wide.png"], placeholders=0)
     row["prompt"][0]["content"] = [{"type": "text", "text": "Some words before the picture here."},
                                    {"type": "image"}, {"type": "text", "text": "Color?"}]
-    _result, whole = _prepare(tmp_path, [row], gemma3_processor_dir, name="whole")
+    _result, whole = prepare_rows(tmp_path, [row], gemma3_processor_dir, name="whole")
     [full] = datasets.load_from_disk(str(whole))
     ids = full["prompt_ids"]
     tokenizer = load_processor(str(gemma3_processor_dir)).tokenizer
@@ -171,15 +150,8 @@ def test_gemma3_truncation_protects_the_text_around_the_run(tmp_path, gemma3_pro
     eoi = ids.index(tokenizer.convert_tokens_to_ids("<end_of_image>"))
     assert tokenizer.decode(ids[boi - 2:boi]) == "\n\n"  # the processor's prefix, one token per newline here
     # The "\n\n" before <start_of_image> and after <end_of_image> belong to the image as much as its run.
-    for cut, truncated in ((boi - 2, False), (boi - 1, True), (boi, True), (eoi + 1, True)):
-        keep = len(ids) - cut
-        result, out = _prepare(tmp_path, [row], gemma3_processor_dir, name=f"cut{cut}",
-                               max_prompt_length=keep, max_length=keep + 8)
-        if truncated:
-            assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1, cut
-        else:
-            [kept] = datasets.load_from_disk(str(out))
-            assert kept["prompt_ids"] == ids[cut:] and F.IMAGE_TRUNCATED not in kept["flags"]
+    assert_cuts(tmp_path, row, gemma3_processor_dir, ids,
+                [(boi - 2, False), (boi - 1, True), (boi, True), (eoi + 1, True)], check_dropped=False)
 
 
 def test_gemma3_image_mismatch_counts_placeholders_and_stray_image_tokens(tmp_path, gemma3_processor_dir):
@@ -187,9 +159,9 @@ def test_gemma3_image_mismatch_counts_placeholders_and_stray_image_tokens(tmp_pa
     stray = image_row("A <image_soft_token> typed in the text.", ["img/tiny.png"])  # a run token with no image
     rows = [image_row("two placeholders, one image", ["img/tiny.png"], placeholders=2), stray,
             image_row("fine", ["img/tiny.png"])]
-    result, out = _prepare(tmp_path, rows, gemma3_processor_dir)
+    result, out = prepare_rows(tmp_path, rows, gemma3_processor_dir)
     assert result.flag_counts.get(F.IMAGE_MISMATCH) == 2 and result.rows_out == 1
-    assert [d["source_line"] for d in _dropped(out)] == [1, 2]
+    assert [d["source_line"] for d in dropped(out)] == [1, 2]
 
 
 # -- layouts that are not prefix + N tokens + suffix -------------------------------------------
@@ -260,6 +232,6 @@ def test_a_plain_text_prompt_with_a_placeholder_and_no_image_is_a_mismatch(tmp_p
     (it used to reach the trainer unexpanded: an image token with no image)."""
     rows = [{"prompt": "Look: <start_of_image> what is it?", "chosen": "A cat.", "rejected": "A dog."},
             {"prompt": "No picture here.", "chosen": "Fine.", "rejected": "Bad."}]
-    result, out = _prepare(tmp_path, rows, gemma3_processor_dir)
-    assert [(d["source_line"], d["flags"]) for d in _dropped(out)] == [(1, [F.IMAGE_MISMATCH])]
+    result, out = prepare_rows(tmp_path, rows, gemma3_processor_dir)
+    assert [(d["source_line"], d["flags"]) for d in dropped(out)] == [(1, [F.IMAGE_MISMATCH])]
     assert result.rows_out == 1

@@ -11,11 +11,10 @@ import json
 
 import datasets
 import pytest
-from vision_helpers import image_row, png_bytes, processor_prompt_ids, write_jsonl
+from vision_helpers import assert_cuts, dropped, image_row, prepare_rows, processor_prompt_ids, write_pngs
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
-from prefdata.prepare import prepare
 from prefdata.tokenize import image_layout
 from prefdata.tokenize.pairs import TokenizeSettings
 from prefdata.tokenize.processor import load_processor
@@ -27,19 +26,7 @@ SIZES = {"small": ((10, 10), (3, 3)), "wide": ((100, 60), (2, 3)), "tall": ((40,
 
 
 def _images(directory):
-    directory.mkdir(parents=True, exist_ok=True)
-    for i, (name, (size, _grid)) in enumerate(SIZES.items()):
-        (directory / f"{name}.png").write_bytes(png_bytes(size, (50 * i, 90, 200 - 40 * i)))
-
-
-def _prepare(tmp_path, rows, processor, name="out", **kwargs):
-    raw = write_jsonl(tmp_path / "data" / "pairs.jsonl", rows)
-    result = prepare(raw, tmp_path / name, processor=str(processor), progress=False, **{"workers": 1, **kwargs})
-    return result, tmp_path / name
-
-
-def _dropped(out):
-    return [json.loads(line) for line in (out / "dropped.jsonl").read_text().splitlines()]
+    write_pngs(directory, {name: size for name, (size, _grid) in SIZES.items()}, lambda i: (50 * i, 90, 200 - 40 * i))
 
 
 def _tiles(ids, tokenizer):
@@ -57,7 +44,7 @@ def test_tiled_ids_equal_the_processors_own_for_every_size_and_image_count(tmp_p
             image_row("Compare them.", ["img/wide.png", "img/tall.png"], placeholders=2),
             image_row("Three of them.", ["img/strip.png", "img/small.png", "img/wide.png"], placeholders=3),
             between]
-    result, out = _prepare(tmp_path, rows, idefics3_processor_dir)
+    result, out = prepare_rows(tmp_path, rows, idefics3_processor_dir)
     assert result.rows_out == 4, (out / "dropped.jsonl").read_text()
     processor = load_processor(str(idefics3_processor_dir))
     grids = {(size, tuple(grid)) for size, grid in SIZES.values()}
@@ -81,7 +68,7 @@ def test_tiled_truncation_never_cuts_into_the_expansion(tmp_path, idefics3_proce
     row = image_row("", ["img/wide.png"], placeholders=0)
     row["prompt"][0]["content"] = [{"type": "text", "text": "Some words before the picture here. " * 2},
                                    {"type": "image"}, {"type": "text", "text": "Color?"}]
-    _result, whole = _prepare(tmp_path, [row], idefics3_processor_dir, name="whole")
+    _result, whole = prepare_rows(tmp_path, [row], idefics3_processor_dir, name="whole")
     [full] = datasets.load_from_disk(str(whole))
     ids = full["prompt_ids"]
     tokenizer = load_processor(str(idefics3_processor_dir)).tokenizer
@@ -91,16 +78,8 @@ def test_tiled_truncation_never_cuts_into_the_expansion(tmp_path, idefics3_proce
     # A cut at the first tile keeps the image whole; inside a tile, at a row break, in the global block,
     # or at its last token would train the image half-visible.
     newline_at = start + ids[start:].index(tokenizer.encode("\n", add_special_tokens=False)[0])
-    for cut, truncated in ((start, False), (start + 1, True), (newline_at, True), (end - 3, True), (end - 1, True)):
-        keep = len(ids) - cut
-        result, out = _prepare(tmp_path, [row], idefics3_processor_dir, name=f"cut{cut}",
-                               max_prompt_length=keep, max_length=keep + 8)
-        if truncated:
-            assert result.flag_counts.get(F.IMAGE_TRUNCATED) == 1, cut
-            assert [d["flags"] for d in _dropped(out)] == [[F.IMAGE_TRUNCATED]]
-        else:
-            [kept] = datasets.load_from_disk(str(out))
-            assert kept["prompt_ids"] == ids[cut:] and F.IMAGE_TRUNCATED not in kept["flags"]
+    assert_cuts(tmp_path, row, idefics3_processor_dir, ids,
+                [(start, False), (start + 1, True), (newline_at, True), (end - 3, True), (end - 1, True)])
 
 
 def test_tiled_mismatches_count_placeholders_and_typed_markers(tmp_path, idefics3_processor_dir):
@@ -108,8 +87,8 @@ def test_tiled_mismatches_count_placeholders_and_typed_markers(tmp_path, idefics
     rows = [image_row("two placeholders, one image", ["img/small.png"], placeholders=2),
             image_row("A <global-img> typed in the text.", ["img/small.png"]),  # image tokens with no image
             image_row("fine", ["img/tall.png"])]
-    result, out = _prepare(tmp_path, rows, idefics3_processor_dir)
-    assert [(d["source_line"], d["flags"]) for d in _dropped(out)] == [(1, [F.IMAGE_MISMATCH]), (2, [F.IMAGE_MISMATCH])]
+    result, out = prepare_rows(tmp_path, rows, idefics3_processor_dir)
+    assert [(d["source_line"], d["flags"]) for d in dropped(out)] == [(1, [F.IMAGE_MISMATCH]), (2, [F.IMAGE_MISMATCH])]
     assert result.rows_out == 1
 
 
@@ -129,7 +108,7 @@ def test_the_processors_own_output_is_the_fallback_when_its_tile_count_disagrees
     tokenizer.setup()
     assert tokenizer.layout is not None and tokenizer.layout.method == "processor"
     _images(tmp_path / "data" / "img")
-    _result, out = _prepare(tmp_path, [image_row("Compare.", ["img/wide.png", "img/tall.png"], placeholders=2)],
+    _result, out = prepare_rows(tmp_path, [image_row("Compare.", ["img/wide.png", "img/tall.png"], placeholders=2)],
                            idefics3_processor_dir)
     [row] = datasets.load_from_disk(str(out))
     assert row["prompt_ids"] == processor_prompt_ids(load_processor(str(idefics3_processor_dir)), row["prompt"],

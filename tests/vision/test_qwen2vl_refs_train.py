@@ -11,9 +11,6 @@ orders (grids out of order would score the wrong row).
 
 from __future__ import annotations
 
-import json
-import math
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +28,10 @@ from prefdata import refs as R  # noqa: E402
 from prefdata.errors import PrefdataError  # noqa: E402
 from prefdata.model.vision_inputs import decode_image  # noqa: E402
 from prefdata.tokenize.processor import load_processor  # noqa: E402
-from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import (  # noqa: E402
+    assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,
+    direct_halves, image_row, png_bytes, prepare_all, train_policy_forward, train_steps, write_jsonl, write_pngs
+)
 
 LAYOUTS = ("right", "left", "packed", "blocks", "shared")
 # merged 28px cells (t, h, w): square 2x2 (4 tokens, positions advance 2), wide 1x2, tall 3x1, big 4x3
@@ -51,13 +51,8 @@ def qwen_model_dir(tmp_path_factory, qwen2vl_processor_dir) -> Path:
 def qwen_out(tmp_path_factory, qwen2vl_processor_dir) -> Path:
     """Five pairs: one image, two images of different grids (in both orders), a text-only row, one
     image with longer answers."""
-    from prefdata.prepare import prepare
-
     base = tmp_path_factory.mktemp("qwen2vl-out")
-    images = base / "data" / "img"
-    images.mkdir(parents=True)
-    for i, (name, size) in enumerate(SIZES.items()):
-        (images / f"{name}.png").write_bytes(png_bytes(size, (60 * i, 200 - 40 * i, 90)))
+    write_pngs(base / "data" / "img", SIZES, lambda i: (60 * i, 200 - 40 * i, 90))
     rows = [
         image_row("What colour is this?", ["img/square.png"]),
         image_row("Compare the two pictures.", ["img/big.png", "img/tall.png"], placeholders=2,
@@ -68,10 +63,7 @@ def qwen_out(tmp_path_factory, qwen2vl_processor_dir) -> Path:
         image_row("Compare the two pictures.", ["img/tall.png", "img/big.png"], placeholders=2,
                   chosen="Tall first, then wide.", rejected="Both are blue."),
     ]
-    raw = write_jsonl(base / "data" / "pairs.jsonl", rows)
-    result = prepare(raw, base / "out", processor=str(qwen2vl_processor_dir), progress=False, workers=1)
-    assert result.rows_out == len(rows), (base / "out" / "dropped.jsonl").read_text()
-    return base / "out"
+    return prepare_all(base, rows, qwen2vl_processor_dir)
 
 
 @pytest.fixture(scope="module")
@@ -82,24 +74,20 @@ def qwen(qwen_model_dir):
     return model, load_processor(str(qwen_model_dir))
 
 
-def _copy(out: Path, tmp_path: Path, name: str = "out") -> Path:
-    return Path(shutil.copytree(out, tmp_path / name))
-
-
 def _direct(model, processor, prompt, half, images, positions: str = "model") -> float:
     """Sum of log-probs of `half` after `prompt`: one plain forward of this pair's half, the model
     computing its own 3-D positions from the ids, the grids and the image-token types (``positions
     = "1d"``: 0, 1, 2, ... instead, to show they matter)."""
-    ids = torch.tensor([list(prompt) + list(half)])
-    kwargs = {}
-    if images:
-        kwargs = dict(processor.image_processor([decode_image(i) for i in images], return_tensors="pt"))
-        kwargs["mm_token_type_ids"] = torch.tensor(processor.create_mm_token_type_ids(ids.tolist()))
-    if positions == "1d":
-        kwargs["position_ids"] = torch.arange(ids.shape[1])[None]
-    with torch.no_grad():
-        logp = torch.log_softmax(model(input_ids=ids, **kwargs).logits.float()[0], dim=-1)
-    return float(sum(logp[t - 1, ids[0, t]] for t in range(len(prompt), ids.shape[1])))
+    def inputs(ids) -> dict:
+        kwargs = {}
+        if images:
+            kwargs = dict(processor.image_processor([decode_image(i) for i in images], return_tensors="pt"))
+            kwargs["mm_token_type_ids"] = torch.tensor(processor.create_mm_token_type_ids(ids.tolist()))
+        if positions == "1d":
+            kwargs["position_ids"] = torch.arange(ids.shape[1])[None]
+        return kwargs
+
+    return completion_logp_sum(model, prompt, half, inputs)
 
 
 @pytest.fixture(scope="module")
@@ -107,9 +95,7 @@ def expected(qwen_out, qwen):
     """Per row: the direct forward's chosen and rejected sums."""
     model, processor = qwen
     rows = list(datasets.load_from_disk(str(qwen_out)))
-    chosen = [_direct(model, processor, r["prompt_ids"], r["chosen_ids"], r["images"]) for r in rows]
-    rejected = [_direct(model, processor, r["prompt_ids"], r["rejected_ids"], r["images"]) for r in rows]
-    return np.array(chosen), np.array(rejected)
+    return direct_halves(lambda prompt, half, images: _direct(model, processor, prompt, half, images), rows)
 
 
 def test_the_tiny_qwen2vl_forwards_the_processors_output_on_cpu(qwen):
@@ -190,12 +176,11 @@ def test_each_sequences_positions_in_every_layout_are_its_own(qwen_out, qwen):
 def test_refs_equal_a_direct_forward_in_every_layout(tmp_path, qwen_out, qwen_model_dir, expected):
     results = {}
     for layout in LAYOUTS:
-        out = _copy(qwen_out, tmp_path, layout)
+        out = copy_out(qwen_out, tmp_path, layout)
         results[layout] = result = R.compute_refs(out, str(qwen_model_dir), layout=layout, progress=False)
         assert result.layout == layout  # the model runs it, no fallback to right padding
         rows = datasets.load_from_disk(str(out))
-        np.testing.assert_allclose(rows["ref_chosen_logps"], expected[0], atol=2e-4, err_msg=layout)
-        np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4, err_msg=layout)
+        assert_refs_equal(rows, expected, err_msg=layout)
         assert [len(i or []) for i in rows["images"]] == [1, 2, 0, 1, 2]
     assert results["shared"].shared_pairs == 5 and results["blocks"].shared_pairs == 0
     prompt_tokens = sum(len(p) for p in datasets.load_from_disk(str(qwen_out))["prompt_ids"])
@@ -203,17 +188,15 @@ def test_refs_equal_a_direct_forward_in_every_layout(tmp_path, qwen_out, qwen_mo
 
 
 def test_refs_in_small_batches_and_auto_layout(tmp_path, qwen_out, qwen_model_dir, expected):
-    out = _copy(qwen_out, tmp_path)
+    out = copy_out(qwen_out, tmp_path)
     result = R.compute_refs(out, str(qwen_model_dir), batch_tokens=70, shard_batches=1, progress=False)
     assert result.layout == "shared" and result.shards_total >= 3
-    rows = datasets.load_from_disk(str(out))
-    np.testing.assert_allclose(rows["ref_chosen_logps"], expected[0], atol=2e-4)
-    np.testing.assert_allclose(rows["ref_rejected_logps"], expected[1], atol=2e-4)
+    assert_refs_equal(datasets.load_from_disk(str(out)), expected)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, qwen_out, qwen_model_dir, expected):
-    out = _copy(qwen_out, tmp_path)
+    out = copy_out(qwen_out, tmp_path)
     result = R.compute_refs(out, str(qwen_model_dir), device="cuda", progress=False)  # positions computed on CPU
     assert result.dtype == "bfloat16" and result.device.startswith("cuda") and result.layout == "shared"
     np.testing.assert_allclose(datasets.load_from_disk(str(out))["ref_chosen_logps"], expected[0], atol=1.0, rtol=0.05)
@@ -221,25 +204,10 @@ def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, qwen_out, qwen_model_dir, 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_the_policy_forward_of_train_equals_the_stored_refs_pair_by_pair(tmp_path, qwen_out, qwen_model_dir, layout):
-    from transformers import AutoModelForImageTextToText
-
-    from prefdata.model.vision_model import check_loaded_model, vision_inputs
-    from prefdata.train.data import load_pairs
-    from prefdata.train.step import PairForward, forward_pairs
-
-    out = _copy(qwen_out, tmp_path)
+    out = copy_out(qwen_out, tmp_path)
     R.compute_refs(out, str(qwen_model_dir), progress=False)  # auto: shared
-    data = load_pairs(out, need_refs=True)
-    model = AutoModelForImageTextToText.from_pretrained(str(qwen_model_dir)).train()  # as train runs it
-    vision = check_loaded_model(model, vision_inputs(load_processor(str(qwen_model_dir))), qwen_model_dir)
-    fwd = PairForward(model=model, layout=layout, pad_token_id=0, device=torch.device("cpu"),
-                      loss_kwargs={"loss_type": "sigmoid", "beta": 0.1}, vision=vision)
-    rows = [3, 0, 4, 2, 1]  # not in dataset order: the batch's images and grids follow its rows
-    with torch.no_grad():
-        _, logps, _ = forward_pairs(fwd, data, rows)
-    stored = datasets.load_from_disk(str(out)).select(rows)
-    np.testing.assert_allclose(logps.chosen.numpy(), stored["ref_chosen_logps"], atol=2e-4)
-    np.testing.assert_allclose(logps.rejected.numpy(), stored["ref_rejected_logps"], atol=2e-4)
+    logps, stored = train_policy_forward(qwen_model_dir, out, layout, load_processor(str(qwen_model_dir)))
+    assert_policy_equals_refs(logps, stored)
 
 
 @pytest.mark.parametrize("layout", ["shared", "packed"])
@@ -247,17 +215,11 @@ def test_train_starts_at_the_reference_and_moves_the_loss(tmp_path, qwen_out, qw
     from transformers import AutoModelForImageTextToText
 
     from prefdata.tokenize.vision import holds_processor
-    from prefdata.train.recipe import train
 
-    out = _copy(qwen_out, tmp_path)
+    out = copy_out(qwen_out, tmp_path)
     R.compute_refs(out, str(qwen_model_dir), progress=False)
-    result = train(out, model=qwen_model_dir, output=tmp_path / "policy", lr=2e-3, max_steps=6, batch_pairs=5,
-                   warmup_ratio=0.0, lr_schedule="constant", layout=layout, progress=False, save_every=None,
-                   device="cpu")
-    lines = [json.loads(line) for line in (tmp_path / "policy" / "metrics.jsonl").read_text().splitlines()]
-    steps = [line for line in lines if "loss" in line]
-    assert abs(steps[0]["rewards/chosen"]) < 1e-5 and abs(steps[0]["rewards/rejected"]) < 1e-5
-    assert steps[0]["loss"] == pytest.approx(math.log(2), abs=1e-5)
+    result, steps = train_steps(out, qwen_model_dir, tmp_path / "policy", layout, max_steps=6)
+    assert_starts_at_the_reference(steps)
     assert steps[-1]["loss"] < steps[0]["loss"] - 0.05
     assert result.steps == 6 and holds_processor(tmp_path / "policy")
     trained = AutoModelForImageTextToText.from_pretrained(str(tmp_path / "policy"))

@@ -17,7 +17,10 @@ if not hasattr(transformers, "Gemma3ForConditionalGeneration"):
 import datasets  # noqa: E402
 import torch  # noqa: E402
 
-from vision_helpers import first_batch_token_logps, image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import (  # noqa: E402
+    as_content_parts, dpo_config, first_batch_token_logps, image_row, kept, prepare_with_refs, raw_image_dataset,
+    write_jsonl, write_pngs
+)
 
 MAX_LENGTH = 128
 SIZES = {"wide": (30, 20), "tall": (20, 40), "square": (28, 28)}
@@ -34,19 +37,13 @@ def _rows() -> list[dict]:
                   chosen="Square, then tall.", rejected="Same."),
         image_row("Say hello.", [], placeholders=0, chosen="Hello!", rejected="No."),
     ]
-    for row in rows:
-        for message in row["prompt"] + row["chosen"] + row["rejected"]:
-            if isinstance(message["content"], str):
-                message["content"] = [{"type": "text", "text": message["content"]}]
-    return rows
+    return as_content_parts(rows)
 
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
     root = tmp_path_factory.mktemp("trl-gemma3")
-    (root / "data" / "img").mkdir(parents=True)
-    for i, (name, size) in enumerate(SIZES.items()):
-        (root / "data" / "img" / f"{name}.png").write_bytes(png_bytes(size, (50 * i, 200 - 35 * i, 80)))
+    write_pngs(root / "data" / "img", SIZES, lambda i: (50 * i, 200 - 35 * i, 80))
     return write_jsonl(root / "data" / "pairs.jsonl", _rows())
 
 
@@ -61,36 +58,15 @@ def model_dir(tmp_path_factory, gemma3_processor_dir) -> str:
 
 @pytest.fixture(scope="module")
 def prepared(raw, model_dir):
-    from prefdata.prepare import prepare
-    from prefdata.refs import compute_refs
-
-    out = raw.parent.parent / "out"
-    result = prepare(raw, out, processor=model_dir, max_length=MAX_LENGTH, progress=False, workers=1)
-    assert result.rows_out == len(_rows()), (out / "dropped.jsonl").read_text()
-    compute_refs(out, model_dir, progress=False)
-    return out
+    return prepare_with_refs(raw.parent.parent, _rows(), model_dir, MAX_LENGTH)
 
 
 def _raw_rows(raw) -> datasets.Dataset:
-    from PIL import Image
-
-    return datasets.Dataset.from_list([
-        {"prompt": row["prompt"], "chosen": row["chosen"], "rejected": row["rejected"],
-         "images": [Image.open(raw.parent / path).convert("RGB") for path in row["images"]]} for row in _rows()
-    ])
+    return raw_image_dataset(raw, _rows())
 
 
 def _config(tmp_path, **overrides):
-    from prefdata.trl import DPOConfig
-
-    settings = dict(
-        output_dir=str(tmp_path / "run"), max_length=MAX_LENGTH, per_device_train_batch_size=2,
-        per_device_eval_batch_size=len(_rows()), max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
-        bf16=False, activation_checkpointing=False, save_strategy="no", learning_rate=1e-6, disable_tqdm=True,
-        beta=0.1, seed=0,
-    )
-    settings.update(overrides)
-    return DPOConfig(**settings)
+    return dpo_config(tmp_path, MAX_LENGTH, 2, len(_rows()), **overrides)
 
 
 def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, raw, model_dir, tmp_path):
@@ -112,12 +88,11 @@ def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, raw,
     assert "token_type_ids" in our_batch and "token_type_ids" in their_batch
     assert torch.equal(our_batch["pixel_values"], their_batch["pixel_values"])
     for j in range(2 * len(_rows())):
-        keep_ours, keep_theirs = our_batch["attention_mask"][j].bool(), their_batch["attention_mask"][j].bool()
-        ids_ours, ids_theirs = our_batch["input_ids"][j][keep_ours].tolist(), their_batch["input_ids"][j][keep_theirs].tolist()
+        ids_ours, ids_theirs = kept(our_batch, "input_ids", j), kept(their_batch, "input_ids", j)
         extra = len(ids_theirs) - len(ids_ours)
         assert extra in (0, 1) and ids_theirs[: len(ids_ours)] == ids_ours
-        types = our_batch["token_type_ids"][j][keep_ours].tolist()
-        assert their_batch["token_type_ids"][j][keep_theirs].tolist()[: len(types)] == types
+        types = kept(our_batch, "token_type_ids", j)
+        assert kept(their_batch, "token_type_ids", j)[: len(types)] == types
         n = len(our_logps[j])
         torch.testing.assert_close(torch.tensor(their_logps[j][:n]), torch.tensor(our_logps[j]), rtol=0, atol=1e-5)
     assert all(math.isfinite(value) for logps in our_logps for value in logps)

@@ -23,7 +23,10 @@ import datasets  # noqa: E402
 import torch  # noqa: E402
 
 from prefdata.tokenize.processor import load_processor  # noqa: E402
-from vision_helpers import first_batch_token_logps, image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import (  # noqa: E402
+    as_content_parts, dpo_config, first_batch_token_logps, image_row, kept, prepare_with_refs, raw_image_dataset,
+    write_jsonl, write_pngs
+)
 
 MAX_LENGTH = 128
 # Grids of several shapes (merged 28px cells): 2x2, 3x1, 3x4, and 1x1 for an image that is not a multiple of 28.
@@ -49,19 +52,13 @@ def _rows() -> list[dict]:
                   chosen="Tall, then wide.", rejected="Same."),
         image_row("Say hello.", [], placeholders=0, chosen="Hello!", rejected="No."),
     ]
-    for row in rows:
-        for message in row["prompt"] + row["chosen"] + row["rejected"]:
-            if isinstance(message["content"], str):
-                message["content"] = [{"type": "text", "text": message["content"]}]
-    return rows
+    return as_content_parts(rows)
 
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
     root = tmp_path_factory.mktemp("trl-qwen2vl")
-    (root / "data" / "img").mkdir(parents=True)
-    for i, (name, size) in enumerate(SIZES.items()):
-        (root / "data" / "img" / f"{name}.png").write_bytes(png_bytes(size, (50 * i, 200 - 35 * i, 80)))
+    write_pngs(root / "data" / "img", SIZES, lambda i: (50 * i, 200 - 35 * i, 80))
     return write_jsonl(root / "data" / "pairs.jsonl", _rows())
 
 
@@ -77,36 +74,15 @@ def model_dir(tmp_path_factory, qwen2vl_processor_dir) -> str:
 @pytest.fixture(scope="module")
 def prepared(raw, model_dir):
     """OUT prepared with the model directory's processor, plus `prefdata refs` from the same model."""
-    from prefdata.prepare import prepare
-    from prefdata.refs import compute_refs
-
-    out = raw.parent.parent / "out"
-    result = prepare(raw, out, processor=model_dir, max_length=MAX_LENGTH, progress=False, workers=1)
-    assert result.rows_out == len(_rows()), (out / "dropped.jsonl").read_text()
-    compute_refs(out, model_dir, progress=False)
-    return out
+    return prepare_with_refs(raw.parent.parent, _rows(), model_dir, MAX_LENGTH)
 
 
 def _raw_rows(raw) -> datasets.Dataset:
-    from PIL import Image
-
-    return datasets.Dataset.from_list([
-        {"prompt": row["prompt"], "chosen": row["chosen"], "rejected": row["rejected"],
-         "images": [Image.open(raw.parent / path).convert("RGB") for path in row["images"]]} for row in _rows()
-    ])
+    return raw_image_dataset(raw, _rows())
 
 
 def _config(tmp_path, **overrides):
-    from prefdata.trl import DPOConfig
-
-    settings = dict(
-        output_dir=str(tmp_path / "run"), max_length=MAX_LENGTH, per_device_train_batch_size=3,
-        per_device_eval_batch_size=len(_rows()), max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
-        bf16=False, activation_checkpointing=False, save_strategy="no", learning_rate=1e-6, disable_tqdm=True,
-        beta=0.1, seed=0,
-    )
-    settings.update(overrides)
-    return DPOConfig(**settings)
+    return dpo_config(tmp_path, MAX_LENGTH, 3, len(_rows()), **overrides)
 
 
 def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, raw, model_dir, tmp_path):
@@ -133,13 +109,12 @@ def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, raw,
     assert our_batch["image_grid_thw"].shape[0] == 2 * sum(len(row["images"]) for row in rows)
     assert len({tuple(g) for g in our_batch["image_grid_thw"].tolist()}) == len(SIZES)  # grids of every shape
     for j in range(2 * len(rows)):
-        keep_ours, keep_theirs = our_batch["attention_mask"][j].bool(), their_batch["attention_mask"][j].bool()
-        ids_ours, ids_theirs = our_batch["input_ids"][j][keep_ours].tolist(), their_batch["input_ids"][j][keep_theirs].tolist()
+        ids_ours, ids_theirs = kept(our_batch, "input_ids", j), kept(their_batch, "input_ids", j)
         assert ids_theirs == ids_ours + [newline]
-        types_ours = our_batch["mm_token_type_ids"][j][keep_ours].tolist()
-        assert their_batch["mm_token_type_ids"][j][keep_theirs].tolist() == types_ours + [0]
+        types_ours = kept(our_batch, "mm_token_type_ids", j)
+        assert kept(their_batch, "mm_token_type_ids", j) == types_ours + [0]
         assert sum(types_ours) == sum(int(g.prod()) // 4 for g in _grids_of(our_batch, rows, j))
-        assert their_batch["completion_mask"][j][keep_theirs].tolist()[:-1] == our_batch["completion_mask"][j][keep_ours].tolist()
+        assert kept(their_batch, "completion_mask", j)[:-1] == kept(our_batch, "completion_mask", j)
         torch.testing.assert_close(torch.tensor(their_logps[j][:-1]), torch.tensor(our_logps[j]), rtol=0, atol=1e-5)
     assert all(math.isfinite(value) for logps in our_logps for value in logps)
 

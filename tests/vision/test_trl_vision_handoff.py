@@ -19,15 +19,18 @@ import datasets  # noqa: E402
 import torch  # noqa: E402
 
 from prefdata.errors import PrefdataError  # noqa: E402
-from vision_helpers import first_batch_token_logps, image_row, png_bytes, write_jsonl  # noqa: E402
+from vision_helpers import (  # noqa: E402
+    as_content_parts, dpo_config, first_batch_token_logps, image_row, kept, prepare_all, raw_image_dataset,
+    write_jsonl, write_pngs
+)
 
 MAX_LENGTH = 96
 SIZES = {"square": (28, 28), "wide": (64, 20), "tall": (10, 90), "large": (120, 80)}
 
 
 def _rows() -> list[dict]:
-    """TRL's vision layout with every message's content a list of parts, so the rows also make one
-    Arrow table for TRL's own trainer (a column holds one type)."""
+    """TRL's vision layout, every content a list of parts: one image, two images, a system turn, and
+    a text-only row in a batch with images."""
     system = image_row("Describe it.", ["img/large.png"], chosen="A large flat rectangle.", rejected="A cat.")
     system["prompt"].insert(0, {"role": "system", "content": "You describe images."})
     rows = [
@@ -38,30 +41,19 @@ def _rows() -> list[dict]:
         image_row("Is it tall?", ["img/tall.png"], chosen="Yes, very tall.", rejected="No."),
         image_row("Say hello.", [], placeholders=0, chosen="Hello!", rejected="No."),  # text-only, in a batch with images
     ]
-    for row in rows:
-        for message in row["prompt"] + row["chosen"] + row["rejected"]:
-            if isinstance(message["content"], str):
-                message["content"] = [{"type": "text", "text": message["content"]}]
-    return rows
+    return as_content_parts(rows)
 
 
 @pytest.fixture(scope="module")
 def raw(tmp_path_factory):
     root = tmp_path_factory.mktemp("trl-vision")
-    (root / "data" / "img").mkdir(parents=True)
-    for i, (name, size) in enumerate(SIZES.items()):
-        (root / "data" / "img" / f"{name}.png").write_bytes(png_bytes(size, (60 * i, 180 - 40 * i, 70)))
+    write_pngs(root / "data" / "img", SIZES, lambda i: (60 * i, 180 - 40 * i, 70))
     return write_jsonl(root / "data" / "pairs.jsonl", _rows())
 
 
 @pytest.fixture(scope="module")
 def prepared(raw, llava_processor_dir):
-    from prefdata.prepare import prepare
-
-    out = raw.parent.parent / "out"
-    result = prepare(raw, out, processor=str(llava_processor_dir), max_length=MAX_LENGTH, progress=False, workers=1)
-    assert result.rows_out == len(_rows())
-    return out
+    return prepare_all(raw.parent.parent, _rows(), llava_processor_dir, max_length=MAX_LENGTH)
 
 
 @pytest.fixture(scope="module")
@@ -132,15 +124,7 @@ def _processor(path):
 
 
 def _config(tmp_path, **overrides):
-    from prefdata.trl import DPOConfig
-
-    settings = dict(
-        output_dir=str(tmp_path / "run"), max_length=MAX_LENGTH, per_device_train_batch_size=2,
-        per_device_eval_batch_size=len(_rows()), max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
-        bf16=False, activation_checkpointing=False, save_strategy="no", learning_rate=1e-6, disable_tqdm=True, beta=0.1, seed=0,
-    )
-    settings.update(overrides)
-    return DPOConfig(**settings)
+    return dpo_config(tmp_path, MAX_LENGTH, 2, len(_rows()), **overrides)
 
 
 def _files(out) -> list[str]:
@@ -154,7 +138,6 @@ def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, refs
     """Same ids and pixels, same policy log-probs. TRL's completions carry one more token (the newline
     after <|im_end|>, tests/vision/test_trl_vision_peer.py): its log-prob is the only one TRL adds."""
     import trl
-    from PIL import Image
 
     from prefdata.trl import DPOTrainer
 
@@ -162,10 +145,7 @@ def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, refs
     newline = processor.tokenizer.encode("\n", add_special_tokens=False)[0]
     ours = DPOTrainer(model_dir, args=_config(tmp_path / "ours"), train_dataset=refs_of("same"))
     rows = _rows()
-    raw_rows = datasets.Dataset.from_list([
-        {"prompt": row["prompt"], "chosen": row["chosen"], "rejected": row["rejected"],
-         "images": [Image.open(raw.parent / path).convert("RGB") for path in row["images"]]} for row in rows
-    ])
+    raw_rows = raw_image_dataset(raw, rows)
     theirs = trl.DPOTrainer(model_dir, args=_config(tmp_path / "theirs"), train_dataset=raw_rows,
                             processing_class=_processor(model_dir))
     our_batch, our_logps = first_batch_token_logps(ours, ours.train_dataset)
@@ -174,10 +154,9 @@ def test_first_batch_logps_equal_trls_own_trainer_on_the_raw_rows(prepared, refs
     assert torch.equal(our_batch["pixel_values"], their_batch["pixel_values"])  # the same pixels, same order
     assert our_batch["pixel_values"].shape[0] == 2 * sum(len(row["images"]) for row in rows)
     for j in range(2 * len(rows)):
-        keep_ours, keep_theirs = our_batch["attention_mask"][j].bool(), their_batch["attention_mask"][j].bool()
-        ids_ours, ids_theirs = our_batch["input_ids"][j][keep_ours].tolist(), their_batch["input_ids"][j][keep_theirs].tolist()
+        ids_ours, ids_theirs = kept(our_batch, "input_ids", j), kept(their_batch, "input_ids", j)
         assert ids_theirs == ids_ours + [newline]
-        assert their_batch["completion_mask"][j][keep_theirs].tolist()[:-1] == our_batch["completion_mask"][j][keep_ours].tolist()
+        assert kept(their_batch, "completion_mask", j)[:-1] == kept(our_batch, "completion_mask", j)
         torch.testing.assert_close(torch.tensor(their_logps[j][:-1]), torch.tensor(our_logps[j]), rtol=0, atol=1e-5)
     assert all(math.isfinite(value) for logps in our_logps for value in logps)
 
