@@ -167,7 +167,7 @@ def validate(
 
         check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
         _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
-                        benchmarks=index, image_tokens=_image_token_counter(processor, trust_remote_code))
+                        benchmarks=index, image_tokens=_image_token_counter(processor, input_path, trust_remote_code))
     else:
         from prefdata.tokenize.pairs import TokenizeSettings
         from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -232,13 +232,26 @@ def _check_prepared(
     _accumulate(rows, builder, merge)
 
 
-def _image_token_counter(processor: str | None, trust_remote_code: bool) -> Callable[[list[Any]], list[int]] | None:
-    """With --processor on a prepared OUT/: each stored image's tokens, counted by the processor."""
+def _image_token_counter(processor: str | None, out: Path, trust_remote_code: bool) -> Callable[[list[Any]], list[int]] | None:
+    """With --processor on a prepared OUT/: each stored image's tokens, counted by the processor, which
+    must be the one OUT was prepared with (another one's counts would not describe OUT's ids)."""
     if not processor:
         return None
     from prefdata.tokenize.pairs import TokenizeSettings
 
+    try:
+        recorded = read_manifest(out).get("processor") or {}
+    except OSError:  # an OUT that kept no pair has no manifest: nothing to count against
+        recorded = {}
+    if not recorded:
+        raise PrefdataError(f"--processor was given but {out} was not prepared with one (it holds no image pairs)")
     vision = select_pair_tokenizer(None, processor, TokenizeSettings(), trust_remote_code)
+    found, expected = vision.fingerprint(), str(recorded.get("fingerprint") or "")
+    if found != expected:
+        raise PrefdataError(
+            f"the processor at {processor} ({found[:19]}) differs from the one {out} was prepared with "
+            f"({recorded.get('path')}, {expected[:19]}): its image token counts would not describe OUT's ids"
+        )
     return vision.image_token_counts  # type: ignore[union-attr]
 
 

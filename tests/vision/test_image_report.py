@@ -159,3 +159,18 @@ def test_validate_of_a_prepared_image_out(tmp_path, llava_processor_dir):
     assert counted["images"] == prepared["images"]
     assert plain["flags"][F.DUPLICATE_PAIR]["count"] == prepared["flags"][F.DUPLICATE_PAIR]["count"] == 1
     assert [e["source_line"] for e in plain["flags"][F.DUPLICATE_PAIR]["examples"]] == [3]
+    # Another processor's counts would not describe OUT's ids: refused in one line (exit 2), as refs does.
+    from prefdata.tiny import build_tiny_llava_processor
+
+    build_tiny_llava_processor(tmp_path / "other", image_size=42)  # 9 tokens per image, not 4
+    with pytest.raises(PrefdataError, match="differs from the one .* was prepared with"):
+        validate(out, processor=str(tmp_path / "other"), progress=False, format="json",
+                 output=str(tmp_path / "other.json"))
+
+
+def test_validate_refuses_a_processor_for_a_text_out(tmp_path, tiny_model_dir, llava_processor_dir):
+    out = tmp_path / "out"
+    prepare(write_jsonl(tmp_path / "pairs.jsonl", [{"prompt": "Hi", "chosen": "Hello.", "rejected": "No."}]), out,
+            tokenizer=str(tiny_model_dir), workers=1, progress=False)
+    with pytest.raises(PrefdataError, match="was not prepared with one"):
+        validate(out, processor=str(llava_processor_dir), progress=False)
