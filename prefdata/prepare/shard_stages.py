@@ -37,6 +37,7 @@ from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
 from prefdata.io.ledger import Ledger
 from prefdata.prepare.balance import pair_classes
+from prefdata.prepare.written import PendingRows
 from prefdata.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 from prefdata.report.images import ImageFacts, ImageFactsCollector
@@ -181,7 +182,7 @@ class WriteShard:
         writer = DatasetWriter(Path(self.directory), prefix=f"shard-{unit.index:06d}")
         digests = bytearray()
         result = ShardWritten(WrittenParts([], set(), set(), 0), b"", writer_pid=os.getpid())
-        pending: list[dict[str, Any]] = []
+        pending = PendingRows(writer, self.batch_size)
         lines = _GroupLines(unit.cache)
         with open(unit.cache, "rb") as handle, lines:
             for place in unit.places:
@@ -190,11 +191,8 @@ class WriteShard:
                     if row.outcome == "kept":
                         out_row = output_row(row)
                         digests += row_digest(out_row)
-                        pending.append(out_row)
-                        if len(pending) >= self.batch_size:
-                            writer.write_rows(pending)
-                            pending = []
-        writer.write_rows(pending)
+                        pending.add(out_row)
+        pending.flush()
         result.parts = writer.close()
         result.dropped, result.quarantined = lines.dropped, lines.quarantined
         result.digests = bytes(digests)

@@ -35,6 +35,31 @@ class Written:
     shards: list[dict[str, Any]]  # the Arrow data files in order: {"file", "rows"}
 
 
+# Kept rows are written every `batch_size` rows, or sooner once their images reach this many bytes:
+# image rows carry their encoded images (RLAIF-V's ~100 KB-1 MB), so 1,000 of them could be a GB.
+WRITE_BATCH_BYTES = 64 << 20
+
+
+class PendingRows:
+    """Kept rows waiting for `writer.write_rows`, flushed by count or by image bytes (the rows and
+    their order are the same either way; only where Arrow batches break moves)."""
+
+    def __init__(self, writer: Any, batch_size: int):
+        self.writer, self.batch_size = writer, batch_size
+        self.rows: list[dict[str, Any]] = []
+        self.image_bytes = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self.image_bytes += sum(len(image["bytes"] or b"") for image in row.get("images") or ())
+        if len(self.rows) >= self.batch_size or self.image_bytes >= WRITE_BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        self.writer.write_rows(self.rows)
+        self.rows, self.image_bytes = [], 0
+
+
 def write_rows(
     rows: Iterable[CheckedRow], tmp: Path, policy: Policy, batch_size: int, handoff: dict[str, Any],
     report: ReportBuilder | None = None,
@@ -49,7 +74,7 @@ def write_rows(
     content = hashlib.blake2b(digest_size=16)
     errors = 0
     ledger = Ledger()
-    pending: list[dict[str, Any]] = []
+    pending = PendingRows(dataset, batch_size)
     for row in rows:
         ledger.add(row)
         report.add(row)
@@ -62,11 +87,8 @@ def write_rows(
         else:
             out_row = output_row(row)
             content.update(row_digest(out_row))
-            pending.append(out_row)
-            if len(pending) >= batch_size:
-                dataset.write_rows(pending)
-                pending = []
-    dataset.write_rows(pending)
+            pending.add(out_row)
+    pending.flush()
     dropped.close()
     quarantine.close()
     fingerprint = content.hexdigest()
