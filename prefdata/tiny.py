@@ -2,7 +2,7 @@
 
 They make the demo and the tests self-contained: no download, a real chat template, a real
 transformer architecture (Qwen2 or Llama) small enough to train on a CPU in seconds. For image
-pairs: tiny processors (LLaVA, Qwen2-VL, Gemma 3, Idefics3) and matching tiny vision-language models.
+pairs: tiny processors (LLaVA, Qwen2-VL, Gemma 3, Idefics3, SmolVLM) and matching tiny vision-language models.
 """
 
 from __future__ import annotations
@@ -318,6 +318,50 @@ def build_tiny_idefics3_processor(out_dir: str | Path, tile: int = 28, longest_e
     return AutoProcessor.from_pretrained(str(out))
 
 
+# SmolVLM's own turn layout ("User:<image>...<end_of_utterance>", then "Assistant:"), taking plain
+# string contents too; an image part renders as `<image>`, which the processor expands to tiles.
+SMOLVLM_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message['role'] | capitalize }}"
+    "{% if message['content'] is string %}{{ ': ' + message['content'] }}{% else %}"
+    "{{ ':' if message['content'][0]['type'] == 'image' else ': ' }}"
+    "{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ part['text'] }}"
+    "{% elif part['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}{% endif %}"
+    "{{ '<end_of_utterance>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
+)
+SMOLVLM_TOKENS = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", *IDEFICS3_TOKENS]
+
+
+def build_tiny_smolvlm_processor(out_dir: str | Path, tile: int = 28, longest_edge: int = 84,
+                                 image_seq_len: int = 4, splitting: bool = True):
+    """A SmolVLM processor saved from code: the tiny tokenizer plus SmolVLM's image tokens (its turn
+    end `<end_of_utterance>` as EOS), a SmolVLM image processor (its Pillow class) that resizes an
+    image's longest edge to `longest_edge` and, with `splitting`, cuts it into `tile`-pixel tiles (up
+    to 3 x 3 here), `image_seq_len` `<image>` tokens per tile, and SmolVLM's own turn layout. An image
+    part expands as in Idefics3 (`build_tiny_idefics3_processor`).
+
+    Written as files (tokenizer, processor_config.json naming SmolVLMProcessor, chat template) with no
+    video processor, because SmolVLMProcessor will not be built in code without its torchvision one;
+    returns it loaded the way prepare loads it (prefdata.tokenize.processor: Pillow only)."""
+    import json
+
+    from transformers import SmolVLMImageProcessorPil
+
+    from prefdata.tokenize.processor import load_processor
+
+    out = Path(out_dir)
+    tokenizer = build_tiny_tokenizer(out, chat_template=SMOLVLM_TEMPLATE)
+    tokenizer.add_special_tokens({"additional_special_tokens": SMOLVLM_TOKENS})
+    tokenizer.eos_token = "<end_of_utterance>"
+    tokenizer.save_pretrained(str(out))
+    image_processor = SmolVLMImageProcessorPil(do_image_splitting=splitting, size={"longest_edge": longest_edge},
+                                               max_image_size={"longest_edge": tile})
+    config = {"image_processor": image_processor.to_dict(), "image_seq_len": image_seq_len,
+              "processor_class": "SmolVLMProcessor"}
+    (out / "processor_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return load_processor(str(out))
+
+
 def build_tiny_qwen2vl_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
                              num_layers: int = 2, seed: int = 0):
     """A tiny random-init Qwen2-VL (a one-block vision tower, a Qwen2-VL text model with 3-D mrope
@@ -406,9 +450,29 @@ def build_tiny_idefics3_model(out_dir: str | Path, processor_dir: str | Path, hi
     scale factor chosen so each tile gives the processor's `image_seq_len` `<image>` tokens, its image
     token id the tokenizer's. Saved with the processor's files copied beside it (so the model
     directory is also the `--processor`). Returns the model."""
-    import math
-
     from transformers import Idefics3Config, Idefics3ForConditionalGeneration
+
+    config = Idefics3Config(**_tiled_config(processor_dir, hidden_size, num_layers))
+    return _save_beside_processor(Idefics3ForConditionalGeneration, config, seed, out_dir, processor_dir)
+
+
+def build_tiny_smolvlm_model(out_dir: str | Path, processor_dir: str | Path, hidden_size: int = 64,
+                             num_layers: int = 2, seed: int = 0):
+    """A tiny random-init SmolVLM (Idefics3's layout: a one-layer SigLIP-like tower, a pixel shuffle
+    connector, a Llama text model) for the processor saved at `processor_dir` by
+    `build_tiny_smolvlm_processor`, sized as `build_tiny_idefics3_model` sizes Idefics3. Saved with
+    the processor's files copied beside it (so the model directory is also the `--processor`).
+    Returns the model."""
+    from transformers import SmolVLMConfig, SmolVLMForConditionalGeneration
+
+    config = SmolVLMConfig(**_tiled_config(processor_dir, hidden_size, num_layers))
+    return _save_beside_processor(SmolVLMForConditionalGeneration, config, seed, out_dir, processor_dir)
+
+
+def _tiled_config(processor_dir: str | Path, hidden_size: int, num_layers: int) -> dict[str, Any]:
+    """Idefics3 / SmolVLM config settings matching a tiled processor: each tile one tower image,
+    cut into patches that the pixel shuffle (scale factor 2) turns into `image_seq_len` tokens."""
+    import math
 
     from prefdata.tokenize.processor import load_processor
 
@@ -426,13 +490,12 @@ def build_tiny_idefics3_model(out_dir: str | Path, processor_dir: str | Path, hi
         num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
         pad_token_id=tokenizer.pad_token_id, bos_token_id=None, eos_token_id=tokenizer.eos_token_id,
     )
-    config = Idefics3Config(
+    return dict(
         vision_config=vision, text_config=text, scale_factor=scale_factor,
         image_token_id=tokenizer.convert_tokens_to_ids(processor.image_token), tie_word_embeddings=False,
         # Weights large enough that which tile lands where visibly moves the log-probs.
         initializer_range=0.1,
     )
-    return _save_beside_processor(Idefics3ForConditionalGeneration, config, seed, out_dir, processor_dir)
 
 
 def _save_beside_processor(model_class: Any, config: Any, seed: int, out_dir: str | Path,

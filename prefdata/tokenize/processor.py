@@ -5,7 +5,9 @@
 torchvision. Image pairs never use it: when torchvision is absent and loading failed, the same
 processor class is loaded again without its video processor (its tokenizer, its image processor,
 which transformers picks in its Pillow form, its settings and chat template, all from the same
-directory). Where torchvision imports, `AutoProcessor` is used as it is.
+directory). A class that reads its video processor's settings even for images (SmolVLM's chat
+template reads its frame count and rate) gets a stand-in that has none and refuses videos in one
+line. Where torchvision imports, `AutoProcessor` is used as it is.
 """
 
 from __future__ import annotations
@@ -59,17 +61,48 @@ def _without_video_processor(path: str, trust_remote_code: bool) -> Any | None:
         return None
     kept = [name for name in attributes if name != _VIDEO]
     # Same name, so the manifest and messages say Qwen2VLProcessor; only the parts it loads differ.
-    images_only = type(processor_class.__name__, (processor_class,), {
+    body: dict[str, Any] = {
         "__module__": processor_class.__module__,
         "attributes": kept,  # transformers 4.x reads the class attribute
         "get_attributes": classmethod(lambda cls: list(kept)),  # transformers 5 asks this method
-    })
+    }
+    extra: dict[str, Any] = {}
+    if _requires_video_argument(processor_class):  # SmolVLMProcessor: no default for it
+        extra[_VIDEO] = None
+        body[_VIDEO] = _NoVideoProcessor(processor_class.__name__)
+    images_only = type(processor_class.__name__, (processor_class,), body)
     try:
-        return images_only.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+        return images_only.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True, **extra)
     except Exception as exc:
         if _interrupted(exc):
             raise KeyboardInterrupt from None
         return None
+
+
+class _NoVideoProcessor:
+    """What an images-only processor has where its video processor would be: no frame settings (its
+    chat template reads them, images do not use them) and a one-line refusal of videos."""
+
+    num_frames = None
+    fps = None
+    model_input_names: list[str] = []
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise PrefdataError(f"{self.name} was loaded without its video processor (it needs torchvision): images only")
+
+
+def _requires_video_argument(processor_class: type) -> bool:
+    """Whether the class's constructor takes a video processor with no default."""
+    import inspect
+
+    try:
+        parameter = inspect.signature(processor_class.__init__).parameters.get(_VIDEO)
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
 def _processor_class(path: str) -> type | None:
