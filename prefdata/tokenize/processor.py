@@ -73,6 +73,8 @@ def _without_video_processor(path: str, trust_remote_code: bool) -> Any | None:
     images_only = type(processor_class.__name__, (processor_class,), body)
     try:
         return images_only.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True, **extra)
+    except ImportError as exc:  # a package the class itself needs (SmolVLM: num2words): name it
+        raise PrefdataError(f"cannot load processor from {path}: {_first_line(exc)}") from None
     except Exception as exc:
         if _interrupted(exc):
             raise KeyboardInterrupt from None

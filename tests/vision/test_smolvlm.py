@@ -185,3 +185,16 @@ def test_without_torchvision_a_video_is_refused_in_one_line(smolvlm_processor_di
         processor(text=["<video>"], videos=[[Image.new("RGB", (10, 10))]])
     message = str(refused.value)
     assert "\n" not in message and "torchvision" in message and "SmolVLMProcessor" in message
+
+
+def test_a_missing_num2words_is_named_in_one_line(smolvlm_processor_dir, monkeypatch):
+    """num2words is not in the [vision] extra (Pillow only): a SmolVLM user without it is told what to install."""
+    import importlib
+
+    from prefdata.errors import PrefdataError
+    from prefdata.tokenize.processor import load_processor
+
+    module = importlib.import_module("transformers.models.smolvlm.processing_smolvlm")
+    monkeypatch.setattr(module, "num2words", None)
+    with pytest.raises(PrefdataError, match="num2words"):
+        load_processor(str(smolvlm_processor_dir))
