@@ -13,3 +13,9 @@ class RecordError(ValueError):
 
 class UnknownShapeError(RecordError):
     """The record is valid JSON but matches no known preference shape (e.g. KTO or SFT data)."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none): what a one-line
+    error quotes of a library's multi-line message."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from prefdata.io.chunks import RecordsChunk
-from prefdata.errors import PrefdataError
+from prefdata.errors import PrefdataError, first_line
 from prefdata.records import RawRecord
 
 _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?:(?P<split>[\w.-]+)$")
@@ -52,7 +52,7 @@ def _open(source: HubSource) -> Any:
         # Image columns stay encoded ({"bytes", "path"}, as Parquet holds them): the workers decode them.
         return dataset.decode(False)
     except Exception as exc:  # noqa: BLE001 - datasets/hub raise many types; the user needs one line
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise PrefdataError(f"cannot read the Hub dataset {source.name}: {first}") from None
 
 

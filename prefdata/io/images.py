@@ -26,7 +26,7 @@ from typing import Any
 
 import xxhash
 
-from prefdata.errors import PrefdataError, RecordError
+from prefdata.errors import PrefdataError, RecordError, first_line
 
 IMAGE_COLUMNS = ("images", "image")  # TRL's `images`; a single `image` is a list of one
 
@@ -128,7 +128,7 @@ def load_images(refs: list[ImageRef], base: str) -> list[LoadedImage]:
                 image.load()  # a full decode: a truncated file fails here, not in the trainer
                 width, height, kind = image.width, image.height, image.format or ""
         except Exception as exc:  # Pillow raises several types for broken data
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             name = ref.path or "bytes"
             raise RecordError(f"image {i} ({name}): cannot decode: {first[:120]}") from None
         name = os.path.basename(ref.path) if ref.path else None
@@ -147,7 +147,7 @@ def stored_images(values: list[dict[str, Any]]) -> list[LoadedImage]:
             with image_module.open(io.BytesIO(data)) as image:
                 width, height, kind = image.width, image.height, image.format or ""
         except Exception as exc:  # Pillow raises several types for broken data
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             raise RecordError(f"stored image {i} ({path or 'bytes'}): cannot read: {first[:120]}") from None
         loaded.append(LoadedImage(data, width, height, kind, xxhash.xxh3_64_intdigest(data), path))
     return loaded

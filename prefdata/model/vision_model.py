@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.errors import PrefdataError, first_line
 from prefdata.model.attention import model_body
 from prefdata.model.mrope import rope_index
 from prefdata.model.vision_inputs import VisionInputs
@@ -223,7 +223,7 @@ def load_vision_language_model(model_dir: Path | str, dtype: Any, trust_remote_c
         return AutoModelForImageTextToText.from_pretrained(str(model_dir), dtype=dtype,
                                                           trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise PrefdataError(f"cannot load a vision-language model from {model_dir}: {first}") from None
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.errors import PrefdataError, first_line
 
 # (width, height), odd and different: a small one (a tile or none), a non-square one and a wide
 # strip, so that a real processor splits at least one into several tiles and the rows and
@@ -125,7 +125,7 @@ def learn_sized_layout(processor: Any, encode: Encode, added_tokens: dict[str, i
         both = f"Look at {placeholder} and at {placeholder}, then say which is bigger."
         theirs_both = _processor_ids(processor, both, images[1:])
     except Exception as exc:  # noqa: BLE001 - the processor's own error, in one line
-        raise PrefdataError(f"processor {name} failed on a probe image: {_first_line(exc)}") from None
+        raise PrefdataError(f"processor {name} failed on a probe image: {first_line(exc)}") from None
     token_id = int(processor.tokenizer.convert_tokens_to_ids(placeholder))
     reasons: list[str] = []
     for method, build in _sources(processor):
@@ -134,7 +134,7 @@ def learn_sized_layout(processor: Any, encode: Encode, added_tokens: dict[str, i
         try:
             reason = _check(layout, images, theirs, both, theirs_both, added_tokens)
         except Exception as exc:  # noqa: BLE001 - a source this processor does not offer: the next one
-            reason = _first_line(exc)
+            reason = first_line(exc)
         if reason is None:
             layout.probes = {f"{w}x{h}": layout.text(w, h) for w, h in PROBE_SIZES}
             layout.markers = _markers(layout, added_tokens)
@@ -203,7 +203,3 @@ def _markers(layout: SizedLayout, added_tokens: dict[str, int]) -> tuple[str, ..
 def _processor_ids(processor: Any, text: str, images: list[Any]) -> list[int]:
     out = processor(text=[text], images=images, add_special_tokens=False)
     return [int(token) for token in out["input_ids"][0]]
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -26,7 +26,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from prefdata.errors import PrefdataError
+from prefdata.errors import PrefdataError, first_line
 
 # Odd, different sizes: a grid that depends on the size shows a different count for each.
 PROBE_SIZES = ((37, 23), (61, 90))
@@ -103,7 +103,7 @@ def learn_image_scheme(processor: Any, unit: str, counts: Callable[[list[tuple[i
         numbers = counts([(image.height, image.width) for image in images])
         theirs = [_processor_ids(processor, placeholder, [image]) for image in images]
     except Exception as exc:
-        raise PrefdataError(f"processor {name} failed on a probe image: {_first_line(exc)}") from None
+        raise PrefdataError(f"processor {name} failed on a probe image: {first_line(exc)}") from None
     found = _run_token(theirs, numbers)
     if found is None:
         raise LayoutRefused(
@@ -195,7 +195,7 @@ def _check_in_context(processor: Any, scheme: ImageScheme, images: list[Any], nu
     try:
         theirs = _processor_ids(processor, text, images)
     except Exception as exc:
-        raise PrefdataError(f"processor {name} failed on two probe images: {_first_line(exc)}") from None
+        raise PrefdataError(f"processor {name} failed on two probe images: {first_line(exc)}") from None
     ours = encode(scheme.expand(text, numbers))
     if ours != theirs:
         raise LayoutRefused(
@@ -254,7 +254,3 @@ def _right_edge(ids: Sequence[int], end: int, scheme: ImageScheme, decode: Decod
     while edge < len(ids) and len(decode(ids[end - 1:edge])) - anchor < need:
         edge += 1
     return edge
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

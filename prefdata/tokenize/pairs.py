@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from prefdata import flags as F
-from prefdata.errors import PrefdataError, RecordError
+from prefdata.errors import PrefdataError, RecordError, first_line
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.records import Message, Pair, TokenizedPair
@@ -110,7 +110,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     except Exception as exc:  # any loading failure is a usage error: one line, no traceback
         if _interrupted(exc):  # transformers' lazy imports wrap a Ctrl-C in RuntimeError
             raise KeyboardInterrupt from None
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        first = first_line(exc)
         raise PrefdataError(f"cannot load tokenizer from {path}: {first}") from None
     if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "_tokenizer", None) is None:
         raise PrefdataError(
@@ -403,7 +403,7 @@ class PairTokenizer:
             c = self._render([prompt + chosen], False, tools)[0]
             r = self._render([prompt + rejected], False, tools)[0]
         except Exception as exc:
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             return RecordError(f"chat template failed: {first}")
         return self._split_render(p, c, r, conversation, tools)
 

@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.errors import PrefdataError, first_line
 from prefdata.io.images import pillow
 from prefdata.tokenize.pairs import _interrupted
 
@@ -44,7 +44,7 @@ def load_processor(path: str, trust_remote_code: bool = False) -> Any:
             raise KeyboardInterrupt from None
         processor = _without_video_processor(path, trust_remote_code)
         if processor is None:
-            raise PrefdataError(f"cannot load processor from {path}: {_first_line(exc)}") from None
+            raise PrefdataError(f"cannot load processor from {path}: {first_line(exc)}") from None
     if getattr(processor, "tokenizer", None) is None or not getattr(processor, "image_token", None):
         raise PrefdataError(f"processor at {path} has no tokenizer or no image token: not a vision-language processor")
     return processor
@@ -74,7 +74,7 @@ def _without_video_processor(path: str, trust_remote_code: bool) -> Any | None:
     try:
         return images_only.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True, **extra)
     except ImportError as exc:  # a package the class itself needs (SmolVLM: num2words): name it
-        raise PrefdataError(f"cannot load processor from {path}: {_first_line(exc)}") from None
+        raise PrefdataError(f"cannot load processor from {path}: {first_line(exc)}") from None
     except Exception as exc:
         if _interrupted(exc):
             raise KeyboardInterrupt from None
@@ -139,10 +139,6 @@ def _json(path: str) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def holds_processor(path: str | os.PathLike[str]) -> bool:

@@ -31,7 +31,7 @@ import json
 from typing import Any, Sequence
 
 from prefdata import flags as F
-from prefdata.errors import PrefdataError, RecordError
+from prefdata.errors import PrefdataError, RecordError, first_line
 from prefdata.io.images import LoadedImage
 from prefdata.records import Message, Pair
 from prefdata.tokenize.image_layout import SizedLayout, learn_sized_layout
@@ -155,7 +155,7 @@ class VisionPairTokenizer(PairTokenizer):
             texts.prompt = self.layout.expand(texts.prompt, texts.image_sizes)
             texts.image_tokens = self.image_token_counts(images)
         except Exception as exc:  # noqa: BLE001 - a size the processor cannot lay out: this row, one line
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            first = first_line(exc)
             return RecordError(f"the processor cannot lay out an image of size {texts.image_sizes}: {first}")
         return texts
 
