@@ -53,6 +53,18 @@ def _flagged(data: pa.PolarsData, flag: str) -> pl.Expr:
     return pl.col("flags").list.contains(flag).fill_null(False)
 
 
+def _both_or_neither(data: pa.PolarsData, names: tuple[str, ...], of_type: Any, label: str) -> pl.LazyFrame | None:
+    """For a pair of optional columns: passes (neither is there) or fails (one alone, or of another
+    type than `of_type` accepts) as a whole frame; None when both are there to be checked row by row."""
+    schema = data.lazyframe.collect_schema()
+    present = [name for name in names if name in schema]
+    if not present:
+        return data.lazyframe.select(pl.lit(True).alias(label))
+    if len(present) < len(names) or not all(of_type(schema[name]) for name in present):
+        return data.lazyframe.select(pl.lit(False).alias(label))
+    return None
+
+
 def _is_integer_list(dtype: pl.DataType) -> bool:
     return isinstance(dtype, pl.List) and dtype.inner.is_integer()
 
@@ -100,13 +112,10 @@ class TokenPairs(pa.DataFrameModel):
     @pa.dataframe_check
     def loss_starts_are_non_negative_integers(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """`--loss-on answer`: both halves' loss starts or neither, whole numbers >= 0."""
-        schema = data.lazyframe.collect_schema()
-        present = [name for name in LOSS_START_COLUMNS if name in schema]
-        if not present:
-            return data.lazyframe.select(pl.lit(True).alias("loss_starts"))
-        if len(present) == 1 or not all(schema[name].is_integer() for name in present):
-            return data.lazyframe.select(pl.lit(False).alias("loss_starts"))
-        return data.lazyframe.select(pl.all_horizontal((pl.col(name) >= 0).fill_null(False) for name in present))
+        settled = _both_or_neither(data, LOSS_START_COLUMNS, lambda dtype: dtype.is_integer(), "loss_starts")
+        if settled is not None:
+            return settled
+        return data.lazyframe.select(pl.all_horizontal((pl.col(name) >= 0).fill_null(False) for name in LOSS_START_COLUMNS))
 
 
 class ScoredTokenPairs(TokenPairs):
@@ -163,12 +172,9 @@ class ScoredPairs(PreparedPairs):
     def public_refs_lie_between_the_full_sum_and_zero(cls, data: pa.PolarsData) -> pl.LazyFrame:
         """LD-DPO's public-length sums (when stored): a part of the full sum of log-probs <= 0, so
         full <= public <= 0, both halves or neither; non-finite only where the row is flagged."""
-        schema = data.lazyframe.collect_schema()
-        present = [name for name in PUBLIC_REF_COLUMNS if name in schema]
-        if not present:
-            return data.lazyframe.select(pl.lit(True).alias("public_refs"))
-        if len(present) == 1 or not all(schema[name].is_float() for name in present):
-            return data.lazyframe.select(pl.lit(False).alias("public_refs"))
+        settled = _both_or_neither(data, PUBLIC_REF_COLUMNS, lambda dtype: dtype.is_float(), "public_refs")
+        if settled is not None:
+            return settled
         ok = pl.all_horizontal(
             pl.col(public).is_finite() & (pl.col(public) <= _LOGP_TOLERANCE)
             & (pl.col(public) >= pl.col(full) - _LOGP_TOLERANCE * (1 + pl.col(full).abs()))
