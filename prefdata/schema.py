@@ -115,7 +115,8 @@ class TokenPairs(pa.DataFrameModel):
         settled = _both_or_neither(data, LOSS_START_COLUMNS, lambda dtype: dtype.is_integer(), "loss_starts")
         if settled is not None:
             return settled
-        return data.lazyframe.select(pl.all_horizontal((pl.col(name) >= 0).fill_null(False) for name in LOSS_START_COLUMNS))
+        non_negative = [(pl.col(name) >= 0).fill_null(False) for name in LOSS_START_COLUMNS]
+        return data.lazyframe.select(pl.all_horizontal(non_negative))
 
 
 class ScoredTokenPairs(TokenPairs):
