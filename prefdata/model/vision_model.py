@@ -78,6 +78,20 @@ def load_checked_processor(model_dir: Path, processor: str | Path | None, manife
     return loaded, found
 
 
+def checked_processor(out: Path | str, model_dir: Path, processor: str | Path | None, manifest: dict[str, Any],
+                      trust_remote_code: bool) -> tuple[VisionInputs, Any, str] | None:
+    """What refs and train need of an image OUT: the pixel-input settings, the processor and its
+    fingerprint, checked against the manifest after the model's config; None for a text OUT, which
+    refuses `processor`."""
+    if not is_image_out(manifest):
+        if processor:
+            raise PrefdataError(f"--processor is for image pairs; {out} was prepared with --tokenizer")
+        return None
+    check_model_config(model_dir, trust_remote_code)
+    loaded, fingerprint = load_checked_processor(model_dir, processor, manifest, trust_remote_code)
+    return vision_inputs(loaded), loaded, fingerprint
+
+
 # Tiled image processors whose models drop all-zero tiles and scatter the others' features in token
 # order (Idefics3's and SmolVLM's get_image_features): each image's tiles can be laid out exactly.
 # Idefics2's (tiles of uneven size, a perceiver over them) has not been checked.

@@ -148,18 +148,12 @@ def choose_layout(net: Any, layout: str, vision: Any = None) -> str:
 
 def checked_vision(out: Path, model_dir: Path, processor: str | None, manifest: dict[str, Any],
                    trust_remote_code: bool) -> tuple[Any, str]:
-    """For an image OUT: the pixel-input settings of its processor (checked against the manifest,
-    after the model's config is checked) and the processor's fingerprint; (None, "") for a text
-    OUT, which refuses `processor`."""
-    from prefdata.model import vision_model as V
+    """For an image OUT: the pixel-input settings of its processor and the processor's fingerprint
+    (prefdata.model.vision_model.checked_processor); (None, "") for a text OUT."""
+    from prefdata.model.vision_model import checked_processor
 
-    if not V.is_image_out(manifest):
-        if processor:
-            raise PrefdataError(f"--processor is for image pairs; {out} was prepared with --tokenizer")
-        return None, ""
-    V.check_model_config(model_dir, trust_remote_code)
-    loaded, fingerprint = V.load_checked_processor(model_dir, processor, manifest, trust_remote_code)
-    return V.vision_inputs(loaded), fingerprint
+    checked = checked_processor(out, model_dir, processor, manifest, trust_remote_code)
+    return (None, "") if checked is None else (checked[0], checked[2])
 
 
 def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:

@@ -261,17 +261,12 @@ def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch
 
 def _checked_vision(out_dir: Path, model: Path, processor: str | Path | None, data: Any,
                     trust_remote_code: bool) -> tuple[Any, Any]:
-    """For an image OUT: its pixel-input settings and the processor (checked against the manifest,
-    after the model's config); (None, None) for a text OUT, which refuses `processor`."""
-    from prefdata.model import vision_model as V
+    """For an image OUT: its pixel-input settings and the processor
+    (prefdata.model.vision_model.checked_processor); (None, None) for a text OUT."""
+    from prefdata.model.vision_model import checked_processor
 
-    if not V.is_image_out(data.manifest):
-        if processor:
-            raise PrefdataError(f"--processor is for image pairs; {out_dir} was prepared with --tokenizer")
-        return None, None
-    V.check_model_config(model, trust_remote_code)
-    loaded, _ = V.load_checked_processor(model, processor, data.manifest, trust_remote_code)
-    return V.vision_inputs(loaded), loaded
+    checked = checked_processor(out_dir, model, processor, data.manifest, trust_remote_code)
+    return (None, None) if checked is None else (checked[0], checked[1])
 
 
 def _pair_layout(model: Any, layout: str, vision: Any = None) -> str:
