@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prefdata.errors import PrefdataError, first_line
+from prefdata.tokenize.image_scheme import processor_ids
 
 # (width, height), odd and different: a small one (a tile or none), a non-square one and a wide
 # strip, so that a real processor splits at least one into several tiles and the rows and
@@ -121,9 +122,9 @@ def learn_sized_layout(processor: Any, encode: Encode, added_tokens: dict[str, i
     blank = pillow().new
     images = [blank("RGB", size, (127, 64, 200)) for size in PROBE_SIZES]
     try:
-        theirs = [_processor_ids(processor, placeholder, [image]) for image in images]
+        theirs = [processor_ids(processor, placeholder, [image]) for image in images]
         both = f"Look at {placeholder} and at {placeholder}, then say which is bigger."
-        theirs_both = _processor_ids(processor, both, images[1:])
+        theirs_both = processor_ids(processor, both, images[1:])
     except Exception as exc:  # noqa: BLE001 - the processor's own error, in one line
         raise PrefdataError(f"processor {name} failed on a probe image: {first_line(exc)}") from None
     token_id = int(processor.tokenizer.convert_tokens_to_ids(placeholder))
@@ -198,8 +199,3 @@ def _markers(layout: SizedLayout, added_tokens: dict[str, int]) -> tuple[str, ..
     found = {token for token in added_tokens if token != layout.placeholder
              and any(token in text for text in layout.probes.values())}
     return tuple(sorted(found))
-
-
-def _processor_ids(processor: Any, text: str, images: list[Any]) -> list[int]:
-    out = processor(text=[text], images=images, add_special_tokens=False)
-    return [int(token) for token in out["input_ids"][0]]

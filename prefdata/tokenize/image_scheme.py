@@ -101,7 +101,7 @@ def learn_image_scheme(processor: Any, unit: str, counts: Callable[[list[tuple[i
     images = [pillow().new("RGB", size, (127, 64, 200)) for size in PROBE_SIZES]
     try:
         numbers = counts([(image.height, image.width) for image in images])
-        theirs = [_processor_ids(processor, placeholder, [image]) for image in images]
+        theirs = [processor_ids(processor, placeholder, [image]) for image in images]
     except Exception as exc:
         raise PrefdataError(f"processor {name} failed on a probe image: {first_line(exc)}") from None
     found = _run_token(theirs, numbers)
@@ -150,7 +150,8 @@ def image_spans(prompt_ids: Sequence[int], scheme: ImageScheme, decode: Decode) 
 
 # -- learning ---------------------------------------------------------------------------------
 
-def _processor_ids(processor: Any, text: str, images: list[Any]) -> list[int]:
+def processor_ids(processor: Any, text: str, images: list[Any]) -> list[int]:
+    """The processor's own ids for `text` with `images`: what every learned rule is checked against."""
     out = processor(text=[text], images=images, add_special_tokens=False)
     return [int(token) for token in out["input_ids"][0]]
 
@@ -193,7 +194,7 @@ def _check_in_context(processor: Any, scheme: ImageScheme, images: list[Any], nu
     text = f"Look at {unit} and at {unit}, then say which is bigger."
     name = type(processor).__name__
     try:
-        theirs = _processor_ids(processor, text, images)
+        theirs = processor_ids(processor, text, images)
     except Exception as exc:
         raise PrefdataError(f"processor {name} failed on two probe images: {first_line(exc)}") from None
     ours = encode(scheme.expand(text, numbers))
