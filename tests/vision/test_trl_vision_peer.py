@@ -99,3 +99,33 @@ def test_completion_ids_equal_trls_up_to_the_newline_trl_keeps_after_the_eos(pee
             ours = row[f"{half}_ids"]
             assert ours[-1] == tokenizer.eos_token_id  # prefdata ends at the EOS the model emits
             assert trl_row[half] == ours + newline, (half, tokenizer.decode(trl_row[half]), tokenizer.decode(ours))
+
+
+def test_standard_string_rows_give_trls_ids_and_the_eos_trls_text_path_appends(tmp_path, llava_processor_dir):
+    """TRL's standard (non-conversational) image rows: a string prompt with the model's own
+    placeholder. The prompt ids (the image's tokens expanded) equal TRL's vision collator's; each
+    completion is TRL's plus the EOS, which TRL's text path appends to standard rows and its vision
+    collator does not (prefdata ends every completion with the EOS exactly once)."""
+    import datasets
+    from PIL import Image
+    from transformers import AutoProcessor
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from prefdata.prepare import prepare
+
+    (tmp_path / "img").mkdir()
+    (tmp_path / "img" / "wide.png").write_bytes(png_bytes(SIZES["wide"], (200, 0, 0)))
+    row = {"prompt": "<image>\nWhat color is it?", "chosen": " Red.", "rejected": " Blue, I think.",
+           "images": ["img/wide.png"]}
+    prepare(write_jsonl(tmp_path / "pairs.jsonl", [row]), tmp_path / "out", processor=str(llava_processor_dir),
+            progress=False, workers=1)
+    ours = datasets.load_from_disk(str(tmp_path / "out"))[0]
+    processor = AutoProcessor.from_pretrained(str(llava_processor_dir))
+    batch = DataCollatorForVisionPreference(processor=processor)(
+        [{**row, "images": [Image.open(tmp_path / "img" / "wide.png").convert("RGB")]}])
+    eos = processor.tokenizer.eos_token_id
+    for half, j in (("chosen", 0), ("rejected", 1)):
+        keep = batch["attention_mask"][j].bool()
+        ids, completion = batch["input_ids"][j][keep], batch["completion_mask"][j][keep].bool()
+        assert ours["prompt_ids"] == ids[~completion].tolist()
+        assert ours[f"{half}_ids"] == ids[completion].tolist() + [eos]
