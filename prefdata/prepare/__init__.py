@@ -41,6 +41,8 @@ from prefdata.report.hints import dropped_share_problem
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 from prefdata.tokenize.select import select_pair_tokenizer
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+from prefdata.settings.commands import PrepareSettings
+from prefdata.settings.declare import takes_settings
 
 
 @dataclass
@@ -58,6 +60,7 @@ class PrepareResult:
     problem: str = ""  # one line when the run kept no pair or dropped too many (exit 1); the CLI prints it
 
 
+@takes_settings(PrepareSettings)  # or settings=PrepareSettings(...): prefdata.settings
 def prepare(
     raw: str | Path,
     out: str | Path,

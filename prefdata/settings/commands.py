@@ -417,12 +417,13 @@ class Command:
     description: str
     positionals: tuple[Positional, ...]
     settings: type
+    function: str  # "module:name" of the Python function that runs it (imported only when it runs)
     examples: tuple[str, ...] = ()
 
 
-_RAW = Positional("raw", "RAW", "a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, a save_to_disk dataset, "
-                  "a Hub dataset id with a split (org/name:split, streamed), or a mix file (mix.toml: [[source]] tables "
-                  "with path and weight or rows, and a seed; see README 'Mixing sources')")
+_RAW = Positional("raw", "RAW", "a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, a save_to_disk "
+                  "dataset, a Hub dataset id with a split (org/name:split, streamed), or a mix file (mix.toml: "
+                  "[[source]] tables with path and weight or rows, and a seed; see README 'Mixing sources')")
 _PREPARED = Positional("out", "OUT", "a directory written by `prefdata prepare`")
 
 COMMANDS: dict[str, Command] = {c.name: c for c in (
@@ -431,24 +432,25 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "pairs, and write OUT/ (datasets.load_from_disk-able Arrow dataset, manifest.json, dropped.jsonl, "
             "quarantine.jsonl, report.json/.md/.html).",
             (_RAW, Positional("out", "OUT", "output directory (must not exist unless --overwrite)")), PrepareSettings,
+            "prefdata.prepare:prepare",
             ("prefdata prepare data/train.jsonl out/ --tokenizer path/to/tokenizer --max-length 2048 "
              "--max-prompt-length 1024",
              "prefdata prepare mix.toml out/ --tokenizer path/to/tokenizer --balance-length 0.5")),
     Command("validate", "run the checks and report; exit 1 on findings at error severity",
             "Run prefdata's checks on a raw file/directory or a prepared OUT/ and report. Writes nothing but --output.",
-            (Positional("input", "INPUT", "raw file/directory, a mix file (mix.toml, the records prepare would sample), "
-                        "or a prepared OUT/"),), ValidateSettings,
+            (Positional("input", "INPUT", "raw file/directory, a mix file (mix.toml, the records prepare would "
+                        "sample), or a prepared OUT/"),), ValidateSettings, "prefdata.validate.command:validate",
             ("prefdata validate data/train.jsonl --tokenizer path/to/tokenizer --max-length 2048",
              "prefdata validate data/ --policy pr --format github --baseline base-report.json")),
     Command("refs", "precompute reference-model log-probs into OUT/",
             "Add ref_chosen_logps / ref_rejected_logps (and completion token counts) to a prepared OUT/.",
-            (_PREPARED,), RefsSettings,
+            (_PREPARED,), RefsSettings, "prefdata.refs:compute_refs",
             ("prefdata refs out/ --model path/to/reference-model",
              "torchrun --nproc-per-node 8 -m prefdata refs out/ --model path/to/reference-model")),
     Command("train", "train a policy with DPO on OUT/ using its precomputed reference log-probs",
             "A lean DPO trainer: no reference model in memory; metrics.jsonl with TRL's metric names.",
             (Positional("out", "OUT", "a prepared OUT/ (with `prefdata refs` columns unless --loss simpo)"),),
-            TrainSettings,
+            TrainSettings, "prefdata.train.recipe:train",
             ("prefdata train out/ --model path/to/policy --output ckpt/ --beta 0.1 --lr 5e-7 --batch-pairs 8",)),
     Command("generate", "sample K completions per prompt from a policy into OUT/generations.jsonl",
             "Batched sampling (KV cache, left padding) with the prompt rendered as prepare renders it; one JSONL line "
@@ -456,21 +458,22 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             (Positional("prompts", "PROMPTS", "prompt-only rows ({\"prompt\": ...}) or preference data in any shape "
                         "prepare reads"),
              Positional("out", "OUT", "output directory (generations.jsonl goes there)")), GenerateSettings,
+            "prefdata.online.generate:generate",
             ("prefdata generate prompts.jsonl gen/ --model POLICY --samples 4 --max-new-tokens 256",)),
     Command("score", "reward generations (then pair best vs worst) or add reward columns to preference data",
             "Generations get a `reward` per sample and pairs.jsonl (highest vs lowest reward per prompt); an offline "
             "preference file gets reward_chosen/reward_rejected (validate then flags reward_disagrees).",
             (Positional("input", "INPUT", "generations.jsonl from `prefdata generate`, or a preference "
-                        "file/directory"),), ScoreSettings,
+                        "file/directory"),), ScoreSettings, "prefdata.online.score:score",
             ("prefdata score gen/generations.jsonl --reward-model RM",)),
     Command("online", "online DPO: rounds of generate -> score -> prepare -> refs -> train",
             "Each round samples from the current policy on fresh prompts, pairs best vs worst reward, checks the pairs "
             "like any prepared data, computes reference log-probs and trains one round. A rerun continues after the "
             "last finished round.",
             (Positional("prompts", "PROMPTS", "prompt-only rows or preference data in any shape prepare reads"),),
-            OnlineSettings,
+            OnlineSettings, "prefdata.online.rounds:run_online",
             ("prefdata online prompts.jsonl --model POLICY --reward-fn rules.py:my_reward --output run/ --rounds 10",)),
     Command("show", "print one row of OUT/ with its loss masks made visible",
             "Print a prepared row: prompt tokens, and per half the tokens the loss sees.", (_PREPARED,),
-            ShowSettings, ("prefdata show out/ --row 0",)),
+            ShowSettings, "prefdata.show:show_row", ("prefdata show out/ --row 0",)),
 )}
