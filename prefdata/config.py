@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.errors import PrefdataError
+from prefdata.settings.commands import COMMANDS as DECLARED
+from prefdata.settings.declare import names
 
-COMMANDS = ("prepare", "validate", "refs", "train", "show")
+COMMANDS = tuple(DECLARED)
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -30,8 +32,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise PrefdataError(f"config file {path} is not valid TOML: {exc}") from None
 
 
-def load_settings(command: str, config_file: str | None, allowed: set[str], cwd: Path | None = None) -> dict[str, Any]:
-    """Settings for `command` from the config file and pyproject.toml, validated against `allowed`."""
+def load_settings(command: str, config_file: str | None, allowed: set[str] | None = None,
+                  cwd: Path | None = None) -> dict[str, Any]:
+    """Settings for `command` from the config file and pyproject.toml, validated against `allowed`
+    (default: the command's declared settings, prefdata.settings.commands)."""
+    if allowed is None:
+        allowed = names(DECLARED[command].settings)
     merged: dict[str, Any] = {}
     pyproject = (cwd or Path.cwd()) / "pyproject.toml"
     sources: list[tuple[str, dict[str, Any]]] = []
@@ -57,7 +63,7 @@ def _settings_for(command: str, table: dict[str, Any], allowed: set[str], origin
             result[name] = value
         elif not isinstance(value, dict):
             _check_known_anywhere(name, origin)
-    section = table.get(command, {})
+    section = table.get(command, {})  # keys for this command only
     if not isinstance(section, dict):
         raise PrefdataError(f"{origin}: [{command}] must be a table")
     for key, value in section.items():
@@ -68,13 +74,8 @@ def _settings_for(command: str, table: dict[str, Any], allowed: set[str], origin
     return result
 
 
-_KNOWN_SHARED = {
-    "tokenizer", "policy", "max_length", "max_prompt_length", "chat_template", "model", "device",
-    "dtype", "batch_tokens", "batch_size", "trust_remote_code", "seed", "progress", "engine", "ray_address",
-    "workers", "partitioned_checks", "worker_writes", "template_kwargs", "chat_template_file", "template_date",
-    "loss_on", "pairing", "pairing_seed", "min_score_margin", "rating", "top_k",
-    "decontaminate_against", "decontaminate_field", "decontaminate_ngram", "decontaminate_completions", "balance_length",
-}
+# A top-level key is shared by the commands that have it: any command's declared setting is fine.
+_KNOWN_SHARED = frozenset().union(*(names(command.settings) for command in DECLARED.values()))
 
 
 def _check_known_anywhere(name: str, origin: str) -> None:

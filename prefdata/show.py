@@ -17,6 +17,8 @@ from typing import Any
 
 from prefdata.errors import PrefdataError
 from prefdata.io.manifest import require_pairs
+from prefdata.settings.commands import ShowSettings
+from prefdata.settings.declare import takes_settings
 
 LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
 
@@ -117,6 +119,7 @@ def _load_tokenizer(path: str | None) -> Any:
         hf_logging.set_verbosity(before)
 
 
+@takes_settings(ShowSettings)  # or settings=ShowSettings(...): prefdata.settings
 def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = None) -> str:
     """Text showing a row's source, flags, and both halves with their loss-masked tokens marked."""
     from prefdata.tokenize.masks import build_pair_batch, sequence_masks

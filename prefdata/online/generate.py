@@ -31,6 +31,8 @@ from prefdata.tokenize.template import (
     pinned_clock,
     template_messages,
 )
+from prefdata.settings.commands import GenerateSettings
+from prefdata.settings.declare import takes_settings
 
 GENERATIONS_FILE = "generations.jsonl"
 ENGINES = ("transformers", "vllm")
@@ -78,6 +80,7 @@ class GenerateResult:
         return text
 
 
+@takes_settings(GenerateSettings)  # or settings=GenerateSettings(...): prefdata.settings
 def generate(
     prompts: str | Path,
     out: str | Path,

@@ -41,6 +41,8 @@ from prefdata.online.score import make_scorer, score_generations
 from prefdata.quiet import quiet_libraries, wants_quiet
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 from prefdata.train.checkpoint import OPTIMIZER_DIR
+from prefdata.settings.commands import OnlineSettings
+from prefdata.settings.declare import takes_settings
 
 ROUNDS_FILE = "rounds.jsonl"
 CONFIG_FILE = "online_config.json"
@@ -87,6 +89,7 @@ def format_round(line: dict[str, Any]) -> str:
     return text
 
 
+@takes_settings(OnlineSettings)  # or settings=OnlineSettings(...): prefdata.settings
 def run_online(
     prompts: str | Path,
     *,

@@ -29,6 +29,8 @@ from prefdata.online.jsonl import write_jsonl
 from prefdata.online.pairs import PairStats, make_pairs
 from prefdata.online.rewards import RewardFunctionScorer, RewardModelScorer
 from prefdata.reasoning import REASONING_FIELDS, message_answer, split_reasoning
+from prefdata.settings.commands import ScoreSettings
+from prefdata.settings.declare import takes_settings
 
 Scorer = Callable[..., list[float]]
 CHUNK = 1024  # rows per reward-function call / progress step
@@ -71,6 +73,7 @@ def make_scorer(reward_model: str | Path | None, reward_fn: str | None, *, devic
                              trust_remote_code=trust_remote_code)
 
 
+@takes_settings(ScoreSettings)  # or settings=ScoreSettings(...): prefdata.settings
 def score(
     input: str | Path,
     *,

@@ -41,6 +41,8 @@ from prefdata.report.hints import dropped_share_problem
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 from prefdata.tokenize.select import select_pair_tokenizer
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+from prefdata.settings.commands import PrepareSettings
+from prefdata.settings.declare import takes_settings
 
 
 @dataclass
@@ -58,6 +60,7 @@ class PrepareResult:
     problem: str = ""  # one line when the run kept no pair or dropped too many (exit 1); the CLI prints it
 
 
+@takes_settings(PrepareSettings)  # or settings=PrepareSettings(...): prefdata.settings
 def prepare(
     raw: str | Path,
     out: str | Path,
@@ -95,27 +98,13 @@ def prepare(
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
-    `engine="ray"` runs the per-chunk work on a Ray cluster (`ray_address`, else RAY_ADDRESS, else
-    a local Ray) with `workers` actors (default: one per cluster CPU); OUT is the same as the local
-    engine's (same content hash). `partitioned_checks`: the dataset-wide checks by hash partitioning
-    across the workers in a first pass over the input (see prefdata.checks.partitioned); same OUT.
-    `worker_writes` (default: on with Ray): the workers write the Arrow shards themselves and no row
-    passes through this process (prefdata.prepare.shards); it implies `partitioned_checks`.
-    `template_kwargs`, `chat_template_file` and `template_date` decide how conversations render
-    (prefdata.tokenize.template); `loss_on="answer"` keeps a leading reasoning block out of the loss.
-    Records of scored completions become pairs by `pairing` (best-worst, best-vs-random-lower,
-    all-pairs, top-k with `top_k` pairs), seeded by `pairing_seed`, at least `min_score_margin`
-    apart, several ratings combined by `rating` ("mean" or one aspect's name): prefdata.pairing.
-    `decontaminate_against`: benchmark files (or Hub ids); pairs whose prompt (and, with
-    `decontaminate_completions`, a completion) shares a run of `decontaminate_ngram` words with a
-    benchmark item are flagged `benchmark_overlap` (prefdata.checks.decontaminate); the text is in
-    `decontaminate_field`, else found in a common field.
-    RAW may be a mix file (`mix.toml`, prefdata.io.mix): its sources' sampled records, with a
-    `source` column and a per-source report. `balance_length`: subsample the kept pairs to this
-    share of chosen-longer pairs (prefdata.prepare.balance; the rest are dropped as `length_balance`);
-    `seed`: its seed (default: the mix file's seed, else 0). Balancing runs in the two-pass write
-    (`worker_writes`), on either engine. Pairs made from scored completions are pairs like any
-    other: checked for benchmark overlap, balanced, counted in the pair ledger."""
+    Each setting is documented where it is declared, `prefdata.settings.commands.PrepareSettings`
+    (the same text as `prefdata prepare --help` and docs/cli.md); `settings=PrepareSettings(...)` may
+    stand for the keywords. How they combine: `balance_length` needs the two-pass write, so it turns
+    `worker_writes` on (refusing an explicit False); `worker_writes` (default: on with Ray) implies
+    `partitioned_checks`; `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
+    directory, a Hub id (`org/name:split`) or a mix file (prefdata.io.mix). Every engine and worker
+    count gives the same OUT (same content hash)."""
     from prefdata.io import writer as W
 
     started = time.time()
@@ -147,28 +136,10 @@ def prepare(
     pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k)
     pair_tokenizer = _pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
     tokenizer = tokenizer or processor
-    config = {
-        "raw": str(raw_path),
-        "tokenizer": str(tokenizer),
-        "processor": str(processor) if processor else None,
-        "max_length": max_length,
-        "max_prompt_length": max_prompt_length,
-        "chat_template": chat_template,
-        **template.record(),
-        "loss_on": loss_on,
-        **pairing_settings.record(),
-        "batch_size": batch_size,
-        "workers": workers,
-        "engine": engine,
-        "partitioned_checks": partitioned_checks,
-        "worker_writes": worker_writes,
-        "trust_remote_code": trust_remote_code,
-        "policy": loaded_policy.to_dict(),
-        "balance_length": balance_length,
-        "seed": seed,
-    }
-    if benchmarks is not None:
-        config["decontaminate"] = benchmarks[1].settings()
+    config = _config(raw_path, tokenizer, processor, settings, pairing_settings, loaded_policy, benchmarks,
+                     batch_size=batch_size, workers=workers, engine=engine, partitioned_checks=partitioned_checks,
+                     worker_writes=worker_writes, trust_remote_code=trust_remote_code,
+                     balance_length=balance_length, seed=seed)
 
     lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT
     try:
@@ -209,13 +180,18 @@ def prepare(
             raise
     finally:
         lock.release()
-    accounting = written.accounting
     if nothing_read:
         reasons = built.get("quarantine", {}).get("reasons") or [{"reason": "unreadable"}]
         raise PrefdataError(
-            f"no record of {raw_path} could be read: all {accounting['rows_in']:,} were quarantined, e.g. "
+            f"no record of {raw_path} could be read: all {written.accounting['rows_in']:,} were quarantined, e.g. "
             f"{reasons[0]['reason']} (every reason in {out_path / 'quarantine.jsonl'})"
         )
+    return _result(written, built, out_path, time.time() - started)
+
+
+def _result(written: Written, built: dict[str, Any], out_path: Path, seconds: float) -> PrepareResult:
+    """The run's result; `problem` says why a run that wrote OUT still failed (nothing kept, too many dropped)."""
+    accounting = written.accounting
     problem = ""
     if accounting["rows_out"] == 0 and accounting["pairs_made"] == 0:
         problem = (
@@ -238,9 +214,37 @@ def prepare(
         errors=written.errors,
         exit_code=1 if written.errors or problem else 0,
         report=built,
-        seconds=time.time() - started,
+        seconds=seconds,
         problem=problem,
     )
+
+
+def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settings: TokenizeSettings,
+            pairing: PairingSettings, policy: Policy, benchmarks: Any, **run: Any) -> dict[str, Any]:
+    """The effective config the manifest records (and the hand-off reads)."""
+    config = {
+        "raw": str(raw_path),
+        "tokenizer": str(tokenizer),
+        "processor": str(processor) if processor else None,
+        "max_length": settings.max_length,
+        "max_prompt_length": settings.max_prompt_length,
+        "chat_template": settings.chat_template,
+        **settings.template.record(),
+        "loss_on": settings.loss_on,
+        **pairing.record(),
+        "batch_size": run["batch_size"],
+        "workers": run["workers"],
+        "engine": run["engine"],
+        "partitioned_checks": run["partitioned_checks"],
+        "worker_writes": run["worker_writes"],
+        "trust_remote_code": run["trust_remote_code"],
+        "policy": policy.to_dict(),
+        "balance_length": run["balance_length"],
+        "seed": run["seed"],
+    }
+    if benchmarks is not None:
+        config["decontaminate"] = benchmarks[1].settings()
+    return config
 
 
 def _write_with_workers(

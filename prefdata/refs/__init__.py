@@ -62,6 +62,8 @@ from prefdata.refs.swap import (
     swap_dataset,
     with_ref_columns,
 )
+from prefdata.settings.commands import RefsSettings
+from prefdata.settings.declare import takes_settings
 
 __all__ = [
     "KILL_AFTER_SHARDS_ENV", "REF_COLUMNS", "SHARD_BATCHES", "SWAP_JOURNAL", "WORK_DIR", "RefsResult", "ShardValues",
@@ -110,6 +112,7 @@ class RefsResult:
         return line + f"; wrote {self.out_dir}/"
 
 
+@takes_settings(RefsSettings)  # or settings=RefsSettings(...): prefdata.settings
 @holding_out_lock("refs", when=is_rank_zero)  # one writer per OUT (rank 0 writes for all ranks)
 def compute_refs(
     out_dir: str | Path,

@@ -51,10 +51,13 @@ from prefdata.train.runtime import (
 )
 from prefdata.train.stall import StallDetector
 from prefdata.train.step import PairForward, run_eval, zero_margin_loss
+from prefdata.settings.commands import TrainSettings
+from prefdata.settings.declare import takes_settings
 
 __all__ = ["TrainResult", "train"]
 
 
+@takes_settings(TrainSettings)  # or settings=TrainSettings(...): prefdata.settings
 def train(
     out_dir: str | Path,
     *,

@@ -27,6 +27,8 @@ from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem
 from prefdata.report.sections import SCHEMA_VERSION
 from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
+from prefdata.settings.commands import ValidateSettings
+from prefdata.settings.declare import takes_settings
 
 if TYPE_CHECKING:
     from prefdata.checks.merge import DatasetMerge
@@ -70,6 +72,7 @@ def _refuse_unfinished_out(path: Path) -> None:
     raise PrefdataError(f"{path} is an unfinished prefdata OUT ({why})")
 
 
+@takes_settings(ValidateSettings)  # or settings=ValidateSettings(...): prefdata.settings
 def validate(
     input: str | Path,
     *,

@@ -1,0 +1,2 @@
+"""Each command's settings, declared once (prefdata.settings.commands), and the machinery that turns
+the declaration into flags, TOML keys, `--help` and docs tables (prefdata.settings.declare)."""

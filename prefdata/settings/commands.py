@@ -1,0 +1,479 @@
+"""Every command's settings, declared once: name (Python keyword and TOML key), type, default, help, flag.
+
+The CLI (prefdata.cli), the config loader (prefdata.config), `--help` and the docs' flag tables
+(docs/cli.md, the README's tables) are made from these classes. Each command's function takes the same
+names as keywords, or the whole object as `settings=` (tests/test_settings.py keeps both in step).
+
+Shared groups of flags (the chat template, pairing, decontamination...) are small dataclasses that a
+command's settings inherit, so a flag that several commands have is written once. Defaults that live in
+a heavy module (numpy, torch) are written here as literals; the signature test catches a drift.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefdata.pairing import DEFAULT_TOP_K, STRATEGIES
+from prefdata.settings.declare import Settings, setting
+from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE
+
+# `--help` sections, in the order they are shown.
+IO, TOKENS, TEMPLATE, CHECKS, PAIRING, DECON, BALANCE = (
+    "input and output", "tokenization", "chat template", "checks", "scored completions to pairs",
+    "benchmark decontamination", "length balance")
+MODEL, LOSS, OPTIM, SCHEDULE, SAMPLING, REWARD, ROUNDS, RUN = (
+    "model", "loss", "optimization", "evaluation and checkpoints", "sampling", "reward", "rounds", "run")
+GROUP_ORDER = (IO, MODEL, TOKENS, TEMPLATE, CHECKS, PAIRING, DECON, BALANCE, SAMPLING, REWARD, ROUNDS, LOSS, OPTIM,
+               SCHEDULE, RUN)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text}")
+    return value
+
+
+# ---- groups shared by several commands ------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class Progress(Settings):
+    progress: bool = setting(True, "hide progress bars", group=RUN, flag="--no-progress", action="off")
+
+
+@dataclass(kw_only=True)
+class TemplateOptions(Settings):
+    """How conversations render: the same flags on prepare, validate, generate and online."""
+
+    template_kwargs: dict[str, Any] | list[str] | None = setting(
+        None, "variables for the chat template, e.g. enable_thinking=false (values are JSON where they parse; "
+        "repeatable); recorded in the manifest", group=TEMPLATE, metavar="NAME=VALUE[,...]", action="append")
+    chat_template_file: str | Path | None = setting(
+        None, "a Jinja chat template that replaces the tokenizer's (e.g. a training template that keeps reasoning; "
+        "see docs/reasoning.md); recorded in the manifest", group=TEMPLATE, metavar="FILE")
+    template_date: str | None = setting(
+        DEFAULT_TEMPLATE_DATE, "the date templates print (strftime_now, date_string), pinned so OUT does not change "
+        "with the day", group=TEMPLATE, metavar="YYYY-MM-DD")
+
+
+@dataclass(kw_only=True)
+class TokenizeOptions(TemplateOptions):
+    """Truncation and rendering: prepare and validate."""
+
+    max_length: int | None = setting(None, "max prompt+completion tokens per half", group=TOKENS, metavar="N",
+                                     parse=positive_int)
+    max_prompt_length: int | None = setting(None, "max prompt tokens (cut from the left)", group=TOKENS, metavar="N",
+                                            parse=positive_int)
+    chat_template: bool = setting(
+        False, "render plain-string rows through the tokenizer's chat template (one user + one assistant turn)",
+        group=TEMPLATE, action="on")
+    trust_remote_code: bool = setting(
+        False, "allow tokenizer/model code from the model directory (off by default)", group=TOKENS, action="on")
+
+
+@dataclass(kw_only=True)
+class PairingOptions(Settings):
+    """How records of scored completions become pairs: the same flags on prepare and validate."""
+
+    pairing: str = setting(
+        "best-worst", "scored completions -> pairs: best-worst (the best vs the worst), best-vs-random-lower "
+        "(the best vs a random lower-scored one), all-pairs (every better/worse pair), top-k (the --top-k pairs "
+        "with the widest score gaps); higher scores and lower ranks are better (rank 1 beats rank 2); tied scores "
+        "are never paired", group=PAIRING, choices=STRATEGIES)
+    pairing_seed: int = setting(0, "seed for the random picks of --pairing (the pairs do not depend on --workers or "
+                                "--engine)", group=PAIRING, metavar="N", parse=int)
+    min_score_margin: float = setting(
+        0.0, "pair only completions whose scores differ by at least X (rank steps for ranks; 0: any strict "
+        "difference)", group=PAIRING, metavar="X", parse=non_negative_float)
+    rating: str = setting("mean", "completions with several ratings (UltraFeedback's annotations): their mean or the "
+                          "one named, e.g. helpfulness or overall_score", group=PAIRING, metavar="mean|NAME")
+    top_k: int = setting(DEFAULT_TOP_K, "pairs per prompt with --pairing top-k", group=PAIRING, metavar="K",
+                         parse=positive_int)
+
+
+@dataclass(kw_only=True)
+class DecontaminateOptions(Settings):
+    """Benchmark decontamination: the same flags on prepare and validate."""
+
+    decontaminate_against: str | Path | list[str | Path] | None = setting(
+        None, "benchmark files, directories or Hub ids (org/name:split) in any format prefdata reads; pairs whose "
+        "prompt shares a run of N words with a benchmark item are flagged benchmark_overlap (default policy: drop; "
+        "pr: error). The item's text is read from --decontaminate-field, else from the first of prompt, question, "
+        "problem, instruction, input, text that it has, else from a preference row's prompt", group=DECON,
+        metavar="PATH", action="many")
+    decontaminate_field: str | list[str] | None = setting(
+        None, "the benchmark field that holds the text, when it is none of the common ones (repeatable: each field "
+        "is matched on its own)", group=DECON, metavar="NAME", action="append")
+    decontaminate_ngram: int = setting(
+        13, "words in a run (13 as lm-eval-harness and GPT-3); words are lowercased and stripped of punctuation; "
+        "benchmark items of 8 to N-1 words are matched whole", group=DECON, metavar="N", parse=positive_int)
+    decontaminate_completions: bool = setting(
+        False, "also flag pairs whose chosen or rejected completion overlaps a benchmark item (e.g. a leaked answer)",
+        group=DECON, action="on")
+
+
+@dataclass(kw_only=True)
+class EngineOptions(Settings):
+    """Where the work runs: prepare and validate (refs declares its own, without partitioned checks)."""
+
+    engine: str = setting("local", "where the work runs: worker processes here (local) or a Ray cluster", group=RUN,
+                          choices=("local", "ray"))
+    ray_address: str | None = setting(None, "Ray cluster to use with --engine ray", group=RUN, metavar="ADDR",
+                                      default_text="RAY_ADDRESS, else a local Ray")
+    partitioned_checks: bool = setting(
+        False, "dataset-wide checks by hash partitioning across the workers (a first pass over the input; with "
+        "--engine ray no process holds every row's digests)", group=RUN, action="on")
+
+
+@dataclass(kw_only=True)
+class GenerationOptions(Settings):
+    """Sampling from a policy: generate and online."""
+
+    samples: int = setting(2, "completions sampled per prompt", group=SAMPLING, metavar="K", parse=positive_int)
+    max_new_tokens: int = setting(128, "token limit per completion", group=SAMPLING, metavar="N", parse=positive_int)
+    temperature: float = setting(1.0, "sampling temperature; 0 is greedy", group=SAMPLING, metavar="T", parse=float)
+    top_p: float = setting(1.0, "nucleus sampling mass", group=SAMPLING, metavar="P", parse=float)
+    seed: int = setting(0, "sampling seed", group=SAMPLING, parse=int)
+    batch_size: int = setting(8, "prompts per generate call, rows per reward-model batch", group=RUN, metavar="B",
+                              parse=positive_int)
+    engine: str = setting("transformers", "generation engine (vllm needs vLLM and a GPU)", group=RUN,
+                          choices=("transformers", "vllm"))
+    chat_template: bool = setting(False, "render string prompts through the policy's chat template (as prepare "
+                                  "--chat-template)", group=TEMPLATE, action="on")
+    device: str = setting("auto", "cpu, cuda or cuda:N; auto: cuda when available", group=RUN)
+    trust_remote_code: bool = setting(False, "allow model code from the model directories", group=MODEL, action="on")
+
+
+@dataclass(kw_only=True)
+class RewardOptions(Settings):
+    """What scores a completion: score and online."""
+
+    reward_model: str | Path | None = setting(None, "sequence-classification reward model directory (1 output)",
+                                              group=REWARD, metavar="RM", exclusive="reward")
+    reward_fn: str | None = setting(None, "reward function f(prompts, completions, **kwargs) -> list[float]",
+                                    group=REWARD, metavar="FILE.py:NAME", exclusive="reward")
+    score_reasoning: bool = setting(
+        False, "score the whole completion, reasoning included (default: the final answer, a leading "
+        "<think>...</think> block removed)", group=REWARD, action="on")
+
+
+# ---- the commands ---------------------------------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
+    tokenizer: str | None = setting(None, "Hugging Face tokenizer directory (required unless --processor)",
+                                    group=IO, metavar="PATH")
+    processor: str | None = setting(
+        None, "instead of --tokenizer, for image pairs: an AutoProcessor directory; its chat template renders the "
+        "prompt, and each image placeholder is expanded exactly as the processor expands it (learned from the "
+        "processor at start: <image> x N as LLaVA, <|vision_start|><|image_pad|>...<|vision_end|> with a "
+        "size-dependent N as Qwen2-VL, fixed text around the run as Gemma 3); a processor whose layout changes with "
+        "the image (Idefics3 / SmolVLM rows x cols tiles) gets each image's text as the processor builds it for that "
+        "width x height, cached by size; one that neither rule reproduces exactly is refused. Needs Pillow only "
+        "(prefdata[vision]): no torchvision, no video processor", group=IO, metavar="PATH")
+    policy: str | Path | None = setting(None, "check policy: bundled `default` or `pr`, or a TOML file", group=CHECKS,
+                                        metavar="NAME|FILE", default_text="default")
+    loss_on: str = setting(
+        "all", "all completion tokens in the loss, or only the answer: a leading reasoning block "
+        "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)", group=TOKENS,
+        choices=("all", "answer"))
+    balance_length: float | None = setting(
+        None, "subsample the kept pairs so that chosen is the longer half (tokens, before truncation) in TARGET of "
+        "them (0.5 when given without a value); the pairs removed go to dropped.jsonl flagged length_balance "
+        "(seeded by --seed; they do not count toward max_dropped_share). Give it after RAW OUT, or with a value",
+        group=BALANCE, metavar="TARGET", parse=share, action="optional-value", const=0.5, default_text="off")
+    seed: int | None = setting(None, "seed of --balance-length's subsample", group=BALANCE, parse=int,
+                               default_text="the mix file's seed, else 0")
+    overwrite: bool = setting(False, "replace an existing OUT written by prefdata", group=IO, action="on")
+    batch_size: int = setting(1000, "records per processing batch", group=RUN, metavar="N", parse=positive_int)
+    workers: int | None = setting(None, "processes that tokenize (with --engine ray: Ray actors)", group=RUN,
+                                  metavar="N", parse=positive_int,
+                                  default_text="all cores, at most 8; with --engine ray one per cluster CPU")
+    worker_writes: bool | None = setting(
+        None, "the workers write the Arrow shards themselves, so no row passes through one process (implies "
+        "--partitioned-checks; on a cluster OUT must be on shared storage)", group=RUN, action="on/off",
+        default_text="on with --engine ray")
+
+
+@dataclass(kw_only=True)
+class ValidateSettings(Progress, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
+    tokenizer: str | None = setting(None, "also run token-level checks (after truncation)", group=IO, metavar="PATH")
+    processor: str | None = setting(
+        None, "instead of --tokenizer, for image pairs: an AutoProcessor directory; counts each image's tokens as "
+        "prepare --processor does (lengths, image_truncated, tokens per image); without it image placeholders are "
+        "only counted against the images (needs Pillow: prefdata[vision])", group=IO, metavar="PATH")
+    policy: str | Path | None = setting(None, "check policy: bundled `default` or `pr` (strict, for PRs), or a TOML "
+                                        "file", group=CHECKS, metavar="NAME|FILE", default_text="default")
+    format: str = setting("text", "report format", group=IO, choices=("text", "json", "markdown", "github", "html"))
+    output: str | Path | None = setting(None, "write the report here instead of stdout", group=IO, metavar="FILE")
+    baseline: str | Path | None = setting(None, "report from the base branch: only regressions fail", group=CHECKS,
+                                          metavar="REPORT.json")
+    against: str | Path | None = setting(None, "flag prompts that also occur in OTHER (e.g. the eval split)",
+                                         group=CHECKS, metavar="OTHER")
+    template_date: str | None = setting(
+        None, "the date templates print (strftime_now, date_string), pinned so OUT does not change with the day",
+        group=TEMPLATE, metavar="YYYY-MM-DD", default_text=DEFAULT_TEMPLATE_DATE)
+    batch_size: int = setting(1000, "records per processing batch", group=RUN, flag=False)
+    workers: int | None = setting(None, "processes that check raw input (with --engine ray: Ray actors)", group=RUN,
+                                  metavar="N", parse=positive_int, default_text="all cores, at most 8")
+
+
+@dataclass(kw_only=True)
+class RefsSettings(Progress):
+    routed = frozenset({"engine", "ray_address", "workers"})  # the CLI runs compute_refs_on_ray with these
+    python_only = frozenset({"rank", "world_size", "loaded_model"})
+
+    model: str | None = setting(None, "reference model directory (required)", group=MODEL, metavar="PATH")
+    processor: str | None = setting(
+        None, "image OUTs (prepared with --processor): the AutoProcessor directory whose image processor makes the "
+        "pixel values; must be the one OUT was prepared with", group=MODEL, metavar="DIR",
+        default_text="--model when it holds processor files, else the manifest's")
+    device: str = setting("auto", "auto: cuda when available", group=RUN, choices=("auto", "cpu", "cuda"))
+    dtype: str = setting("auto", "auto: bf16 on GPU, fp32 on CPU", group=MODEL, choices=("auto", "float32", "bfloat16"))
+    batch_tokens: int = setting(16384, "token budget per forward batch", group=RUN, metavar="N", parse=positive_int)
+    trust_remote_code: bool = setting(False, "allow model code from the model directory", group=MODEL, action="on")
+    recompute: bool = setting(
+        False, "compute the refs again even when OUT already holds them from this model, dtype and device type "
+        "(otherwise such a rerun says so and stops, exit 0)", group=IO, action="on")
+    resume: bool = setting(True, "continue from the finished shards of a killed run", group=RUN, flag=False)
+    layout: str = setting("auto", "how pairs are laid out in a forward (auto, packed, padded)", group=RUN, flag=False)
+    shard_batches: int = setting(8, "batches per resumable shard", group=RUN, flag=False)
+    workers: int | None = setting(None, "with --engine ray: model actors", group=RUN, metavar="N", parse=positive_int,
+                                  default_text="one per GPU, else one per CPU")
+    engine: str = setting("local", "where the work runs: this process (local) or a Ray cluster", group=RUN,
+                          choices=("local", "ray"))
+    ray_address: str | None = setting(None, "Ray cluster to use with --engine ray", group=RUN, metavar="ADDR",
+                                      default_text="RAY_ADDRESS, else a local Ray")
+
+
+@dataclass(kw_only=True)
+class TrainSettings(Progress):
+    python_only = frozenset({"loaded_policy"})
+
+    model: str | Path | None = setting(None, "policy model to start from (required)", group=MODEL, metavar="PATH")
+    processor: str | Path | None = setting(
+        None, "image OUTs (prepared with --processor): the AutoProcessor directory whose image processor makes the "
+        "pixel values; must be the one OUT was prepared with; saved with the trained model", group=MODEL,
+        metavar="DIR", default_text="--model when it holds processor files, else the manifest's")
+    output: str | Path | None = setting(None, "where checkpoints, metrics.jsonl and the final model go (required)",
+                                        group=IO, metavar="DIR")
+    loss: str = setting("sigmoid", "preference loss (sigmoid: DPO); simpo needs no reference log-probs", group=LOSS,
+                        choices=("sigmoid", "ipo", "hinge", "robust", "simpo"))
+    beta: float = setting(0.1, "strength of the implicit KL penalty / reward scale", group=LOSS, parse=float)
+    label_smoothing: float = setting(0.0, "assumed share of flipped labels, sigmoid/robust loss", group=LOSS,
+                                     parse=float)
+    lr: float = setting(5e-6, "peak learning rate of AdamW", group=OPTIM, parse=float)
+    epochs: int = setting(1, "passes over the data", group=OPTIM, metavar="N", parse=positive_int, exclusive="length")
+    max_steps: int | None = setting(None, "stop after N optimizer steps instead of --epochs", group=OPTIM,
+                                    metavar="N", parse=positive_int, exclusive="length")
+    batch_tokens: int | None = setting(None, "token budget per micro-batch (instead of --batch-pairs)", group=OPTIM,
+                                       metavar="N", parse=positive_int, exclusive="size")
+    batch_pairs: int = setting(8, "pairs per micro-batch", group=OPTIM, metavar="N", parse=positive_int,
+                               exclusive="size")
+    grad_accum: int = setting(1, "micro-batches per optimizer step", group=OPTIM, metavar="N", parse=positive_int)
+    eval_dir: str | Path | None = setting(None, "a prepared eval split to evaluate on", group=SCHEDULE, flag="--eval",
+                                          metavar="OUT_EVAL")
+    eval_every: int | None = setting(None, "also evaluate every N steps", group=SCHEDULE, metavar="N",
+                                     parse=positive_int)
+    simpo_gamma: float = setting(0.5, "SimPO target margin", group=LOSS, parse=float)
+    ld_alpha: float | None = setting(
+        None, "length-desensitized DPO (LD-DPO, TRL's ld_alpha), in [0, 1]: the log-probs of each half's tokens "
+        "beyond the shorter half's length count ALPHA times, in the policy's and the reference's sums (1 is plain "
+        "DPO, 0 ignores the extra length); needs refs from this prefdata version; not with simpo", group=LOSS,
+        metavar="ALPHA", parse=float, default_text="off")
+    warmup_ratio: float = setting(0.1, "share of steps for linear warmup", group=OPTIM, parse=float)
+    lr_schedule: str = setting("cosine", "learning rate after warmup: cosine or linear decay to 0 at the last step, "
+                               "or constant", group=OPTIM, choices=("cosine", "linear", "constant"))
+    max_grad_norm: float | None = setting(1.0, "gradient clipping norm", group=OPTIM, parse=float)
+    save_every: int | None = setting(500, "checkpoint every N steps", group=SCHEDULE, metavar="N", parse=positive_int)
+    stall_steps: int = setting(20, "steps at ln 2 before the stall warning", group=SCHEDULE, metavar="N",
+                               parse=positive_int)
+    seed: int = setting(0, "seed for shuffling and initialization", group=RUN, parse=int)
+    shuffle: bool = setting(True, "keep the data order instead of a seeded shuffle per epoch", group=RUN,
+                            flag="--no-shuffle", action="off")
+    resume: bool = setting(False, "continue from the last checkpoint in --output", group=SCHEDULE, action="on")
+    fail_on_stall: bool = setting(False, "exit 1 when the loss stalls at ln 2", group=SCHEDULE, action="on")
+    device: str = setting("auto", "cpu, cuda or cuda:N; auto: cuda when available", group=RUN)
+    lora: bool = setting(False, "train LoRA adapters (needs the `lora` extra: peft)", group=MODEL, action="on")
+    trust_remote_code: bool = setting(False, "allow model code from the model directory (off by default)",
+                                      group=MODEL, action="on")
+    log_every: int = setting(1, "steps between metrics.jsonl lines", group=SCHEDULE, flag=False)
+    layout: str = setting("auto", "how pairs are laid out in a forward (auto, packed, padded)", group=RUN, flag=False)
+    schedule_steps: int | None = setting(None, "the steps the learning-rate schedule spans (online: the whole run)",
+                                         group=OPTIM, flag=False)
+    optimizer_from: str | Path | None = setting(None, "a saved optimizer state to continue from (online rounds)",
+                                                group=OPTIM, flag=False)
+    save_optimizer: bool = setting(False, "save the optimizer state with the model (online rounds)", group=OPTIM,
+                                   flag=False)
+
+
+@dataclass(kw_only=True)
+class GenerateSettings(Progress, TemplateOptions, GenerationOptions):
+    model: str | Path | None = setting(None, "policy model directory (required)", group=MODEL, metavar="POLICY")
+    overwrite: bool = setting(False, "replace an existing OUT/generations.jsonl", group=IO, action="on")
+
+
+@dataclass(kw_only=True)
+class ScoreSettings(Progress, RewardOptions):
+    output: str | Path | None = setting(None, "scored rows", group=IO, metavar="FILE",
+                                        default_text="generations in place, else INPUT.scored.jsonl")
+    pairs: str | Path | None = setting(None, "where generation pairs go", group=IO, metavar="FILE",
+                                       default_text="pairs.jsonl beside INPUT")
+    batch_size: int = setting(8, "rows per reward-model batch", group=RUN, metavar="B", parse=positive_int)
+    missing_eos_penalty: float | None = setting(
+        None, "subtract X from the reward of an unfinished sample before pairing (TRL's missing_eos_penalty)",
+        group=REWARD, metavar="X", parse=float)
+    device: str = setting("auto", "cpu, cuda or cuda:N; auto: cuda when available", group=RUN)
+    trust_remote_code: bool = setting(False, "allow model code from the reward model directory", group=MODEL,
+                                      action="on")
+
+
+@dataclass(kw_only=True)
+class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions):
+    model: str | Path | None = setting(None, "starting policy directory (required)", group=MODEL, metavar="POLICY")
+    output: str | Path | None = setting(None, "run directory: round-<r>/, rounds.jsonl, policy/ (required)",
+                                        group=IO, metavar="DIR")
+    rounds: int = setting(1, "rounds to run", group=ROUNDS, metavar="R", parse=positive_int)
+    prompts_per_round: int = setting(64, "fresh prompts per round", group=ROUNDS, metavar="N", parse=positive_int)
+    ref_model: str | Path | None = setting(None, "reference model", group=MODEL, metavar="M",
+                                           default_text="the starting policy")
+    max_length: int | None = setting(None, "max prompt+completion tokens per half when preparing", group=TOKENS,
+                                     metavar="N", parse=positive_int)
+    max_prompt_length: int | None = setting(None, "max prompt tokens when preparing", group=TOKENS, metavar="N",
+                                            parse=positive_int)
+    policy: str | Path | None = setting(None, "check policy: bundled `default` or `pr`, or a TOML file", group=CHECKS,
+                                        metavar="NAME|FILE", default_text="default")
+    loss: str = setting("sigmoid", "preference loss", group=LOSS, choices=("sigmoid", "ipo", "hinge", "robust"))
+    beta: float = setting(0.1, "DPO beta", group=LOSS, parse=float)
+    lr: float = setting(5e-6, "peak learning rate", group=OPTIM, parse=float)
+    lr_schedule: str = setting(
+        "cosine", "one schedule over the whole run, not per round: one optimizer (AdamW) continues from round to "
+        "round, as in TRL's OnlineDPOTrainer; the rate decays to 0 at the run's planned last step (rounds x epochs x "
+        "ceil(prompts-per-round / batch-pairs))", group=OPTIM, choices=("cosine", "linear", "constant"))
+    epochs: int = setting(1, "passes over each round's pairs before sampling again (TRL: one pass)", group=OPTIM,
+                          parse=positive_int)
+    batch_pairs: int = setting(
+        8, "pairs per optimizer step (TRL's per_device_train_batch_size). A round of N prompts takes "
+        "ceil(N / batch-pairs) steps per epoch: N = batch-pairs is fully online (a step per sampling)", group=OPTIM,
+        metavar="N", parse=positive_int)
+    warmup_ratio: float = setting(0.0, "share of the run's planned steps for linear warmup", group=OPTIM, parse=float)
+    missing_eos_penalty: float | None = setting(
+        None, "subtract X from the reward of a sample that hit --max-new-tokens before pairing (TRL's "
+        "missing_eos_penalty). To drop such pairs instead: completion_truncated = \"drop\" in the check policy",
+        group=REWARD, metavar="X", parse=float, default_text="none")
+    keep_round_policies: bool = setting(False, "keep every round's weights (default: only the current policy's)",
+                                        group=IO, action="on")
+
+
+@dataclass(kw_only=True)
+class ShowSettings(Progress):
+    routed = frozenset({"progress"})  # show prints one row: no progress bar to hide
+
+    row: int | None = setting(None, "row index in the dataset", group=IO, parse=int, default_text="0")
+    line: int | None = setting(None, "find the row by its source line instead", group=IO, parse=int)
+
+
+@dataclass(frozen=True)
+class Positional:
+    name: str
+    metavar: str
+    help: str
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command as the CLI and the docs show it."""
+
+    name: str
+    help: str
+    description: str
+    positionals: tuple[Positional, ...]
+    settings: type
+    function: str  # "module:name" of the Python function that runs it (imported only when it runs)
+    examples: tuple[str, ...] = ()
+
+
+_RAW = Positional("raw", "RAW", "a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, a save_to_disk "
+                  "dataset, a Hub dataset id with a split (org/name:split, streamed), or a mix file (mix.toml: "
+                  "[[source]] tables with path and weight or rows, and a seed; see README 'Mixing sources')")
+_PREPARED = Positional("out", "OUT", "a directory written by `prefdata prepare`")
+
+COMMANDS: dict[str, Command] = {c.name: c for c in (
+    Command("prepare", "read raw pairs, tokenize, check, write an Arrow dataset to OUT/",
+            "Read any common preference format, tokenize with the model's chat template, truncate, flag and drop bad "
+            "pairs, and write OUT/ (datasets.load_from_disk-able Arrow dataset, manifest.json, dropped.jsonl, "
+            "quarantine.jsonl, report.json/.md/.html).",
+            (_RAW, Positional("out", "OUT", "output directory (must not exist unless --overwrite)")), PrepareSettings,
+            "prefdata.prepare:prepare",
+            ("prefdata prepare data/train.jsonl out/ --tokenizer path/to/tokenizer --max-length 2048 "
+             "--max-prompt-length 1024",
+             "prefdata prepare mix.toml out/ --tokenizer path/to/tokenizer --balance-length 0.5")),
+    Command("validate", "run the checks and report; exit 1 on findings at error severity",
+            "Run prefdata's checks on a raw file/directory or a prepared OUT/ and report. Writes nothing but --output.",
+            (Positional("input", "INPUT", "raw file/directory, a mix file (mix.toml, the records prepare would "
+                        "sample), or a prepared OUT/"),), ValidateSettings, "prefdata.validate.command:validate",
+            ("prefdata validate data/train.jsonl --tokenizer path/to/tokenizer --max-length 2048",
+             "prefdata validate data/ --policy pr --format github --baseline base-report.json")),
+    Command("refs", "precompute reference-model log-probs into OUT/",
+            "Add ref_chosen_logps / ref_rejected_logps (and completion token counts) to a prepared OUT/.",
+            (_PREPARED,), RefsSettings, "prefdata.refs:compute_refs",
+            ("prefdata refs out/ --model path/to/reference-model",
+             "torchrun --nproc-per-node 8 -m prefdata refs out/ --model path/to/reference-model")),
+    Command("train", "train a policy with DPO on OUT/ using its precomputed reference log-probs",
+            "A lean DPO trainer: no reference model in memory; metrics.jsonl with TRL's metric names.",
+            (Positional("out", "OUT", "a prepared OUT/ (with `prefdata refs` columns unless --loss simpo)"),),
+            TrainSettings, "prefdata.train.recipe:train",
+            ("prefdata train out/ --model path/to/policy --output ckpt/ --beta 0.1 --lr 5e-7 --batch-pairs 8",)),
+    Command("generate", "sample K completions per prompt from a policy into OUT/generations.jsonl",
+            "Batched sampling (KV cache, left padding) with the prompt rendered as prepare renders it; one JSONL line "
+            "per sample with prompt, completion, sample, source_file, source_line, finished.",
+            (Positional("prompts", "PROMPTS", "prompt-only rows ({\"prompt\": ...}) or preference data in any shape "
+                        "prepare reads"),
+             Positional("out", "OUT", "output directory (generations.jsonl goes there)")), GenerateSettings,
+            "prefdata.online.generate:generate",
+            ("prefdata generate prompts.jsonl gen/ --model POLICY --samples 4 --max-new-tokens 256",)),
+    Command("score", "reward generations (then pair best vs worst) or add reward columns to preference data",
+            "Generations get a `reward` per sample and pairs.jsonl (highest vs lowest reward per prompt); an offline "
+            "preference file gets reward_chosen/reward_rejected (validate then flags reward_disagrees).",
+            (Positional("input", "INPUT", "generations.jsonl from `prefdata generate`, or a preference "
+                        "file/directory"),), ScoreSettings, "prefdata.online.score:score",
+            ("prefdata score gen/generations.jsonl --reward-model RM",)),
+    Command("online", "online DPO: rounds of generate -> score -> prepare -> refs -> train",
+            "Each round samples from the current policy on fresh prompts, pairs best vs worst reward, checks the pairs "
+            "like any prepared data, computes reference log-probs and trains one round. A rerun continues after the "
+            "last finished round.",
+            (Positional("prompts", "PROMPTS", "prompt-only rows or preference data in any shape prepare reads"),),
+            OnlineSettings, "prefdata.online.rounds:run_online",
+            ("prefdata online prompts.jsonl --model POLICY --reward-fn rules.py:my_reward --output run/ --rounds 10",)),
+    Command("show", "print one row of OUT/ with its loss masks made visible",
+            "Print a prepared row: prompt tokens, and per half the tokens the loss sees.", (_PREPARED,),
+            ShowSettings, "prefdata.show:show_row", ("prefdata show out/ --row 0",)),
+)}

@@ -1,0 +1,174 @@
+"""How one setting is declared: a dataclass field whose metadata says how it looks on the command line.
+
+A command's settings are one dataclass (prefdata.settings.commands). Each field holds the setting's
+name (the Python keyword and the TOML key), its type, its default and its help text; the metadata adds
+the flag, metavar, parser and `--help` section. The CLI's argparse parser, the TOML keys the config
+loader accepts, the `--help` text and the docs' flag tables are all made from these fields, so the
+four cannot drift apart (tests/test_settings.py checks the function signatures and docs against them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, TypeVar
+
+_KEY = "prefdata"
+Fn = TypeVar("Fn", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a setting appears on the command line (and in `--help` and the docs)."""
+
+    help: str
+    flag: str | None  # None: a Python and TOML setting with no flag
+    group: str
+    metavar: str | None = None
+    parse: Callable[[str], Any] | None = None
+    choices: tuple[str, ...] | None = None
+    action: str | None = None  # "on" (store_true), "off" (--no-X, store_false), "on/off", "append", "many"
+    const: Any = None  # with action "optional-value": the value of the bare flag
+    exclusive: str | None = None  # settings sharing this name are mutually exclusive
+    default_text: str | None = None  # the default in words, where it is decided at run time
+
+
+def setting(
+    default: Any,
+    help: str,
+    *,
+    group: str,
+    flag: str | None | bool = True,
+    metavar: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    choices: tuple[str, ...] | list[str] | None = None,
+    action: str | None = None,
+    const: Any = None,
+    exclusive: str | None = None,
+    default_text: str | None = None,
+) -> Any:
+    """A dataclass field for one setting. `flag=True` derives `--max-length` from `max_length` (set after
+    the field is named, in `flags_of`); `flag=False` declares a setting with no flag."""
+    spec = Flag(help=help, flag=None if flag is False else ("" if flag is True else flag), group=group,
+                metavar=metavar, parse=parse, choices=tuple(choices) if choices else None, action=action,
+                const=const, exclusive=exclusive, default_text=default_text)
+    return field(default=default, metadata={_KEY: spec})
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One declared setting, its field name resolved."""
+
+    name: str
+    default: Any
+    type: str
+    spec: Flag
+
+    @property
+    def flag(self) -> str | None:
+        if self.spec.flag is None:
+            return None
+        return self.spec.flag or "--" + self.name.replace("_", "-")
+
+    def default_words(self) -> str | None:
+        """The default as `--help` and the docs say it; None when there is nothing to say."""
+        if self.spec.default_text is not None:
+            return self.spec.default_text
+        if self.default is None or self.spec.action in ("on", "off"):
+            return None
+        return str(self.default)
+
+    def help_line(self) -> str:
+        words = self.default_words()
+        return f"{self.spec.help} (default {words})" if words else self.spec.help
+
+
+class Settings:
+    """Base of every command's settings dataclass: the keyword form, and the names only Python takes."""
+
+    # Keywords the command's function takes that are no setting (objects, torchrun's rank): not TOML keys.
+    python_only: ClassVar[frozenset[str]] = frozenset()
+    # Settings the CLI consumes itself before calling the function (e.g. refs' --engine ray).
+    routed: ClassVar[frozenset[str]] = frozenset()
+
+    def keywords(self) -> dict[str, Any]:
+        """The settings as the keyword arguments of the command's function."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                if f.name not in self.routed}
+
+
+def declared(cls: type) -> list[Declared]:
+    """Every setting of a settings dataclass, in declaration order."""
+    return [Declared(f.name, f.default, str(f.type), f.metadata[_KEY]) for f in dataclasses.fields(cls)]
+
+
+def names(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
+def with_flags(cls: type, order: tuple[str, ...]) -> list[Declared]:
+    """The settings that have a flag, section by section in `order` (declaration order within one)."""
+    rank = {group: index for index, group in enumerate(order)}
+    items = [item for item in declared(cls) if item.flag is not None]
+    return sorted(items, key=lambda item: rank.get(item.spec.group, len(rank)))
+
+
+def add_to_parser(parser: argparse.ArgumentParser, cls: type, order: tuple[str, ...]) -> dict[str, Any]:
+    """The settings' flags, in `--help` sections by group; returns the sections. Every default is None, so
+    that a flag left out does not override the config file; the declared default applies when no source
+    sets it."""
+    groups: dict[str, Any] = {}
+    exclusive: dict[str, Any] = {}
+    for item in with_flags(cls, order):
+        spec = item.spec
+        group = groups.get(spec.group) or groups.setdefault(spec.group, parser.add_argument_group(spec.group))
+        target = group
+        if spec.exclusive:
+            target = exclusive.get(spec.exclusive) or exclusive.setdefault(
+                spec.exclusive, group.add_mutually_exclusive_group())
+        target.add_argument(item.flag, dest=item.name, default=None, help=item.help_line(), **_argparse_kind(item))
+    return groups
+
+
+def _argparse_kind(item: Declared) -> dict[str, Any]:
+    spec = item.spec
+    if spec.action == "on":
+        return {"action": "store_true"}
+    if spec.action == "off":
+        return {"action": "store_false"}
+    if spec.action == "on/off":
+        return {"action": argparse.BooleanOptionalAction}
+    kind: dict[str, Any] = {"metavar": spec.metavar} if spec.metavar and not spec.choices else {}
+    if spec.parse:
+        kind["type"] = spec.parse
+    if spec.choices:
+        kind["choices"] = spec.choices
+    if spec.action == "append":
+        kind["action"] = "append"
+    elif spec.action == "many":
+        kind["nargs"] = "+"
+    elif spec.action == "optional-value":
+        kind.update(nargs="?", const=spec.const)
+    return kind
+
+
+def takes_settings(cls: type) -> Callable[[Fn], Fn]:
+    """Let a command's function take its settings as one typed object, `settings=PrepareSettings(...)`,
+    besides its keywords (which win over the object's values)."""
+
+    def wrap(function: Fn) -> Fn:
+        @functools.wraps(function)
+        def call(*args: Any, settings: Any = None, **keywords: Any) -> Any:
+            if settings is not None:
+                if not isinstance(settings, cls):
+                    raise TypeError(f"{function.__name__}() takes settings={cls.__name__}(...), "
+                                    f"got {type(settings).__name__}")
+                keywords = {**settings.keywords(), **keywords}
+            return function(*args, **keywords)
+
+        call.settings_class = cls  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return wrap
