@@ -24,7 +24,6 @@ from tests.train.test_train import CHOSEN, PROMPTS, REJECTED
 from tests.train.test_train import make_out as make_train_out
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
 
 
 def _torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -43,6 +42,7 @@ def _bars(stderr: str, desc: str) -> int:
     return len(re.findall(rf"{desc}:\s+0%\|", stderr))
 
 
+@pytest.mark.slow
 def test_refs_under_torchrun_equal_one_process_and_speak_once(tmp_path, tiny_model_dir):
     single = make_ids_out(tmp_path / "single", tiny_model_dir)
     compute_refs(single, tiny_model_dir, batch_tokens=200, progress=False, shard_batches=1, device="cpu")
@@ -63,6 +63,7 @@ def test_refs_under_torchrun_equal_one_process_and_speak_once(tmp_path, tiny_mod
     assert _bars(proc.stderr, "refs") == 1, proc.stderr
 
 
+@pytest.mark.slow
 def test_train_under_torchrun_equals_one_process_with_the_same_global_batch(tmp_path, tiny_model_dir):
     out = make_train_out(tmp_path / "out", tiny_model_dir, [(p, CHOSEN, REJECTED) for p in PROMPTS])
     settings = dict(lr=3e-3, warmup_ratio=0.0, max_steps=3, seed=0)
@@ -95,3 +96,16 @@ def test_train_under_torchrun_equals_one_process_with_the_same_global_batch(tmp_
     assert len(summaries) == 1 and summaries[0].startswith("trained 3 steps (0.75 epochs)"), proc.stdout
     assert proc.stdout.count("model: ") == 1
     assert _bars(proc.stderr, "train") == 1, proc.stderr
+
+
+def test_other_ranks_print_no_summary_and_tag_their_errors(tmp_path, tiny_model_dir, monkeypatch, capsys):
+    from prefdata.cli import main
+
+    missing = tmp_path / "missing-out"
+    monkeypatch.setenv("RANK", "1")
+    assert main(["train", str(missing), "--model", tiny_model_dir, "--output", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("prefdata train (rank 1): error: ") and err.count("\n") == 1
+    monkeypatch.setenv("RANK", "0")
+    assert main(["train", str(missing), "--model", tiny_model_dir, "--output", str(tmp_path / "run")]) == 2
+    assert capsys.readouterr().err.startswith("prefdata train: error: ")
