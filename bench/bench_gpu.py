@@ -147,7 +147,8 @@ def refs_rows(out: Path, model_dir: Path, ids: dict, device: str, tiny: bool, fp
     import datasets
     import numpy as np
 
-    tokens = sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(ids["prompt_ids"], ids["chosen_ids"], ids["rejected_ids"]))
+    halves = zip(ids["prompt_ids"], ids["chosen_ids"], ids["rejected_ids"])
+    tokens = sum(2 * len(p) + len(c) + len(r) for p, c, r in halves)  # TRL's count, for every row
     batch_tokens, trl_batch = (2048, 4) if tiny else (32768, 8)
     theirs = None
     trl_row = _row("refs", "TRL precompute_ref_log_probs (padded)", tokens=tokens)
