@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both set up .venv first.
 PY := .venv/bin/python
 
-.PHONY: setup demo test bench
+.PHONY: setup demo test bench bench-gpu
 
 setup:
 	@bash scripts/setup.sh
@@ -14,3 +14,9 @@ test: setup
 
 bench: setup
 	$(PY) bench/bench_prepare.py --quick
+
+# On a machine with one NVIDIA GPU: setup installs the CUDA build of torch (nvidia-smi finds the GPU),
+# then every GPU row (refs and train vs TRL, MFU, layouts, peak memory, the GPU tests) in one table:
+# bench/results/gpu.md and gpu.json. Sized to finish in under 10 minutes on one H100-class GPU (not yet run on one).
+bench-gpu: setup
+	PYTHONUNBUFFERED=1 $(PY) bench/bench_gpu.py

@@ -29,7 +29,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 SHARED = REPO.parent / "shared" / "assets"
 TOKENIZER = SHARED / "tokenizers" / "qwen2.5-instruct"
 DATA = SHARED / "data" / "ultrafeedback-sample" / "train.jsonl"
-BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0, "L4": 121.0}
 NOT_MEASURED = "not measured (no GPU)"
 
 
@@ -92,7 +91,8 @@ def make_out(out: Path, model_dir: Path, ids: dict) -> None:
     write_manifest(out, {"tokenizer": {"fingerprint": tokenizer_fingerprint(tok), "pad_token_id": tok.pad_token_id}})
 
 
-def run_prefdata(out: Path, model_dir: Path, device: str, batch_tokens: int) -> dict:
+def run_prefdata(out: Path, model_dir: Path, device: str, batch_tokens: int, layout: str = "auto") -> dict:
+    """`prefdata refs` on OUT (computed again when OUT already holds refs) under `layout`."""
     import torch
 
     from prefdata.refs import compute_refs
@@ -113,7 +113,8 @@ def run_prefdata(out: Path, model_dir: Path, device: str, batch_tokens: int) -> 
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     try:
-        result = compute_refs(out, str(model_dir), device=device, batch_tokens=batch_tokens, progress=False)
+        result = compute_refs(out, str(model_dir), device=device, batch_tokens=batch_tokens, progress=False,
+                              recompute=True, layout=layout)
     finally:
         refs_module.compute_shards = scoring
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
@@ -185,8 +186,10 @@ def section(name: str, model_dir: Path, ids: dict, device: str, batch_tokens: in
     if device == "cuda":
         import torch
 
+        from gpu_peak import peak_bf16_tflops
+
         gpu = torch.cuda.get_device_name()
-        peak = next((v for k, v in BF16_PEAK_TFLOPS.items() if k in gpu), None)
+        peak = peak_bf16_tflops(gpu)
         if peak:
             fpt = model_flops_per_token(model_dir)
             mfu = f"{100 * ours_tps * fpt / (peak * 1e12):.1f}% / {100 * trl_tps * fpt / (peak * 1e12):.1f}%"

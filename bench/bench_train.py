@@ -56,6 +56,10 @@ ROWS = {  # name -> (kind, layout, by token budget)
     "packed": ("prefdata", "blocks", True),
     "shared": ("prefdata", "shared", True),
     "floor": ("floor", "shared", True),
+    # The same --batch-pairs per step as TRL, by layout (bench_gpu.py: steps/s at equal settings).
+    "padded-pairs": ("prefdata", "right", False),
+    "packed-pairs": ("prefdata", "blocks", False),
+    "shared-pairs": ("prefdata", "shared", False),
 }
 LABELS = {
     "trl-defaults": "TRL DPOTrainer, TRL defaults (bf16 autocast, gradient checkpointing)",
@@ -67,22 +71,30 @@ LABELS = {
     "packed": "prefdata: + padding-free packing",
     "shared": "prefdata: + prefix sharing (default)",
     "floor": "floor: forward + backward over the unique tokens",
+    "padded-pairs": "prefdata train, padded halves (--layout right)",
+    "packed-pairs": "prefdata train, padding-free packing (--layout blocks)",
+    "shared-pairs": "prefdata train, packing + prefix sharing (default)",
 }
 
 
 # ------------------------------------------------------------------ setup (parent process)
 
 
-def build_model(model_dir: Path, tokenizer_dir: Path, shape: dict, arch: str = "llama") -> None:
+def build_model(model_dir: Path, tokenizer_dir: Path, shape: dict, arch: str = "llama", vocab_size: int | None = None,
+                device: str = "cpu", dtype=None) -> None:
+    """A random-init model of `shape` with the tokenizer saved beside it. `vocab_size` (default: the
+    tokenizer's) may be larger, so a small tokenizer drives a model with a real vocabulary's head."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
     tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     cls, cfg = (LlamaForCausalLM, LlamaConfig) if arch == "llama" else (Qwen2ForCausalLM, Qwen2Config)
     torch.manual_seed(0)
-    config = cfg(vocab_size=len(tok), max_position_embeddings=4096, tie_word_embeddings=True,
+    config = cfg(vocab_size=max(vocab_size or 0, len(tok)), max_position_embeddings=4096, tie_word_embeddings=True,
                  pad_token_id=tok.pad_token_id, **shape)
-    cls(config).save_pretrained(str(model_dir))
+    with torch.device(device):  # a 0.5B init is quicker on the GPU
+        model = cls(config)
+    model.to(dtype or torch.float32).save_pretrained(str(model_dir))
     tok.save_pretrained(str(model_dir))
 
 
@@ -161,6 +173,13 @@ def step_rate(step_tokens: list[int], step_seconds: list[float]) -> float:
     return statistics.median(rates)
 
 
+def steps_per_second(step_seconds: list[float]) -> float:
+    """1 / the median seconds of steps 2.. (the first step pays one-off warm-up)."""
+    import statistics
+
+    return 1.0 / statistics.median(step_seconds[1:] or step_seconds)
+
+
 def _budget(out: Path, model, layout: str, batch_pairs: int) -> int:
     """A token budget that gives about `batch_pairs` pairs per batch under `layout`."""
     from prefdata.train.data import load_pairs
@@ -212,7 +231,7 @@ def child_prefdata(row: str, out: Path, model_dir: Path, work: Path, batch_pairs
     seconds = [b - a for a, b in zip(ends, ends[1:])]
     tokens = [b - a for a, b in zip(counts, counts[1:])]
     config = json.loads((output / "train_config.json").read_text())
-    return {"steps": len(lines), "tokens_per_s": step_rate(tokens, seconds),
+    return {"steps": len(lines), "tokens_per_s": step_rate(tokens, seconds), "steps_per_s": steps_per_second(seconds),
             "tokens_per_cpu_s": step_rate(tokens, cpu), "rss_mib": rss.growth_mib,
             "final_loss": lines[-1]["loss"], "layout": config["layout"],
             "shared": f"{config['prefix_sharing']['shared_pairs']}/{config['prefix_sharing']['pairs']}",
@@ -318,6 +337,7 @@ def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int
         trainer.train()
     times = clock.times
     return {"steps": len(times), "tokens_per_s": step_rate(step_tokens[: len(times)], times),
+            "steps_per_s": steps_per_second(times),
             "tokens_per_cpu_s": step_rate(step_tokens[: len(times)], clock.cpu),
             "rss_mib": rss.growth_mib, "layout": "right (TRL)", "shared": "0",
             "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
@@ -406,7 +426,11 @@ def main() -> None:
     if args.child:  # one row in its own process
         kind = ROWS[args.child][0]
         run = {"trl": child_trl, "floor": child_floor}.get(kind, child_prefdata)
+        cuda = args.device == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
         result = run(args.child, Path(args.out), Path(args.model), Path(args.work), args.batch_pairs, args.device)
+        result["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
         Path(args.result).write_text(json.dumps(result))
         return
 

@@ -17,6 +17,7 @@ from prefdata import __version__
 from prefdata.config import load_settings
 from prefdata.errors import PrefdataError
 from prefdata.quiet import quiet_libraries, wants_quiet
+from prefdata.ranks import is_main_process, process_rank
 from prefdata.settings.commands import COMMANDS as DECLARED, GROUP_ORDER, RUN, Command
 from prefdata.settings.declare import add_to_parser, names
 
@@ -137,7 +138,8 @@ def _run_refs(args: argparse.Namespace) -> int:
         raise PrefdataError(f"--engine must be one of local, ray, got {engine!r}")
     else:
         result = compute_refs(args.out, **settings)
-    print(result.summary() if hasattr(result, "summary") else result)
+    if is_main_process():  # under torchrun the other ranks only compute their shards
+        print(result.summary() if hasattr(result, "summary") else result)
     return 0
 
 
@@ -148,7 +150,8 @@ def _run_train(args: argparse.Namespace) -> int:
     _require(settings, "model", "--model PATH")
     _require(settings, "output", "--output DIR")
     result = train(args.out, **settings)
-    print(result.summary() if hasattr(result, "summary") else result)
+    if is_main_process():  # under torchrun every rank trained the same model; one says so
+        print(result.summary() if hasattr(result, "summary") else result)
     return int(getattr(result, "exit_code", 0))
 
 
@@ -232,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
+    if not is_main_process() and hasattr(args, "progress"):
+        args.progress = False  # torchrun: rank 0's bars and notices stand for every rank
     try:
         # --no-progress and non-TTY runs: no third-party bars or warnings either (PREFDATA_DEBUG keeps them).
         with quiet_libraries(wants_quiet(getattr(args, "progress", None))):
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         return code
     except PrefdataError as exc:
-        print(f"prefdata {args.command}: error: {exc}", file=sys.stderr)
+        print(f"prefdata {args.command}{_rank_tag()}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"prefdata {args.command}: interrupted; nothing partial was left behind as finished output", file=sys.stderr)
@@ -258,11 +263,16 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("PREFDATA_DEBUG"):
             raise
         print(
-            f"prefdata {args.command}: internal error: {type(exc).__name__}: {exc} "
+            f"prefdata {args.command}{_rank_tag()}: internal error: {type(exc).__name__}: {exc} "
             "(set PREFDATA_DEBUG=1 for a traceback, and please report it)",
             file=sys.stderr,
         )
         return 2
+
+
+def _rank_tag() -> str:
+    """Errors come from every rank (one rank may fail alone); ranks other than 0 say which they are."""
+    return "" if is_main_process() else f" (rank {process_rank()})"
 
 
 if __name__ == "__main__":  # `python -m prefdata.cli`

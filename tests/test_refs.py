@@ -330,6 +330,7 @@ def test_matches_trl_precompute_ref_log_probs(tmp_path, model_dir):
     np.testing.assert_allclose(ours["ref_rejected_logps"], theirs["ref_rejected_logps"], atol=1e-4, rtol=0)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, model_dir):
     cpu = make_out(tmp_path / "cpu", model_dir)

@@ -215,7 +215,7 @@ def compute_refs(
     from tqdm.auto import tqdm
 
     bar = tqdm(total=total_tokens, initial=total_tokens - _shard_tokens(shards, todo, row_tokens), unit="tok",
-               unit_scale=True, desc="refs", disable=not progress, smoothing=0.1)
+               unit_scale=True, desc="refs", disable=not progress or rank != 0, smoothing=0.1)  # rank 0 speaks for all
     start = time.perf_counter()
     tokens, _ = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar, vision)
     if device_name.startswith("cuda"):

@@ -17,6 +17,7 @@ from prefdata.io.manifest import read_manifest, require_pairs, tokenizer_fingerp
 from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
 from prefdata.model.vision_model import is_image_out, refuse_mismatched_rows
+from prefdata.ranks import is_main_process
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")  # for --ld-alpha
@@ -201,7 +202,7 @@ def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir:
         raise PrefdataError(f"cannot load a tokenizer from {model}: {str(exc).splitlines()[0]}") from None
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
     actual = tokenizer_fingerprint(tokenizer)
-    if expected is None:
+    if expected is None and is_main_process():  # under torchrun: said once
         print(f"warning: {out_dir}/manifest.json records no tokenizer fingerprint; cannot check {model}'s tokenizer",
               file=sys.stderr)
     elif actual != expected:

@@ -230,6 +230,7 @@ def test_plan_batches_budget_order_and_determinism():
         plan_batches([1], 0)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_bf16_on_gpu_is_close_and_finite():
     model = _tiny("qwen2", "sdpa").cuda()

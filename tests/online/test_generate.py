@@ -122,6 +122,7 @@ def _vllm_ready() -> bool:
     return torch.cuda.is_available()
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not _vllm_ready(), reason="needs vLLM and a CUDA GPU")
 def test_vllm_engine_writes_the_same_shape(tmp_path, tiny_model_dir, prompts_file):
     generate(prompts_file, tmp_path / "v", model=tiny_model_dir, samples=2, max_new_tokens=8, engine="vllm",

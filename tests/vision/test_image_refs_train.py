@@ -110,6 +110,7 @@ def test_refs_in_small_batches_and_auto_layout(tmp_path, image_out, llava_model_
     assert_refs_equal(datasets.load_from_disk(str(out)), expected)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, image_out, llava_model_dir, expected):
     out = copy_out(image_out, tmp_path)

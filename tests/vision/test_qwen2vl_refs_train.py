@@ -194,6 +194,7 @@ def test_refs_in_small_batches_and_auto_layout(tmp_path, qwen_out, qwen_model_di
     assert_refs_equal(datasets.load_from_disk(str(out)), expected)
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, qwen_out, qwen_model_dir, expected):
     out = copy_out(qwen_out, tmp_path)
