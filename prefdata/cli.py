@@ -132,6 +132,17 @@ def _add_decontaminate_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_image_root_option(parser: argparse.ArgumentParser, command: str) -> None:
+    """Image paths found in rows are read only under the input's directory; the user may name more."""
+    where = (" Only this flag counts for validate: a settings file in the checked repository (which a pull "
+             "request can change) cannot widen it") if command == "validate" else ""
+    parser.add_argument(
+        "--allowed-image-root", action="append", metavar="DIR",
+        help="a directory image paths in the rows may also lead into (repeatable; default: none, only the input "
+        "file's directory; a path that leaves them, by an absolute path, .. or a symlink, is quarantined unread)." + where,
+    )
+
+
 def _add_engine_options(parser: argparse.ArgumentParser, partitioned: bool = True) -> None:
     parser.add_argument("--engine", choices=["local", "ray"], help="where the work runs: worker processes here (local, default) or a Ray cluster")
     parser.add_argument("--ray-address", metavar="ADDR", help="Ray cluster to use with --engine ray (default: RAY_ADDRESS, else a local Ray)")
@@ -190,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         "they do not count toward max_dropped_share). Give it after RAW OUT, or with a value",
     )
     p.add_argument("--seed", type=int, help="seed of --balance-length's subsample (default: the mix file's seed, else 0)")
+    _add_image_root_option(p, "prepare")
     p.add_argument("--overwrite", action="store_true", default=None, help="replace an existing OUT written by prefdata")
     p.add_argument("--batch-size", type=_positive_int, metavar="N", help="records per processing batch (default 1000)")
     p.add_argument("--workers", type=_positive_int, metavar="N", help="processes that tokenize (default: all cores, at most 8; with --engine ray: Ray actors, default one per cluster CPU)")
@@ -224,6 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--against", metavar="OTHER", help="flag prompts that also occur in OTHER (e.g. the eval split)")
     _add_pairing_options(v)
     _add_decontaminate_options(v)
+    _add_image_root_option(v, "validate")
     v.add_argument("--workers", type=_positive_int, metavar="N", help="processes that check raw input (default: all cores, at most 8; with --engine ray: Ray actors)")
     _add_engine_options(v)
     _add_common(v)
@@ -447,6 +460,10 @@ def _run_validate(args: argparse.Namespace) -> int:
     from prefdata.validate.command import validate
 
     settings = _merged("validate", args, {"input"}, validate)
+    if args.allowed_image_root is None and settings.pop("allowed_image_root", None) is not None:
+        # validate checks pull requests: a settings file they can change must not open the disk to them
+        print("prefdata validate: note: allowed_image_root in a settings file is not used by validate; "
+              "pass --allowed-image-root DIR", file=sys.stderr)
     result = validate(args.input, **settings)
     if result.problem:
         print(f"prefdata validate: error: {result.problem}", file=sys.stderr)
@@ -543,6 +560,19 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _reader_left() -> int:
+    """The reader of our output went away (`prefdata show OUT | head -1`): end quietly with the code a
+    shell gives a process killed by SIGPIPE. Python ignores SIGPIPE, so a write raised BrokenPipeError;
+    stdout now points at /dev/null so the interpreter's final flush has nowhere to fail (as the Python
+    docs' note on SIGPIPE advises)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (an embedding caller's stream)
+        pass
+    return 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -557,6 +587,7 @@ def main(argv: list[str] | None = None) -> int:
         # --no-progress and non-TTY runs: no third-party bars or warnings either (PREFDATA_DEBUG keeps them).
         with quiet_libraries(wants_quiet(getattr(args, "progress", None))):
             code = COMMANDS[args.command](args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's shutdown
         if argv is None:
             # The work is done and written: a Ctrl-C during the interpreter's shutdown must not turn
             # this exit code into "killed by SIGINT".
@@ -575,6 +606,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             os._exit(130)
         return 130
+    except BrokenPipeError:
+        return _reader_left()
     except Exception as exc:  # the promise is one line, never a traceback
         if os.environ.get("PREFDATA_DEBUG"):
             raise

@@ -74,6 +74,7 @@ _KNOWN_SHARED = {
     "workers", "partitioned_checks", "worker_writes", "template_kwargs", "chat_template_file", "template_date",
     "loss_on", "pairing", "pairing_seed", "min_score_margin", "rating", "top_k",
     "decontaminate_against", "decontaminate_field", "decontaminate_ngram", "decontaminate_completions", "balance_length",
+    "allowed_image_root",
 }
 
 
