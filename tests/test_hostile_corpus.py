@@ -467,3 +467,56 @@ def test_show_and_validate_end_quietly_when_the_reader_goes_away(tmp_path, tiny_
         code, stderr = _with_closed_stdout(args, tmp_path)
         assert code in (0, 141), (args, code, stderr)
         assert "BrokenPipe" not in stderr and "internal error" not in stderr and "Traceback" not in stderr, stderr
+
+
+# --- one huge record costs memory in proportion (issue 30) ---------------------------------------
+
+def _peak_mib(args: list[str]) -> float:
+    """Peak RSS (MiB) of `python -m prefdata ARGS` and its workers, measured in a fresh wrapper
+    process so that no earlier child of the test run counts."""
+    import subprocess
+    import sys
+
+    wrapper = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:], capture_output=True); "
+               "print(done.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", wrapper, sys.executable, "-m", "prefdata", *args],
+                         capture_output=True, text=True, env=env, timeout=300, check=True).stdout.split()
+    assert out[0] in ("0", "1"), out
+    return int(out[1]) / 1024  # ru_maxrss is in KiB on Linux
+
+
+def _words(size: int, seed: int) -> str:
+    import random
+
+    rng = random.Random(seed)
+    vocabulary = [f"w{rng.randrange(10**6)}" for _ in range(50_000)]
+    text = " ".join(rng.choices(vocabulary, k=size // 7 + 1))
+    return text[:size]
+
+
+@pytest.mark.skipif(__import__("sys").platform != "linux", reason="ru_maxrss in KiB is Linux's unit")
+def test_a_huge_record_costs_memory_in_proportion(tmp_path):
+    """A 10 MB reasoning trace and a 50 MB benchmark line each raise validate's peak memory by at
+    most 20x their size above the same run without them (measured 8x and 10x; 36x and 18x before
+    the word hashes and n-gram runs of huge texts were computed a piece at a time)."""
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(5)))
+    trace = _words(10 * 2**20, 1)
+    rows = [_row(i) for i in range(5)]
+    rows.insert(2, {"prompt": [{"role": "user", "content": "think"}],
+                    "chosen": [{"role": "assistant", "content": "yes", "reasoning_content": trace}],
+                    "rejected": [{"role": "assistant", "content": "no"}]})
+    big = tmp_path / "reasoning.jsonl"
+    big.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench_small = tmp_path / "bench_small.jsonl"
+    bench_small.write_text(json.dumps({"question": "what is the capital of france and why is it there"}) + "\n")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(bench_small.read_text() + json.dumps({"question": _words(50 * 2**20, 2)}) + "\n")
+    common = ["--no-progress", "--workers", "1", "--format", "json", "--output", str(tmp_path / "r.json")]
+
+    base = _peak_mib(["validate", str(small), *common])
+    assert _peak_mib(["validate", str(big), *common]) - base < 20 * 10
+    base = _peak_mib(["validate", str(small), "--decontaminate-against", str(bench_small), *common])
+    # 10x measured after the fix (18x before): 14x leaves room for allocator noise and still fails the old way
+    assert _peak_mib(["validate", str(small), "--decontaminate-against", str(bench), *common]) - base < 14 * 50
