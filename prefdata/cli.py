@@ -117,6 +117,10 @@ def _run_validate(args: argparse.Namespace) -> int:
     from prefdata.validate.command import validate
 
     settings = _settings(args)
+    if args.allowed_image_root is None and settings.pop("allowed_image_root", None) is not None:
+        # validate checks pull requests: a settings file they can change must not open the disk to them
+        print("prefdata validate: note: allowed_image_root in a settings file is not used by validate; "
+              "pass --allowed-image-root DIR", file=sys.stderr)
     result = validate(args.input, **settings)
     if result.problem:
         print(f"prefdata validate: error: {result.problem}", file=sys.stderr)
@@ -225,6 +229,19 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+def _reader_left() -> int:
+    """The reader of our output went away (`prefdata show OUT | head -1`): end quietly with the code a
+    shell gives a process killed by SIGPIPE. Python ignores SIGPIPE, so a write raised BrokenPipeError;
+    stdout now points at /dev/null so the interpreter's final flush has nowhere to fail (as the Python
+    docs' note on SIGPIPE advises)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is no real file (an embedding caller's stream)
+        pass
+    return 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -241,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         # --no-progress and non-TTY runs: no third-party bars or warnings either (PREFDATA_DEBUG keeps them).
         with quiet_libraries(wants_quiet(getattr(args, "progress", None))):
             code = COMMANDS[args.command](args)
+            sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's shutdown
         if argv is None:
             # The work is done and written: a Ctrl-C during the interpreter's shutdown must not turn
             # this exit code into "killed by SIGINT".
@@ -259,6 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.flush()
             os._exit(130)
         return 130
+    except BrokenPipeError:
+        return _reader_left()
     except Exception as exc:  # the promise is one line, never a traceback
         if os.environ.get("PREFDATA_DEBUG"):
             raise

@@ -18,6 +18,7 @@ are the same in every process (Ray actors included). `BenchmarkIndex` is what th
 
 from __future__ import annotations
 
+import re
 import string
 import sys
 import unicodedata
@@ -73,6 +74,28 @@ def _word_hashes(words: Sequence[str]) -> np.ndarray:
     return np.fromiter((digest(w.encode("utf-8", "surrogatepass")) for w in words), dtype=np.uint64, count=len(words))
 
 
+# Characters normalized per step in `text_word_hashes`: a Python str per word costs ~60 bytes, so a
+# 50 MB benchmark line as one list of words would take ~350 MB; a piece at a time, ~15 MB.
+_WORDS_PIECE = 1 << 20
+_WHITESPACE = re.compile(r"\s")  # str.isspace's characters, what str.split() splits on
+
+
+def text_word_hashes(text: str) -> np.ndarray:
+    """_word_hashes(normalize_words(text)), computed a piece of text at a time (pieces end at
+    whitespace, so no word is cut): the words of a huge text never exist as one list."""
+    if len(text) <= _WORDS_PIECE:
+        return _word_hashes(normalize_words(text))
+    pieces: list[np.ndarray] = []
+    start = 0
+    while start < len(text):
+        end = start + _WORDS_PIECE
+        space = _WHITESPACE.search(text, end) if end < len(text) else None
+        end = space.start() if space else len(text)
+        pieces.append(_word_hashes(normalize_words(text[start:end])))
+        start = end
+    return np.concatenate(pieces)
+
+
 class _Powers:
     """M**i and M**-i modulo 2**64, grown on demand."""
 
@@ -107,7 +130,7 @@ def run_hashes(word_hashes: np.ndarray, lengths: Iterable[int]) -> list[tuple[in
 
 def text_run_hashes(text: str, n: int) -> np.ndarray:
     """Hashes of every N-word run of `text` (empty when it has fewer words)."""
-    runs = run_hashes(_word_hashes(normalize_words(text)), [n])
+    runs = run_hashes(text_word_hashes(text), [n])
     return runs[0][1] if runs else np.zeros(0, dtype=np.uint64)
 
 
@@ -250,9 +273,9 @@ def build_benchmarks(
                 continue
             indexed = False
             for text in texts:
-                words = normalize_words(text)
+                words = text_word_hashes(text)
                 k = len(words) if MIN_SHORT_WORDS <= len(words) < ngram else ngram
-                for _, hashes in run_hashes(_word_hashes(words), [k]):
+                for _, hashes in run_hashes(words, [k]):
                     run_hash.frombytes(hashes.tobytes())
                     run_item.frombytes(np.full(hashes.size, item, dtype=np.uint32).tobytes())
                     lengths.add(k)

@@ -13,6 +13,7 @@ A policy is a TOML file (see checks/README.md):
     max_dropped_share = 0.2     # share of pairs dropped (drop or error) above which prepare/validate fail
     tie_threshold = 0.0         # generated pairs whose rewards differ by <= this -> tied_reward
     reward_margin = 1.0         # reward_rejected - reward_chosen > this -> reward_disagrees
+    max_image_pixels = 89478485 # images above it (width x height, from the header) are quarantined undecoded
 
 A file only needs the keys it changes: everything it leaves out keeps the built-in default below.
 `false` turns an optional limit off. The bundled policies are package data (prefdata/policies/:
@@ -30,6 +31,7 @@ from typing import Any, Literal, get_args
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
+from prefdata.io.images import DEFAULT_MAX_IMAGE_PIXELS
 
 Severity = Literal["drop", "error", "warn", "info", "ignore"]
 SEVERITIES: tuple[str, ...] = get_args(Severity)
@@ -62,6 +64,7 @@ _THRESHOLDS: dict[str, tuple[str, bool, float, bool, float]] = {
     "max_dropped_share": ("max_dropped_share", True, 0.0, False, 1.0),
     "tie_threshold": ("tie_threshold", False, 0.0, False, math.inf),
     "reward_margin": ("reward_margin", False, 0.0, False, math.inf),
+    "max_image_pixels": ("max_image_pixels", False, 1.0, False, 2.0**40),
 }
 _TOP_LEVEL = {"description": str, "flags": dict, "thresholds": dict}
 
@@ -80,6 +83,8 @@ class Policy:
     # Share of pairs removed (drop or error) above which the run fails; None: off. A run that loses a
     # fifth of its pairs almost always has a setting wrong (--max-length) rather than bad data.
     max_dropped_share: float | None = 0.2
+    # Images whose header gives more pixels are quarantined undecoded (prefdata.io.images).
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
 
     def __post_init__(self) -> None:
         missing = [f for f in F.ALL_FLAGS if f not in self.severities]
@@ -110,6 +115,7 @@ class Policy:
                 "max_dropped_share": self.max_dropped_share,
                 "tie_threshold": self.tie_threshold,
                 "reward_margin": self.reward_margin,
+                "max_image_pixels": self.max_image_pixels,
             },
         }
 
@@ -200,7 +206,7 @@ def _parse(data: dict[str, Any], base: Policy | None, source: str) -> Policy:
             lo = f"{'>' if open_low else '>='} {low:g}"
             hi = f" and <= {high:g}" if math.isfinite(high) else " and finite"
             raise fail(f"[thresholds] {key} = {value!r}: must be {lo}{hi}")
-        values[attr] = v
+        values[attr] = int(v) if key == "max_image_pixels" else v
 
     description = data.get("description", base.description if base else "")
     return Policy(

@@ -64,10 +64,30 @@ _SPACE[list(b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f")] = True
 _TABLE = np.random.default_rng(20261123).integers(0, 1 << 64, size=64 * 256, dtype=np.uint64)
 
 
+# Bytes hashed per step: the array operations below hold ~50 bytes per byte of text at once, so a
+# 10 MB reasoning trace would cost ~500 MB in one step; in 1 MiB pieces cut at whitespace it is ~50 MB.
+_HASH_PIECE = 1 << 20
+
+
 def _word_hashes(text: str) -> np.ndarray:
     """A 64-bit hash per whitespace-separated word, the same in every process and run, computed
-    with array operations over the bytes (no Python loop over words)."""
+    with array operations over the bytes (no Python loop over words), a piece at a time."""
     data = np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    if len(data) <= _HASH_PIECE:
+        return _piece_hashes(data)
+    pieces: list[np.ndarray] = []
+    start = 0
+    while start < len(data):
+        end = min(start + _HASH_PIECE, len(data))
+        if end < len(data):  # end the piece at a whitespace byte, so no word is split
+            spaces = np.flatnonzero(_SPACE[data[end : end + _HASH_PIECE]])
+            end = end + int(spaces[0]) if len(spaces) else min(end + _HASH_PIECE, len(data))
+        pieces.append(_piece_hashes(data[start:end]))
+        start = end
+    return np.concatenate(pieces)
+
+
+def _piece_hashes(data: np.ndarray) -> np.ndarray:
     inside = np.concatenate(([False], ~_SPACE[data], [False]))
     edges = np.flatnonzero(inside[1:] != inside[:-1])
     starts, lengths = edges[0::2], edges[1::2] - edges[0::2]

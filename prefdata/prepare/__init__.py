@@ -27,6 +27,7 @@ from prefdata.engine.select import check_engine, select_engine
 from prefdata.errors import PrefdataError
 from prefdata.ingest import iter_checked_rows, plan_input_mix
 from prefdata.io.hub import HubSource, hub_input, parse_hub_id
+from prefdata.io.images import ImageAccess, image_access
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
 from prefdata.io.mix import MixPlan, is_mix_file
@@ -95,6 +96,7 @@ def prepare(
     decontaminate_completions: bool = False,
     balance_length: float | None = None,
     seed: int | None = None,
+    allowed_image_root: str | Path | list[str | Path] | None = None,
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
@@ -104,7 +106,10 @@ def prepare(
     `worker_writes` on (refusing an explicit False); `worker_writes` (default: on with Ray) implies
     `partitioned_checks`; `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
     directory, a Hub id (`org/name:split`) or a mix file (prefdata.io.mix). Every engine and worker
-    count gives the same OUT (same content hash)."""
+    count gives the same OUT (same content hash).
+    Image paths in rows are read only under the input file's directory (a directory input: that
+    directory) or an `allowed_image_root`; anything else, and an image above the policy's
+    `max_image_pixels`, is quarantined naming the path (prefdata.io.images)."""
     from prefdata.io import writer as W
 
     started = time.time()
@@ -132,7 +137,8 @@ def prepare(
         date=template_date,
     )
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
-                                template=template, loss_on=loss_on, images_from=None if hub else str(raw_path))
+                                template=template, loss_on=loss_on,
+                                images=_image_access(raw_path, hub, mix, allowed_image_root, loaded_policy))
     pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k)
     pair_tokenizer = _pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
     tokenizer = tokenizer or processor
@@ -241,6 +247,7 @@ def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settin
         "policy": policy.to_dict(),
         "balance_length": run["balance_length"],
         "seed": run["seed"],
+        **({"allowed_image_root": list(settings.images.allowed_roots)} if settings.images.allowed_roots else {}),
     }
     if benchmarks is not None:
         config["decontaminate"] = benchmarks[1].settings()
@@ -337,6 +344,14 @@ def _check_numbers(batch_size: int, workers: int | None, engine: str = "local") 
     if workers < 1:
         raise PrefdataError("--workers must be at least 1")
     return workers
+
+
+def _image_access(raw_path: Path, hub: HubSource | None, mix: MixPlan | None, allowed_image_root: Any,
+                  policy: Policy) -> ImageAccess:
+    """Where image paths in RAW's rows may be read from: the input's own directory (none for a Hub
+    dataset), the roots the user allowed; images above the policy's max_image_pixels are refused."""
+    data = None if hub else (raw_path.parent if mix else raw_path)
+    return image_access(data, mix is not None, allowed_image_root, policy.max_image_pixels)
 
 
 def _input_files(raw_path: Path, out_path: Path, mix: MixPlan | None = None) -> list[Path]:

@@ -213,6 +213,10 @@ class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpti
     seed: int | None = setting(None, "seed of --balance-length's subsample", group=BALANCE, parse=int,
                                default_text="the mix file's seed, else 0")
     overwrite: bool = setting(False, "replace an existing OUT written by prefdata", group=IO, action="on")
+    allowed_image_root: str | Path | list[str | Path] | None = setting(
+        None, "a directory image paths in the rows may also lead into (repeatable; default: none, only the input "
+        "file's directory; a path that leaves them, by an absolute path, .. or a symlink, is quarantined unread)", group=IO,
+        metavar="DIR", action="append")
     batch_size: int = setting(1000, "records per processing batch", group=RUN, metavar="N", parse=positive_int)
     workers: int | None = setting(None, "processes that tokenize (with --engine ray: Ray actors)", group=RUN,
                                   metavar="N", parse=positive_int,
@@ -238,6 +242,10 @@ class ValidateSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpt
                                           metavar="REPORT.json")
     against: str | Path | None = setting(None, "flag prompts that also occur in OTHER (e.g. the eval split)",
                                          group=CHECKS, metavar="OTHER")
+    allowed_image_root: str | Path | list[str | Path] | None = setting(
+        None, "a directory image paths in the rows may also lead into (repeatable; default: none, only the input "
+        "file's directory; a path that leaves them, by an absolute path, .. or a symlink, is quarantined unread). Only this flag counts for validate: a settings file in the checked "
+        "repository (which a pull request can change) cannot widen it", group=IO, metavar="DIR", action="append")
     template_date: str | None = setting(
         None, "the date templates print (strftime_now, date_string), pinned so OUT does not change with the day",
         group=TEMPLATE, metavar="YYYY-MM-DD", default_text=DEFAULT_TEMPLATE_DATE)

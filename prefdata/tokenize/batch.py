@@ -46,7 +46,7 @@ def normalize_and_tokenize(
             continue
         try:
             made = record_pairs(raw, pairing)
-            load_pair_images(made.pairs, settings.images_from)  # image pairs: read here, in the worker
+            load_pair_images(made.pairs, settings.images)  # image pairs: read here, in the worker
         except UnknownShapeError as exc:
             results.append(ProcessedRecord(None, None, str(exc), unknown_shape=True, record=position))
             continue

@@ -30,6 +30,7 @@ from typing import Any, Sequence
 
 from prefdata import flags as F
 from prefdata.errors import PrefdataError, RecordError, first_line
+from prefdata.io.images import ImageAccess
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.records import Message, Pair, TokenizedPair
@@ -65,7 +66,7 @@ class TokenizeSettings:
     chat_template: bool = False
     template: TemplateSettings = field(default_factory=TemplateSettings)
     loss_on: str = "all"
-    images_from: str | None = None  # the input (file or directory) relative image paths start from
+    images: ImageAccess = field(default_factory=ImageAccess)  # where image paths may be read from
 
     def __post_init__(self) -> None:
         if self.loss_on not in LOSS_ON:

@@ -105,6 +105,7 @@ def validate(
     decontaminate_field: str | list[str] | None = None,
     decontaminate_ngram: int = DEFAULT_NGRAM,
     decontaminate_completions: bool = False,
+    allowed_image_root: str | Path | list[str | Path] | None = None,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -127,6 +128,9 @@ def validate(
     `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
     INPUT may be a mix file (prefdata.io.mix): the same sampled records `prepare` reads from it, and
     the report's per-source section.
+    Image paths in rows are read only under the input file's directory (a directory input: that
+    directory) or an `allowed_image_root` (none by default); anything else, and an image above the
+    policy's `max_image_pixels`, is quarantined naming the path, never opened (prefdata.io.images).
     """
     if format not in FORMATS:
         raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
@@ -172,6 +176,7 @@ def validate(
         _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
                         benchmarks=index, image_tokens=_image_token_counter(processor, input_path, trust_remote_code))
     else:
+        from prefdata.io.images import image_access
         from prefdata.tokenize.pairs import TokenizeSettings
         from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
@@ -182,7 +187,9 @@ def validate(
         )
         settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
                                     chat_template=chat_template, template=template,
-                                    images_from=None if mix else str(input_path))  # relative image paths
+                                    images=image_access(None if hub else (input_path.parent if mix else input_path),
+                                                        mix is not None, allowed_image_root,
+                                                        loaded_policy.max_image_pixels))
         pair_tokenizer = select_pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
         _check_raw(
             mix or input_path, builder, loaded_policy, settings, pair_tokenizer=pair_tokenizer, against=against,
@@ -402,7 +409,7 @@ def iter_prepared_rows(
             )
             extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
             if stored_batch is not None and stored_batch[i]:
-                pair.image_data = _stored_images(stored_batch[i], pair, out_dir)
+                pair.image_data = _stored_images(stored_batch[i], pair, out_dir, policy.max_image_pixels)
                 tokenized.image_tokens = image_tokens(pair.image_data) if image_tokens is not None else None
             kept, severity, outcome = checker.check(pair, tokenized, extra, ordinal=ordinal)
             ordinal += 1
@@ -410,12 +417,12 @@ def iter_prepared_rows(
             yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
 
 
-def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path) -> list[Any]:
+def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path, max_pixels: int) -> list[Any]:
     from prefdata.errors import RecordError
     from prefdata.io.images import stored_images
 
     try:
-        return stored_images(values)
+        return stored_images(values, max_pixels)
     except RecordError as exc:  # a damaged OUT/ is an input error
         raise PrefdataError(f"{out_dir}: the row from {pair.source_file}:{pair.source_line}: {exc}") from None
 

@@ -141,7 +141,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             if raw.error is not None:
                 raise RecordError(raw.error)
             result = record_pairs(raw, settings.pairing)
-            load_pair_images(result.pairs, tokenize.images_from)  # image pairs: read here, in the worker
+            load_pair_images(result.pairs, tokenize.images)  # image pairs: read here, in the worker
         except UnknownShapeError as exc:
             error = (str(exc), True)
         except RecordError as exc:

@@ -96,7 +96,7 @@ def test_to_dict_lists_every_flag_and_threshold():
     assert list(d["flags"]) == list(F.ALL_FLAGS)
     assert set(d["thresholds"]) == {
         "near_duplicate", "near_duplicate_prompt", "max_flagged_share", "length_bias", "tie_threshold", "reward_margin",
-        "max_dropped_share",
+        "max_dropped_share", "max_image_pixels",
     }
 
 

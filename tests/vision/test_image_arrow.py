@@ -113,10 +113,10 @@ def test_images_are_decoded_in_the_workers_only(tmp_path, llava_processor_dir, m
     seen = tmp_path / "pids"
     original = image_io.load_images
 
-    def recording(refs, base):
+    def recording(refs, access, source_file=""):
         with open(seen, "a", encoding="utf-8") as handle:
             handle.write(f"{os.getpid()}\n")
-        return original(refs, base)
+        return original(refs, access, source_file)
 
     monkeypatch.setattr(image_io, "load_images", recording)
     path = tmp_path / "pairs.parquet"

@@ -10,7 +10,7 @@ pytest.importorskip("PIL", reason="image pairs need Pillow (the [vision] extra)"
 
 from prefdata.errors import RecordError  # noqa: E402
 from prefdata.io.formats import normalize_record  # noqa: E402
-from prefdata.io.images import ImageRef, image_refs, load_images  # noqa: E402
+from prefdata.io.images import ImageAccess, ImageRef, image_refs, load_images  # noqa: E402
 from prefdata.prepare import prepare  # noqa: E402
 from prefdata.records import RawRecord  # noqa: E402
 from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
@@ -67,12 +67,12 @@ def test_image_refs_refuse_a_malformed_entry():
 def test_load_images_reads_decodes_and_names_the_problem(tmp_path):
     (tmp_path / "ok.png").write_bytes(png_bytes((12, 7), (200, 0, 0)))
     (tmp_path / "cut.png").write_bytes(png_bytes((12, 7), (200, 0, 0))[:40])
-    [image] = load_images([ImageRef(path="ok.png")], str(tmp_path))
+    [image] = load_images([ImageRef(path="ok.png")], ImageAccess(str(tmp_path / "pairs.jsonl")))
     assert (image.width, image.height, image.format, image.name) == (12, 7, "PNG", "ok.png")
     with pytest.raises(RecordError, match=r"image 0 \(missing.png\): cannot read"):
-        load_images([ImageRef(path="missing.png")], str(tmp_path))
+        load_images([ImageRef(path="missing.png")], ImageAccess(str(tmp_path / "pairs.jsonl")))
     with pytest.raises(RecordError, match=r"image 1 \(cut.png\): cannot decode"):
-        load_images([ImageRef(path="ok.png"), ImageRef(path="cut.png")], str(tmp_path))
+        load_images([ImageRef(path="ok.png"), ImageRef(path="cut.png")], ImageAccess(str(tmp_path / "pairs.jsonl")))
 
 
 def test_each_input_form_prepares_with_its_images(tmp_path, llava_processor_dir):
