@@ -287,6 +287,10 @@ def learn_section(args: argparse.Namespace) -> None:
                 t_default = per_prompt["TRL defaults"]
                 print(f"  {name}, TRL at its defaults: mean gain {g_default:+.4f}, {t_default * 1000:.0f} ms per prompt "
                       f"(prefdata {per_prompt['prefdata'] * 1000:.0f} ms: {t_default / per_prompt['prefdata']:.2f}x)")
+            spread = {k: (max(v) - min(v)) if v else 0.0 for k, v in gains.items()}
+            print(f"  CELL lr {args.lr:g} | {name} | prefdata {g_ours:+.4f} (spread {spread['prefdata']:.4f}) | "
+                  f"TRL {g_theirs:+.4f} (spread {spread['TRL']:.4f}) | ratio {ratio} | "
+                  f"{per_prompt['prefdata'] * 1000:.0f} / {per_prompt['TRL'] * 1000:.0f} ms per prompt")
             print(f"  {name}: mean gain over {len(args.seeds)} seed(s): prefdata {g_ours:+.4f}, TRL {g_theirs:+.4f}; "
                   f"gain ratio prefdata/TRL = {ratio}; time per prompt: prefdata {per_prompt['prefdata'] * 1000:.0f} ms, "
                   f"TRL {per_prompt['TRL'] * 1000:.0f} ms ({per_prompt['TRL'] / per_prompt['prefdata']:.2f}x faster)")
@@ -308,12 +312,16 @@ def main() -> int:
     parser.add_argument("--beta", type=float, default=0.1)
     parser.add_argument("--lr-schedule", default="cosine", choices=["cosine", "linear", "constant"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="--learn: seeds to average over")
+    parser.add_argument("--lrs", type=float, nargs="+", default=None,
+                        help="--learn: sweep these learning rates (one table cell per lr and reward)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads for both sides (default: torch's; 1 is steadier on a shared machine)")
     parser.add_argument("--trl-defaults", action="store_true",
                         help="--learn: also run TRL at its own defaults (bf16, gradient checkpointing), as its own row")
     parser.add_argument("--prompts-per-round", type=int, default=None,
                         help="--learn: prefdata's prompts per round (default all: R rounds; --batch-pairs: fully online)")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    torch.set_num_threads(args.threads or max(1, torch.get_num_threads()))
     if args.learn:
         learn_defaults = {"prompts": 48, "max_new_tokens": 24, "lr": 2e-3}
         for key, value in learn_defaults.items():
@@ -322,7 +330,8 @@ def main() -> int:
         quiet = {"TRANSFORMERS_VERBOSITY": "error", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
                  "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         os.environ.update({k: v for k, v in quiet.items() if k not in os.environ})
-        learn_section(args)
+        for lr in args.lrs or [args.lr]:
+            learn_section(argparse.Namespace(**{**vars(args), "lr": lr}))
         return 0
     section("CPU", "cpu", args)
     if torch.cuda.is_available():

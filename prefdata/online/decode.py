@@ -11,6 +11,7 @@ rows padded until every row has stopped or `max_new_tokens` is reached.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,7 @@ def sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
     stops = torch.tensor(stop_ids, device=input_ids.device)
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     mask = attention_mask.long()
+    cache = cache_name(model)
     out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
     new: list[torch.Tensor] = []
     for step in range(max_new_tokens):
@@ -66,5 +68,11 @@ def sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=-1)
         positions = positions[:, -1:] + 1
         out = model(input_ids=token[:, None], attention_mask=mask, position_ids=positions,
-                    past_key_values=out.past_key_values, use_cache=True)
+                    use_cache=True, **{cache: getattr(out, cache)})
     return torch.stack(new, dim=1)
+
+
+def cache_name(model: Any) -> str:
+    """What the model's forward calls its KV cache, in and out: `cache` from transformers 5.24 on
+    (where `past_key_values` still works but warns that it goes away in 5.40), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"

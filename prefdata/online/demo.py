@@ -29,8 +29,9 @@ def run_demo(work: Path, rounds: int = 4) -> int:
 
     started = time.time()
     work.mkdir(parents=True, exist_ok=True)
-    print(f"[1/3] tiny Llama policy (6k-vocabulary ChatML tokenizer), 16 prompts and a rule reward in {work}/case/")
-    case = build_learning_case(work / "case", prompts=16)
+    print(f"[1/3] tiny Llama policy (6k-vocabulary ChatML tokenizer, 150 warm-start steps so it ends its answers), "
+          f"16 prompts and a rule reward in {work}/case/")
+    case = build_learning_case(work / "case", prompts=16, warm_start_steps=150)
     build_tiny_reward_model(work / "tiny-reward-model")
 
     run = work / "online"

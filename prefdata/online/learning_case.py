@@ -87,9 +87,13 @@ def write_prompts(path: str | Path, n: int) -> list[list[dict[str, str]]]:
 
 
 def build_learning_case(work: str | Path, *, prompts: int = 48, hidden_size: int = 64, num_layers: int = 2,
-                        vocab_size: int = 6000, seed: int = 0) -> dict[str, Path]:
+                        vocab_size: int = 6000, seed: int = 0, warm_start_steps: int = 0) -> dict[str, Path]:
     """Tokenizer, policy, prompts and reward file under `work`; returns their paths
-    (`policy`, `prompts`, `reward_file`; `reward_fn` is the `--reward-fn` argument)."""
+    (`policy`, `prompts`, `reward_file`; `reward_fn` is the `--reward-fn` argument).
+
+    `warm_start_steps`: that many supervised steps on short answers of corpus words that end with
+    EOS, so the policy writes word-like answers and ends them (a random policy over 6k tokens almost
+    never samples EOS: every sample would be cut off at the token limit)."""
     from prefdata.tiny import build_tiny_model
 
     work = Path(work)
@@ -97,7 +101,39 @@ def build_learning_case(work: str | Path, *, prompts: int = 48, hidden_size: int
     build_case_tokenizer(work / "tokenizer", vocab_size=vocab_size, seed=seed)
     build_tiny_model(work / "policy", tokenizer_dir=work / "tokenizer", architecture="llama",
                      hidden_size=hidden_size, num_layers=num_layers, seed=seed)
-    write_prompts(work / "prompts.jsonl", prompts)
+    rows = write_prompts(work / "prompts.jsonl", prompts)
+    if warm_start_steps:
+        warm_start(work / "policy", rows, warm_start_steps, seed)
     (work / "rewards.py").write_text(REWARD_SOURCE, encoding="utf-8")
     return {"policy": work / "policy", "prompts": work / "prompts.jsonl", "reward_file": work / "rewards.py",
             "reward_fn": Path(f"{work / 'rewards.py'}:{REWARD_NAME}")}
+
+
+def warm_start(policy_dir: Path, prompts: list[list[dict[str, str]]], steps: int, seed: int = 0,
+               lr: float = 3e-3, batch: int = 16) -> None:
+    """A few AdamW steps of next-token loss on (prompt, 3-12 corpus words + EOS) rows, saved in place."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(policy_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32)
+    rng = random.Random(seed)
+    lines = _corpus(seed + 1, 6000)
+    rendered = [tokenizer(tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True),
+                          add_special_tokens=False)["input_ids"] for p in prompts]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    torch.manual_seed(seed)
+    model.train()
+    for _ in range(steps):
+        rows = []
+        for _ in range(batch):
+            answer = " ".join(rng.choice(lines).split()[: rng.randint(3, 12)])
+            rows.append((rng.choice(rendered), tokenizer(answer, add_special_tokens=False)["input_ids"]
+                         + [tokenizer.eos_token_id]))
+        width = max(len(p) + len(a) for p, a in rows)
+        ids = torch.tensor([p + a + [tokenizer.pad_token_id] * (width - len(p) - len(a)) for p, a in rows])
+        labels = torch.tensor([[-100] * len(p) + a + [-100] * (width - len(p) - len(a)) for p, a in rows])
+        model(input_ids=ids, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(str(policy_dir))

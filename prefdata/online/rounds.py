@@ -56,6 +56,16 @@ _RESUME_KEYS = ("prompts", "model", "ref_model", "reward_model", "reward_fn", "p
 _RESUME_DEFAULTS = {"score_reasoning": False, "missing_eos_penalty": None, "template_kwargs": {},
                     "chat_template_file": None, "template_date": DEFAULT_TEMPLATE_DATE}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+POLICY_FILE = "online_policy.toml"
+# The check policy of a run given no --policy: the default, except that an empty sampled answer is
+# kept (warned). It still ends with the EOS the policy sampled, so it has a token to train on, and it
+# is usually the worst sample: dropping its pairs hid from the policy that empty answers are bad
+# (TRL's OnlineDPOTrainer trains on them), and runs drifted toward empty answers.
+ONLINE_POLICY = """# prefdata online: the default policy, with sampled empty answers kept (see prefdata/online/rounds.py)
+[flags]
+empty_chosen = "warn"
+empty_rejected = "warn"
+"""
 
 
 @dataclass
@@ -160,6 +170,9 @@ def run_online(
             "schedule_steps": planned_steps(rounds, prompts_per_round, epochs, batch_pairs),
         }
         done = _start_or_resume(out, config)
+        if policy is None:
+            policy = out / POLICY_FILE
+            atomic_write_text(policy, ONLINE_POLICY)
         scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
                              trust_remote_code=trust_remote_code)
         generation = GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,

@@ -40,3 +40,25 @@ def test_left_padded_batches_decode_as_single_sequences(tiny_model_dir):
         reference = model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False, eos_token_id=1,
                                    pad_token_id=0)[0, len(prompt):]
         assert alone[0, : len(reference)].tolist() == reference.tolist()
+
+
+def test_the_decode_loop_raises_no_deprecation_warnings(tiny_model_dir, capfd):
+    """With today's transformers the loop passes its KV cache under the current name: no
+    FutureWarning (`past_key_values is deprecated`) and no logged notice, from prefdata's modules or
+    from the model call they make."""
+    import warnings
+
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]])
+    mask = torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    capfd.readouterr()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("error", module="prefdata")
+        sample(model, ids, mask, max_new_tokens=4, temperature=1.0, top_p=1.0, stop_ids=[1], pad_id=0,
+               generator=torch.Generator().manual_seed(0))
+    cache_warnings = [str(w.message) for w in caught if "cache" in str(w.message) or "past_key" in str(w.message)]
+    assert cache_warnings == []
+    assert "deprecated" not in capfd.readouterr().err

@@ -116,3 +116,19 @@ def test_the_learning_case_learns_with_a_fixed_seed(tmp_path):
 
     start, end = mean_reward(case["policy"]), mean_reward(result.policy)
     assert end - start >= 0.03, (start, end)
+
+
+def test_an_empty_sampled_answer_still_makes_a_pair(tmp_path, tiny_model_dir):
+    """A sample that is only EOS (empty text) is the policy's answer and usually the worst one: a run
+    given no --policy keeps its pair (warned), as TRL trains it; the default offline policy drops it."""
+    from prefdata.prepare import prepare
+
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(json.dumps({"prompt": "Say hi.", "prompt_ids": [5, 6], "chosen": "hi", "rejected": "",
+                                 "chosen_ids": [7, 8, 2], "rejected_ids": [2], "reward_chosen": 1.0,
+                                 "reward_rejected": 0.0, "chosen_sample": 0, "rejected_sample": 1,
+                                 "chosen_finished": True, "rejected_finished": True}) + "\n")
+    (tmp_path / R.POLICY_FILE).write_text(R.ONLINE_POLICY)
+    kept = prepare(pairs, tmp_path / "online", tokenizer=tiny_model_dir, policy=tmp_path / R.POLICY_FILE, progress=False)
+    assert kept.rows_out == 1 and kept.flag_counts.get("empty_rejected") == 1
+    assert prepare(pairs, tmp_path / "offline", tokenizer=tiny_model_dir, progress=False).rows_out == 0
