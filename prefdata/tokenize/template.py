@@ -165,20 +165,23 @@ def lost_fields(
     prompt: list[Message], completion: list[Message], tools: list[Any] | None, prompt_text: str, completion_text: str
 ) -> list[str]:
     """What of the row the rendered text does not contain: "reasoning" (a completion turn's trace),
-    "tool_calls" (a called function's name, in prompt or completion), "tools" (a tool's name in the
-    prompt). Reasoning of earlier turns in the prompt is not asked for: templates drop it on purpose
-    (Qwen3, DeepSeek-R1), as they do at inference."""
+    "tool_calls" (a call's function name or an argument value), "tool_results" (a tool turn's
+    content), "tools" (a tool's name in the prompt). Each turn is looked for in its own part of the
+    render: a completion's calls in the completion text only, because the function's name also
+    appears in the tools list of the prompt's system header (SmolLM3), and a template that drops
+    the call would otherwise pass. Reasoning of earlier turns in the prompt is not asked for:
+    templates drop it on purpose (Qwen3, DeepSeek-R1), as they do at inference."""
     lost: list[str] = []
     for message in completion:
         reasoning = message_reasoning(message)
         if reasoning and reasoning not in completion_text:
             lost.append("reasoning")
             break
-    full = prompt_text + completion_text
-    for message in (*prompt, *completion):
-        if any(call["function"]["name"] not in full for call in message.get("tool_calls") or ()):
-            lost.append("tool_calls")
-            break
+    turns = [(m, prompt_text) for m in prompt] + [(m, completion_text) for m in completion]
+    if any(not _call_rendered(call, text) for m, text in turns for call in m.get("tool_calls") or ()):
+        lost.append("tool_calls")
+    if any(not _tool_result_rendered(m, text) for m, text in turns if m.get("role") == "tool"):
+        lost.append("tool_results")
     for tool in tools or ():
         function = tool.get("function", tool) if isinstance(tool, dict) else {}
         name = function.get("name") if isinstance(function, dict) else None
@@ -186,3 +189,48 @@ def lost_fields(
             lost.append("tools")
             break
     return lost
+
+
+def _call_rendered(call: dict[str, Any], text: str) -> bool:
+    """Whether `text` holds the call: its function's name and every argument value (templates
+    write arguments as JSON, XML or `key=value`, but each value appears in some spelling)."""
+    function = call.get("function") or {}
+    name = function.get("name")
+    if isinstance(name, str) and name not in text:
+        return False
+    arguments = function.get("arguments")
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return arguments.strip() in text  # invalid JSON renders as written
+    return all(_value_rendered(value, text) for value in _leaf_values(parsed))
+
+
+def _leaf_values(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaf_values(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaf_values(item)
+    elif value is not None and value != "":
+        yield value
+
+
+def _value_rendered(value: Any, text: str) -> bool:
+    if not isinstance(value, str):
+        spellings = {json.dumps(value), str(value)}  # true / True, 3 / 3.0 as the template wrote it
+    else:
+        spellings = {
+            value,
+            json.dumps(value)[1:-1],  # `tojson`: escaped quotes, \n and \uXXXX
+            json.dumps(value, ensure_ascii=False)[1:-1],
+        }
+    return any(spelling in text for spelling in spellings)
+
+
+def _tool_result_rendered(message: Message, text: str) -> bool:
+    content = message.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return True
+    return content.strip() in text or json.dumps(content.strip())[1:-1] in text
