@@ -67,8 +67,9 @@ def _add_template_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--chat-template-file", metavar="FILE",
-        help="a Jinja chat template that replaces the tokenizer's (e.g. a training template that keeps reasoning; "
-        "see docs/reasoning.md); recorded in the manifest",
+        help="a Jinja chat template that replaces the tokenizer's, or a bundled one by name "
+        "(deepseek-r1-keep-reasoning: R1's template keeping the last turn's reasoning; see docs/reasoning.md); "
+        "recorded in the manifest",
     )
     parser.add_argument(
         "--template-date", metavar="YYYY-MM-DD",

@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 from prefdata.errors import PrefdataError
 from prefdata.reasoning import message_reasoning
+from prefdata.templates import bundled_template_names, bundled_template_text
 from prefdata.records import Message
 
 DEFAULT_TEMPLATE_DATE = "2026-01-01"  # what `strftime_now` and `date_string` read unless --template-date says
@@ -44,10 +45,7 @@ class TemplateSettings:
         except ValueError:
             raise PrefdataError(f"--template-date must be YYYY-MM-DD, got {self.date!r}") from None
         if self.chat_template_file and self.chat_template_text is None:
-            path = Path(self.chat_template_file)
-            if not path.is_file():
-                raise PrefdataError(f"--chat-template-file: no such file: {path}")
-            self.chat_template_text = path.read_text(encoding="utf-8")
+            self.chat_template_text = read_chat_template(self.chat_template_file)
 
     def render_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `apply_chat_template`: the pinned `date_string` (Llama 3.1 reads it)
@@ -66,6 +64,19 @@ class TemplateSettings:
             "chat_template_sha256": _sha256(self.chat_template_text) if self.chat_template_text else None,
             "template_date": self.date,
         }
+
+
+def read_chat_template(name_or_path: str) -> str:
+    """A `--chat-template-file`: a Jinja file, or a bundled template's name (prefdata.templates); a
+    file of that name in the working directory wins, as with bundled policies."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    text = bundled_template_text(name_or_path) if "/" not in name_or_path and "\\" not in name_or_path else None
+    if text is not None:
+        return text
+    names = ", ".join(bundled_template_names())
+    raise PrefdataError(f"--chat-template-file: no such file: {path} (bundled templates, by name: {names})")
 
 
 @contextmanager

@@ -237,7 +237,7 @@ def test_llamafactory_v1_rows(tmp_path, reasoning_tokenizer):
 
 # -- real reasoning tokenizers (../shared) ------------------------------------------------------
 
-R1_TEMPLATE = Path(__file__).resolve().parents[2] / "docs" / "templates" / "deepseek-r1-keep-reasoning.jinja"
+R1_TEMPLATE = "deepseek-r1-keep-reasoning"  # bundled (prefdata/templates), found by name
 
 
 def test_deepseek_r1_drops_the_trace_and_the_docs_template_keeps_it(tmp_path, shared_tokenizer):
