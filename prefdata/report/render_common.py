@@ -29,9 +29,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "non_finite_ref_logps": "reference log-probs are not finite",
     "tied_reward": "the two generated samples got the same reward (within the tie threshold)",
     "reward_disagrees": "the reward model prefers rejected over chosen by more than the margin",
-    "reasoning_lost": "the chat template does not render the row's reasoning, tool calls or tools (many "
-    "reasoning templates drop the trace even from the last turn): prepare with --chat-template-file "
-    "(a training template that keeps it, see docs/reasoning.md) or fix the data",
+    "reasoning_lost": "the chat template does not render the row's reasoning, tool calls or tools in the "
+    "completion (many reasoning templates drop the trace even from the last turn; see docs/reasoning.md)",
     "reasoning_mismatch": "one half reasons and the other does not (or has an empty think block): "
     "the model would learn a format preference",
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prefdata.report.render_common import (
-    FLAG_MEANINGS,
     balance_line,
     pct,
     bounded_line,
@@ -45,8 +44,6 @@ def render_text(report: Report, top: int = 8) -> str:
     for f in threshold_findings(report):
         if f.get("exceeded"):
             lines.append("  limit: " + threshold_line(f).replace("`", ""))
-    if "reasoning_lost" in flags:  # content the trainer would never see: say how to keep it
-        lines.append("  reasoning_lost: " + FLAG_MEANINGS["reasoning_lost"].replace("`", ""))
     if report.get("length_balance"):
         lines.append("  " + balance_line(report["length_balance"]).replace("`", ""))
     if report.get("sources"):  # a mixture: each source's kept pairs and share of the output

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from prefdata import __version__
 from prefdata.checks.similarity import BOUNDED_METHOD, EXACT_LIMIT
-from prefdata.report.hints import chat_template_hint, dropped_share_hint
+from prefdata.report.hints import chat_template_hint, dropped_share_hint, template_hint
 from prefdata.report.length_bias import bias_dict
 from prefdata.report.sources import sources_section
 
@@ -184,13 +184,17 @@ def _findings(
 def _hints(
     builder: "ReportBuilder", flags: dict[str, Any], pairs: int, findings: list[dict[str, Any]], meta: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """report.hints: the main cause of an exceeded max_dropped_share, and a missing --chat-template."""
+    """report.hints: the main cause of an exceeded max_dropped_share, a template that drops what rows
+    carry, and a missing --chat-template."""
     hints: list[dict[str, Any]] = []
     settings = meta.get("settings") or {}
     for finding in findings:
         if finding["name"] == "max_dropped_share" and finding["exceeded"]:
             balanced = {k: v for k, v in flags.items() if k != "length_balance"}  # asked for, not a cause
             hints.append(dropped_share_hint(balanced, _policy_dropped(builder), pairs, finding["limit"], settings))
+    template = template_hint(flags, settings)
+    if template is not None and not any(h.get("flag") == "reasoning_lost" for h in hints):  # said once
+        hints.append(template)
     chat = chat_template_hint(builder.string_boundary_mismatches, pairs, meta)
     if chat is not None:
         hints.append(chat)

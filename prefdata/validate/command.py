@@ -196,7 +196,8 @@ def validate(
         "against": str(against) if against is not None else None,
         # Rows of a directory input name their file relative to it; annotations need the full path.
         "source_root": str(input) if input_path.is_dir() and not prepared else (str(input_path.parent) if mix else None),
-        "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
+        "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
+                             "chat_template_file": str(chat_template_file) if chat_template_file else None},
         "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template) if pair_tokenizer is not None else None,
     }
     if prepared:
