@@ -8,8 +8,8 @@ from typing import Any, Mapping
 from prefdata.report.render_common import (
     bounded_line,
     FLAG_MEANINGS,
-    STATUS_WORD,
     Report,
+    counts_phrase,
     esc,
     flags_by_severity,
     hint_lines,
@@ -17,6 +17,7 @@ from prefdata.report.render_common import (
     locs,
     num,
     pct,
+    status_word,
     threshold_findings,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
@@ -95,8 +96,9 @@ def render_html(report: Report) -> str:
     body: list[str] = [
         "<header>",
         f"<h1>prefdata {esc(report.get('command') or 'report')}</h1>",
-        f'<span class="badge big {esc(status)}">{esc(STATUS_WORD.get(status, status))}</span>',
+        f'<span class="badge big {esc(status)}">{esc(status_word(report))}</span>',
         "</header>",
+        f'<p class="counts">{esc(counts_phrase(report))}</p>',
         f'<div class="sub"><code>{esc(report.get("input"))}</code> · policy <code>{esc(policy.get("source"))}</code>'
         + (f' · tokenizer <code>{esc(report.get("tokenizer"))}</code>' if report.get("tokenizer") else " · no tokenizer (text-level checks)")
         + "</div>",
@@ -105,8 +107,8 @@ def render_html(report: Report) -> str:
         _card("kept", acc.get("rows_out", 0), share(acc.get("rows_out"))),
         _card("dropped", acc.get("rows_dropped", 0), share(acc.get("rows_dropped"))),
         _card("quarantined", acc.get("rows_quarantined", 0), share(acc.get("rows_quarantined")), _sev_class(report.get("quarantine", {}).get("severity")) if acc.get("rows_quarantined") else ""),
-        _card("errors", report.get("errors", 0), "findings at error severity", "e" if report.get("errors") else ""),
-        _card("warnings", report.get("warnings", 0), "rows at warn severity", "w" if report.get("warnings") else ""),
+        _card("errors", report.get("errors", 0), "rows with an error-severity flag", "e" if report.get("errors") else ""),
+        _card("warnings", report.get("warnings", 0), "rows with a warn-severity flag", "w" if report.get("warnings") else ""),
         "</section>",
     ]
     body += _html_limits(report)

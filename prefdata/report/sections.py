@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping
 
 from prefdata import __version__
@@ -35,7 +34,6 @@ def build_report(
     policy = builder.policy
     q_severity = builder.quarantine_severity or QUARANTINE_SEVERITY.get(meta.get("command") or "", "error")
     flagged_rows = _flagged_rows(builder, q_severity)
-    severities = builder.severities + Counter({q_severity: builder.outcomes["quarantined"]})
     pairs = len(builder.pair_row)
     accounting = {**_accounting(builder), **(accounting or {})}
 
@@ -71,9 +69,15 @@ def build_report(
     }
     findings = _findings(builder, flags, pairs, length_bias, q_severity)
     hints = _hints(builder, flags, pairs, findings, meta)
-    # Rows at error severity (quarantined records included) plus each exceeded threshold.
-    errors = severities["error"] + sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
-    warnings = severities["warn"]
+    # Counted once, in rows: `errors` = rows with at least one error-severity flag (quarantined records
+    # too where quarantine is an error), `warnings` and `drops` likewise; a row with an error and a
+    # warning counts in both. Exceeded dataset limits are no rows: `limits_exceeded`. Every renderer
+    # prints these numbers (render_common.counts_phrase) beside the flag table they are derived from.
+    quarantined = builder.outcomes["quarantined"]
+    errors = builder.rows_with["error"] + (quarantined if q_severity == "error" else 0)
+    warnings = builder.rows_with["warn"] + (quarantined if q_severity == "warn" else 0)
+    drops = builder.rows_with["drop"]
+    limits_exceeded = sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "prefdata_version": __version__,
@@ -82,9 +86,11 @@ def build_report(
         "input": meta.pop("input", None),
         "tokenizer": meta.pop("tokenizer", None),
         "policy": _policy_section(policy),
-        "status": "fail" if errors else ("warn" if (warnings or severities["drop"]) else "pass"),
+        "status": "fail" if errors or limits_exceeded else ("warn" if (warnings or drops) else "pass"),
         "errors": errors,
         "warnings": warnings,
+        "drops": drops,
+        "limits_exceeded": limits_exceeded,
         "accounting": accounting,
         "outcomes": dict(builder.outcomes),
         "rows_checked": pairs,

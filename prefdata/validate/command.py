@@ -212,7 +212,7 @@ def validate(
         apply_baseline(report, base)
         exit_code = 1 if report["baseline"]["regressions"] else 0
     else:
-        exit_code = 1 if report["errors"] else 0
+        exit_code = 1 if report["errors"] or report["limits_exceeded"] else 0
     rendered = _emit(report, format, output)
     # The one failure line for too many dropped pairs (main cause, setting that keeps them), unless
     # a baseline already had it.
