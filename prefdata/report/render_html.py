@@ -174,14 +174,14 @@ def _html_baseline(baseline: Mapping[str, Any] | None) -> list[str]:
 
 
 def _html_flags(report: Report) -> list[str]:
-    flags = report.get("flags", {})
+    entries = flags_by_severity(report)  # quarantined records included, as the headline counts them
     out = ["<h2>Flags</h2>"]
-    if not flags:
+    if not entries:
         return out + ['<div class="empty">No row carries a flag.</div>']
     checked = report.get("rows_checked") or 0
-    peak = max(info["count"] for info in flags.values()) or 1
+    peak = max(info["count"] for _, info in entries) or 1
     out.append("<table><tr><th>flag</th><th>severity</th><th>rows</th><th></th><th>examples</th></tr>")
-    for name, info in flags_by_severity(report):
+    for name, info in entries:
         examples = "".join(
             f'<div class="ex">{_loc_html(e)} <q>{esc(e.get("prompt"))}</q></div>' for e in info.get("examples", [])
         )

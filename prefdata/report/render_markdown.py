@@ -113,11 +113,11 @@ def _md_baseline(baseline: Mapping[str, Any] | None) -> list[str]:
 
 
 def _md_flags(report: Report, max_flagged_examples: int) -> list[str]:
-    flags = report.get("flags", {})
+    entries = flags_by_severity(report)  # quarantined records included, as the headline counts them
     out = ["### Flags", ""]
-    if flags:
+    if entries:
         out += ["| flag | severity | rows | meaning | examples |", "| --- | --- | ---: | --- | --- |"]
-        for name, info in flags_by_severity(report):
+        for name, info in entries:
             examples = "<br>".join(
                 f"`{_md_escape(loc(e))}` {_md_escape(e.get('prompt', ''))[:60]}" for e in info.get("examples", [])[:max_flagged_examples]
             )
