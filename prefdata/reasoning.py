@@ -76,8 +76,9 @@ def message_answer(message: Mapping[str, Any]) -> str:
 
 def carries_reasoning_or_tools(messages: list[Mapping[str, Any]] | None) -> bool:
     """Whether any message has a field beyond role/content (reasoning, tool calls, a tool turn's id)
-    or an inline `</think>`: the one cheap test before the reasoning checks and the render check."""
+    or an inline `</think>`, or a tool turn: the one cheap test before the reasoning checks and the render
+    check."""
     for message in messages or ():
-        if len(message) > 2 or THINK_CLOSE in (message.get("content") or ""):
+        if len(message) > 2 or message.get("role") == "tool" or THINK_CLOSE in (message.get("content") or ""):
             return True
     return False

@@ -35,7 +35,7 @@ def test_prepare_fails_naming_the_cause_and_max_prompt_length(tmp_path, tiny_tok
     assert err == [
         "prefdata prepare: error: dropped 6 of 10 pairs (60.0%), above max_dropped_share 20%: main cause "
         "no_completion_tokens (6 pairs): prompts fill the --max-length 40 budget; --max-prompt-length 20 "
-        "cuts prompts from the left and keeps the completions"
+        "cuts prompts from the left and keeps the completions (or raise --max-length)"
     ]
     assert "FAIL" in stdout and "hint: dropped 6 of 10 pairs" in stdout
     report = json.loads((out / "report.json").read_text())
@@ -119,3 +119,72 @@ def test_plain_strings_with_a_chat_tokenizer_suggest_chat_template(tmp_path, sha
     code = main(["validate", str(raw), "--tokenizer", tokenizer, "--chat-template", "--format", "json", "--no-progress"])
     report = json.loads(capsys.readouterr().out)
     assert [h for h in report["hints"] if h["kind"] == "chat_template"] == []
+
+
+# -- the hint names the true cause, from the counts and the settings given ---------------------
+
+from prefdata.report.hints import dropped_share_hint, template_hint  # noqa: E402
+
+
+def _flags(**counts):
+    severity = {"reasoning_lost": "error"}
+    return {name: {"count": n, "severity": severity.get(name, "drop")} for name, n in counts.items()}
+
+
+@pytest.mark.parametrize("identical", [85, 86, 87, 90])
+def test_length_hint_keeps_the_budget_whichever_length_flag_leads(identical):
+    """HH at --max-length 128: 87 identical_after_truncation, 86 no_completion_tokens (empty halves are
+    equal): both come from prompts filling the budget, and the advice must not flip on one pair."""
+    hint = dropped_share_hint(_flags(identical_after_truncation=identical, no_completion_tokens=86), 88, 300, 0.2,
+                              {"max_length": 128, "max_prompt_length": None})
+    assert hint["setting"] == "--max-prompt-length 64"
+    assert "--max-prompt-length 64 cuts prompts from the left" in hint["message"] and "raise --max-length" in hint["message"]
+    assert "fix the data" not in hint["message"]
+
+
+def test_length_hint_never_repeats_a_given_max_prompt_length():
+    hint = dropped_share_hint(_flags(no_completion_tokens=5), 5, 10, 0.2, {"max_length": 64, "max_prompt_length": 60})
+    assert hint["setting"] == "--max-length" and "--max-prompt-length 32" not in hint["message"]
+
+
+def test_identical_after_truncation_without_empty_halves_asks_for_more_length():
+    hint = dropped_share_hint(_flags(identical_after_truncation=5), 5, 10, 0.2, {"max_length": 64, "max_prompt_length": None})
+    assert hint["setting"] == "--max-length" and "raise --max-length" in hint["message"]
+
+
+@pytest.mark.parametrize("count", [1, 2])
+def test_a_template_that_drops_tool_calls_is_the_cause_not_the_data(count):
+    """reasoning_lost leaves halves equal (identical_after_truncation): on a tie the template is the cause."""
+    hint = dropped_share_hint(_flags(reasoning_lost=count, identical_after_truncation=1), 2, 2, 0.2, {})
+    assert hint["flag"] == "reasoning_lost" and hint["setting"] == "--chat-template-file"
+    assert "fix the data" not in hint["message"] and "chat template does not render" in hint["message"]
+
+
+def test_template_hint_never_suggests_the_template_file_already_given():
+    fresh = template_hint(_flags(reasoning_lost=3), {"chat_template_file": None})
+    assert "prepare with --chat-template-file" in fresh["message"] and "deepseek-r1-keep-reasoning" in fresh["message"]
+    given = template_hint(_flags(reasoning_lost=3), {"chat_template_file": "mine.jinja"})
+    assert "prepare with --chat-template-file" not in given["message"]
+    assert "--chat-template-file mine.jinja does not render" in given["message"]
+    assert template_hint(_flags(identical=3), {}) is None
+
+
+def test_prepare_with_a_template_file_that_still_drops_calls_says_so(tmp_path, tiny_tokenizer_dir, capsys):
+    from prefdata.tiny import CHATML_TEMPLATE  # role and content only: tool calls vanish
+
+    template = tmp_path / "chatml.jinja"
+    template.write_text(CHATML_TEMPLATE)
+    call = {"type": "function", "function": {"name": "lookup", "arguments": "{\"q\": \"x\"}"}}
+    rows = [{"prompt": [{"role": "user", "content": f"q{i}"}],
+             "chosen": [{"role": "assistant", "content": "Let me check.", "tool_calls": [call]}],
+             "rejected": [{"role": "assistant", "content": "No."}]} for i in range(3)]
+    rows += [{"prompt": f"p{i}", "chosen": "yes", "rejected": "no"} for i in range(20)]  # under max_dropped_share
+    raw = tmp_path / "rows.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code = main(["prepare", str(raw), str(tmp_path / "out"), "--tokenizer", tiny_tokenizer_dir,
+                 "--chat-template-file", str(template), "--no-progress"])
+    stdout, _ = _err_lines(capsys)
+    assert code == 1
+    hint = next(line for line in stdout.splitlines() if "reasoning_lost on 3 rows" in line)
+    assert f"--chat-template-file {template} does not render" in hint and "prepare with --chat-template-file" not in stdout
+    assert "fix the data" not in stdout

@@ -72,9 +72,9 @@ def _report(**overrides) -> dict:
 
 
 def test_counts_have_plurals_and_thousands_separators():
-    assert "PASS with warnings (0 errors, 1 warning)" in render_text(_report())
+    assert "PASS with warnings (0 rows with errors, 1 row with warnings)" in render_text(_report())
     text = render_text(_report(warnings=2308, errors=1, status="fail"))
-    assert "FAIL (1 error, 2,308 warnings)" in text and "2,308 rows in" in text
+    assert "FAIL (1 row with errors, 2,308 rows with warnings)" in text and "2,308 rows in" in text
 
 
 def test_validate_speaks_of_findings_not_kept_rows(tmp_path):
@@ -93,7 +93,8 @@ def test_baseline_pass_with_known_errors_says_no_regressions(tmp_path):
     done = _cli("validate", data, "--policy", policy, "--baseline", str(base), "--no-progress")
     assert done.returncode == 0
     errors = json.loads(base.read_text())["errors"]
-    assert f"no regressions ({errors:,} errors, all in the baseline)" in done.stdout.splitlines()[0]
+    assert f"no regressions ({errors:,} rows with errors, " in done.stdout.splitlines()[0]
+    assert done.stdout.splitlines()[0].endswith(", all in the baseline)")
     assert "PASS with warnings" not in done.stdout
 
 

@@ -171,7 +171,8 @@ def prepare(
                 written.report.benchmarks = benchmarks[1]
             meta = {
                 "input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare",
-                "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
+                "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
+                             "chat_template_file": str(chat_template_file) if chat_template_file else None},
                 "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template),
             }
             built = _write_reports(tmp, written.report.build(written.accounting, meta))

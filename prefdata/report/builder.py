@@ -85,6 +85,9 @@ class ReportBuilder:
         self.flagged: list[tuple[Any, ...]] = []  # see report.sections._flagged_rows for the fields
         self.flagged_total = 0
         self.flagged_rows_any = 0  # rows with at least one flag (for max_flagged_share)
+        # Rows with at least one flag of each severity (a row can count under several): the report's
+        # `errors` and `warnings` (report.sections), so they agree with the flag table row for row.
+        self.rows_with: Counter[str] = Counter()
         # Plain-string rows (not messages, not pre-tokenized) flagged prompt_boundary_mismatch: many
         # of them with a chat tokenizer mean --chat-template was wanted (report.hints).
         self.string_boundary_mismatches = 0
@@ -276,6 +279,9 @@ class ReportBuilder:
         assert pair is not None
         if row.severity:  # info-only rows carry a flag but are no finding (max_flagged_share)
             self.flagged_rows_any += 1
+        if self.policy is not None:
+            for severity in {self._flag_severity(flag) for flag in row.flags}:
+                self.rows_with[severity] += 1
         if "prompt_boundary_mismatch" in row.flags and not pair.is_conversational and not ids_mode(pair):
             self.string_boundary_mismatches += 1
         if pair.benchmark_match is not None and "benchmark_overlap" in row.flags:
@@ -295,6 +301,12 @@ class ReportBuilder:
                     }
                 )
         self._remember_flagged(row, list(dict.fromkeys(row.flags)), row.severity, digest)
+
+    def _flag_severity(self, flag: str) -> str | None:
+        try:
+            return self.policy.severity(flag)
+        except ValueError:  # a flag the policy does not know (e.g. from an older OUT/)
+            return None
 
     def _add_benchmark_match(self, row: "CheckedRow") -> None:
         match = row.pair.benchmark_match  # type: ignore[union-attr]

@@ -1,9 +1,11 @@
 """Hints: for a run that lost many pairs, or flagged many, the main cause and the setting that helps.
 
-Two hints exist (report.json's `hints`, docs/report-schema.md):
+Three hints exist (report.json's `hints`, docs/report-schema.md):
 - `dropped_share`: the policy's `max_dropped_share` was exceeded; names the most common drop flag and
   the flag or setting that would keep those pairs (e.g. `--max-prompt-length` when prompts fill the
   `--max-length` budget).
+- `template`: rows flagged `reasoning_lost`: the chat template (the tokenizer's, or the one given with
+  `--chat-template-file`) drops what they carry; names the fix that fits the settings given.
 - `chat_template`: many plain-string rows got `prompt_boundary_mismatch` although the tokenizer has a
   chat template and `--chat-template` was not given (an instruct tokenizer reading raw text).
 
@@ -19,16 +21,20 @@ CHAT_TEMPLATE_HINT_SHARE = 0.1
 # Below this --max-length, halving it for the prompt leaves too little room: raising it is the advice.
 MIN_SPLIT_LENGTH = 32
 
-# Flags a length setting causes; the others describe the pair itself.
+# Flags a length setting causes; the others describe the pair itself (or the template).
 _LENGTH_FLAGS = ("no_completion_tokens", "identical_after_truncation", "image_truncated")
+# Flags whose cause is the chat template, not the data.
+_TEMPLATE_FLAGS = ("reasoning_lost",)
+# On a tie in rows, the flag that causes others wins: a template that drops a tool call leaves both
+# halves equal (identical_after_truncation follows reasoning_lost); a completion with no tokens left
+# is an empty half, so identical_after_truncation follows no_completion_tokens too.
+_CAUSE_ORDER = {"reasoning_lost": 0, "no_completion_tokens": 1, "image_truncated": 2, "identical_after_truncation": 9}
 
 
 def main_drop_cause(flags: Mapping[str, Mapping[str, Any]]) -> tuple[str, int] | None:
     """(flag, rows) of the most common flag that removes rows (drop or error severity), or None."""
-    # Most rows first. A pair with no completion tokens left also has identical (empty) halves after
-    # truncation, so on a tie no_completion_tokens is the cause and the other its consequence.
     removing = sorted(
-        (-info["count"], name != "no_completion_tokens", name)
+        (-info["count"], _CAUSE_ORDER.get(name, 5), name)
         for name, info in flags.items()
         if info.get("severity") in ("drop", "error")
     )
@@ -38,16 +44,28 @@ def main_drop_cause(flags: Mapping[str, Mapping[str, Any]]) -> tuple[str, int] |
     return name, -count
 
 
-def keep_setting(flag: str, settings: Mapping[str, Any]) -> tuple[str, str]:
-    """(setting, why) for the pairs `flag` removed: what the user could change to keep them."""
+def keep_setting(flag: str, settings: Mapping[str, Any], prompts_fill: bool = True) -> tuple[str, str]:
+    """(setting, why) for the pairs `flag` removed: what the user could change to keep them, never a
+    setting the user already gave. `prompts_fill`: some prompts took the whole --max-length budget
+    (pairs with no completion tokens left), so cutting prompts keeps completions within the budget."""
     max_length = settings.get("max_length")
     max_prompt = settings.get("max_prompt_length")
+    if flag in _TEMPLATE_FLAGS:
+        return "--chat-template-file", template_advice(settings)
     if flag in _LENGTH_FLAGS and max_length:
-        if flag == "no_completion_tokens" and max_prompt is None and max_length >= MIN_SPLIT_LENGTH:
+        if max_prompt is None and prompts_fill and max_length >= MIN_SPLIT_LENGTH:
+            # Both help; the one that keeps the user's length budget comes first.
+            half = max_length // 2
             return (
-                f"--max-prompt-length {max_length // 2}",
-                f"prompts fill the --max-length {max_length:,} budget; --max-prompt-length {max_length // 2:,} "
-                "cuts prompts from the left and keeps the completions",
+                f"--max-prompt-length {half}",
+                f"prompts fill the --max-length {max_length:,} budget; --max-prompt-length {half:,} cuts prompts "
+                "from the left and keeps the completions (or raise --max-length)",
+            )
+        if max_prompt is not None:
+            return (
+                "--max-length",
+                f"--max-length {max_length:,} with --max-prompt-length {max_prompt:,} leaves too little room for the "
+                "completions; raise --max-length or lower --max-prompt-length",
             )
         return (
             "--max-length",
@@ -63,6 +81,36 @@ def keep_setting(flag: str, settings: Mapping[str, Any]) -> tuple[str, str]:
     )
 
 
+def template_advice(settings: Mapping[str, Any]) -> str:
+    """Why reasoning_lost pairs were lost and what keeps them: the template is at fault, not the data."""
+    given = settings.get("chat_template_file")
+    if given:
+        return (
+            f"the chat template from --chat-template-file {given} does not render the rows' reasoning, tool calls "
+            "or tools; change that template to render them (docs/reasoning.md), or remove those fields from the data"
+        )
+    return (
+        "the tokenizer's chat template does not render the rows' reasoning, tool calls or tools; prepare with "
+        "--chat-template-file and a training template that renders them (bundled: deepseek-r1-keep-reasoning; "
+        "docs/reasoning.md), or put the reasoning inline as <think>…</think> in the content"
+    )
+
+
+def template_hint(flags: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The `template` hint: rows flagged reasoning_lost, and what keeps their content in the tokens."""
+    info = flags.get("reasoning_lost")
+    if not info or not info.get("count"):
+        return None
+    rows = info["count"]
+    return {
+        "kind": "template",
+        "flag": "reasoning_lost",
+        "count": rows,
+        "setting": "--chat-template-file",
+        "message": f"reasoning_lost on {rows:,} {plural(rows, 'row')}: {template_advice(settings)}",
+    }
+
+
 def dropped_share_hint(
     flags: Mapping[str, Mapping[str, Any]], dropped: int, pairs: int, limit: float, settings: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -76,8 +124,12 @@ def dropped_share_hint(
             "message": head,
         }
     flag, count = cause
-    setting, why = keep_setting(flag, settings)
-    cause_text = f"main cause {flag} ({count:,} {plural(count, 'pair')}): {why}"
+    no_tokens = (flags.get("no_completion_tokens") or {}).get("count", 0)
+    setting, why = keep_setting(flag, settings, prompts_fill=no_tokens > 0)
+    also = ""
+    if flag == "identical_after_truncation" and no_tokens:  # the same cause: halves left empty are equal
+        also = f", with no_completion_tokens ({no_tokens:,} {plural(no_tokens, 'pair')})"
+    cause_text = f"main cause {flag} ({count:,} {plural(count, 'pair')}{also}): {why}"
     return {
         "kind": "dropped_share",
         "flag": flag,

@@ -29,9 +29,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "non_finite_ref_logps": "reference log-probs are not finite",
     "tied_reward": "the two generated samples got the same reward (within the tie threshold)",
     "reward_disagrees": "the reward model prefers rejected over chosen by more than the margin",
-    "reasoning_lost": "the chat template does not render the row's reasoning, tool calls or tools (many "
-    "reasoning templates drop the trace even from the last turn): prepare with --chat-template-file "
-    "(a training template that keeps it, see docs/reasoning.md) or fix the data",
+    "reasoning_lost": "the chat template does not render the row's reasoning, tool calls or tools in the "
+    "completion (many reasoning templates drop the trace even from the last turn; see docs/reasoning.md)",
     "reasoning_mismatch": "one half reasons and the other does not (or has an empty think block): "
     "the model would learn a format preference",
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
@@ -76,9 +75,35 @@ _SEVERITY_ORDER = {"error": 0, "drop": 1, "warn": 2}
 
 
 def flags_by_severity(report: Report) -> list[tuple[str, Mapping[str, Any]]]:
-    """Worst severity first, then most rows: what a reader should look at first."""
-    flags = report.get("flags", {})
-    return sorted(flags.items(), key=lambda kv: (_SEVERITY_ORDER.get(kv[1].get("severity"), 3), -kv[1]["count"], kv[0]))
+    """Worst severity first, then most rows: what a reader should look at first. Quarantined records
+    are an entry too (`quarantined`), since the headline's counts include them."""
+    entries = dict(report.get("flags", {}))
+    quarantine = report.get("quarantine") or {}
+    if quarantine.get("count"):
+        examples = [row for reason in quarantine.get("reasons", []) for row in reason.get("rows", [])]
+        entries["quarantined"] = {"count": quarantine["count"], "severity": quarantine.get("severity"), "examples": examples}
+    return sorted(entries.items(), key=lambda kv: (_SEVERITY_ORDER.get(kv[1].get("severity"), 3), -kv[1]["count"], kv[0]))
+
+
+def counts_phrase(report: Report) -> str:
+    """The headline's counts, in rows, as every renderer prints them: "2 rows with errors, 1 row with
+    warnings, 3 rows with drop flags, 1 limit exceeded" (the last two only when there are any). A row
+    counts under each severity it has a flag of; quarantined records count at their severity."""
+    errors, warnings = report.get("errors", 0), report.get("warnings", 0)
+    parts = [f"{count(errors, 'row')} with errors", f"{count(warnings, 'row')} with warnings"]
+    if report.get("drops"):
+        parts.append(f"{count(report['drops'], 'row')} with drop flags")
+    if report.get("limits_exceeded"):
+        parts.append(f"{count(report['limits_exceeded'], 'limit')} exceeded")
+    return ", ".join(parts)
+
+
+def status_word(report: Report) -> str:
+    """PASS, PASS with warnings, PASS with drops (drop flags only: nothing to fix, rows set aside), FAIL."""
+    status = report.get("status", "pass")
+    if status == "warn" and not report.get("warnings") and not report.get("errors"):
+        return "PASS with drops" if report.get("drops") else "PASS"
+    return STATUS_WORD.get(status, status)
 
 
 def threshold_findings(report: Report) -> list[Mapping[str, Any]]:
@@ -104,14 +129,13 @@ def count(value: int, word: str) -> str:
 
 
 def status_line(report: Report) -> str:
-    """The verdict in words: "PASS with warnings (0 errors, 1 warning)"; with a baseline whose
-    findings explain every error, "no regressions (19 errors, all in the baseline)"."""
-    errors, warnings = report.get("errors", 0), report.get("warnings", 0)
+    """The verdict in words: "PASS with warnings (0 rows with errors, 1 row with warnings)"; with a
+    baseline whose findings explain every error, "no regressions (19 rows with errors, all in the baseline)"."""
+    errors = report.get("errors", 0)
     baseline = report.get("baseline")
-    if baseline is not None and not baseline.get("regressions") and errors:
-        return f"no regressions ({count(errors, 'error')}, all in the baseline)"
-    status = report.get("status", "pass")
-    return f"{STATUS_WORD.get(status, status)} ({count(errors, 'error')}, {count(warnings, 'warning')})"
+    if baseline is not None and not baseline.get("regressions") and (errors or report.get("limits_exceeded")):
+        return f"no regressions ({counts_phrase(report)}, all in the baseline)"
+    return f"{status_word(report)} ({counts_phrase(report)})"
 
 
 def headline(report: Report) -> str:

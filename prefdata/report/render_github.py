@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from prefdata.report.render_common import FLAG_MEANINGS, Report, threshold_findings, threshold_line
+from prefdata.report.render_common import FLAG_MEANINGS, Report, status_line, threshold_findings, threshold_line
 
 STEP_SUMMARY_LIMIT = 1024 * 1024  # GitHub rejects a step summary above 1 MiB
 GITHUB_ANNOTATION_CAP = 10  # GitHub shows at most 10 error and 10 warning annotations per step
@@ -89,7 +89,8 @@ def github_annotations(report: Report, max_annotations: int = GITHUB_ANNOTATION_
         rest += max(0, baseline.get("new_flagged_rows", 0) - len(rows))
     else:
         rest += max(0, report.get("flagged_rows_total", 0) - len(rows))
-    lines = errors + warnings
+    # The verdict with the headline's counts, the same words as the other renderers.
+    lines = [f"::notice title=prefdata::{_gh_escape_data(status_line(report))}"] + errors + warnings
     if rest:
         lines.append(f"::notice title=prefdata::{rest:,} more flagged rows are not annotated (GitHub shows at most {max_annotations} errors and {max_annotations} warnings per step); see the job summary or report")
     return lines

@@ -8,8 +8,8 @@ from typing import Any, Mapping
 from prefdata.report.render_common import (
     bounded_line,
     FLAG_MEANINGS,
-    STATUS_WORD,
     Report,
+    counts_phrase,
     esc,
     flags_by_severity,
     hint_lines,
@@ -17,6 +17,7 @@ from prefdata.report.render_common import (
     locs,
     num,
     pct,
+    status_word,
     threshold_findings,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
@@ -95,8 +96,9 @@ def render_html(report: Report) -> str:
     body: list[str] = [
         "<header>",
         f"<h1>prefdata {esc(report.get('command') or 'report')}</h1>",
-        f'<span class="badge big {esc(status)}">{esc(STATUS_WORD.get(status, status))}</span>',
+        f'<span class="badge big {esc(status)}">{esc(status_word(report))}</span>',
         "</header>",
+        f'<p class="counts">{esc(counts_phrase(report))}</p>',
         f'<div class="sub"><code>{esc(report.get("input"))}</code> · policy <code>{esc(policy.get("source"))}</code>'
         + (f' · tokenizer <code>{esc(report.get("tokenizer"))}</code>' if report.get("tokenizer") else " · no tokenizer (text-level checks)")
         + "</div>",
@@ -105,8 +107,8 @@ def render_html(report: Report) -> str:
         _card("kept", acc.get("rows_out", 0), share(acc.get("rows_out"))),
         _card("dropped", acc.get("rows_dropped", 0), share(acc.get("rows_dropped"))),
         _card("quarantined", acc.get("rows_quarantined", 0), share(acc.get("rows_quarantined")), _sev_class(report.get("quarantine", {}).get("severity")) if acc.get("rows_quarantined") else ""),
-        _card("errors", report.get("errors", 0), "findings at error severity", "e" if report.get("errors") else ""),
-        _card("warnings", report.get("warnings", 0), "rows at warn severity", "w" if report.get("warnings") else ""),
+        _card("errors", report.get("errors", 0), "rows with an error-severity flag", "e" if report.get("errors") else ""),
+        _card("warnings", report.get("warnings", 0), "rows with a warn-severity flag", "w" if report.get("warnings") else ""),
         "</section>",
     ]
     body += _html_limits(report)
@@ -172,14 +174,14 @@ def _html_baseline(baseline: Mapping[str, Any] | None) -> list[str]:
 
 
 def _html_flags(report: Report) -> list[str]:
-    flags = report.get("flags", {})
+    entries = flags_by_severity(report)  # quarantined records included, as the headline counts them
     out = ["<h2>Flags</h2>"]
-    if not flags:
+    if not entries:
         return out + ['<div class="empty">No row carries a flag.</div>']
     checked = report.get("rows_checked") or 0
-    peak = max(info["count"] for info in flags.values()) or 1
+    peak = max(info["count"] for _, info in entries) or 1
     out.append("<table><tr><th>flag</th><th>severity</th><th>rows</th><th></th><th>examples</th></tr>")
-    for name, info in flags_by_severity(report):
+    for name, info in entries:
         examples = "".join(
             f'<div class="ex">{_loc_html(e)} <q>{esc(e.get("prompt"))}</q></div>' for e in info.get("examples", [])
         )

@@ -8,9 +8,8 @@ from prefdata.report.render_images import images_markdown
 from prefdata.report.render_scored import scored_markdown
 from prefdata.report.render_common import (
     bounded_line,
-    count,
+    counts_phrase,
     FLAG_MEANINGS,
-    STATUS_WORD,
     Report,
     flags_by_severity,
     headline,
@@ -19,6 +18,7 @@ from prefdata.report.render_common import (
     locs,
     num,
     pct,
+    status_word,
     threshold_findings,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
@@ -59,10 +59,10 @@ def _md_summary(report: Report) -> list[str]:
     status = report.get("status", "pass")
     icon = {"pass": "✅", "warn": "⚠️", "fail": "❌"}.get(status, "")
     return [
-        f"## {icon} prefdata {report.get('command') or 'report'}: {STATUS_WORD.get(status, status)}",
+        f"## {icon} prefdata {report.get('command') or 'report'}: {status_word(report)}",
         "",
         f"`{_md_escape(report.get('input'))}` — {headline(report)}. "
-        f"**{count(report.get('errors', 0), 'error')}**, {count(report.get('warnings', 0), 'warning')}. "
+        f"**{counts_phrase(report)}**. "
         f"Policy: `{_md_escape((report.get('policy') or {}).get('source'))}`.",
         "",
     ]
@@ -113,11 +113,11 @@ def _md_baseline(baseline: Mapping[str, Any] | None) -> list[str]:
 
 
 def _md_flags(report: Report, max_flagged_examples: int) -> list[str]:
-    flags = report.get("flags", {})
+    entries = flags_by_severity(report)  # quarantined records included, as the headline counts them
     out = ["### Flags", ""]
-    if flags:
+    if entries:
         out += ["| flag | severity | rows | meaning | examples |", "| --- | --- | ---: | --- | --- |"]
-        for name, info in flags_by_severity(report):
+        for name, info in entries:
             examples = "<br>".join(
                 f"`{_md_escape(loc(e))}` {_md_escape(e.get('prompt', ''))[:60]}" for e in info.get("examples", [])[:max_flagged_examples]
             )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from prefdata.report.render_common import (
-    FLAG_MEANINGS,
     balance_line,
     pct,
     bounded_line,
@@ -30,23 +29,21 @@ def render_text(report: Report, top: int = 8) -> str:
     if report.get("scored"):  # records of scored completions: both ledgers in one line
         lines.append("  scored completions: " + ledger_line(report))
     lines += ["  " + line for line in images_text(report)]  # image pairs: sizes, tokens per image
-    flags = report.get("flags", {})
-    if flags:
+    entries = flags_by_severity(report)  # quarantined records included, as the headline counts them
+    if entries:
         lines.append("  flags:")
-        width = max(len(name) for name in flags)
-        for name, info in flags_by_severity(report)[:top]:
+        width = max(len(name) for name, _ in entries)
+        for name, info in entries[:top]:
             where = locs(info.get("examples", []), 3)
             lines.append(f"    {name:<{width}}  {info.get('severity') or '-':<5}  {info['count']:>7,}  e.g. {where}")
-        if len(flags) > top:
-            lines.append(f"    … and {len(flags) - top} more flags (see the full report)")
+        if len(entries) > top:
+            lines.append(f"    … and {len(entries) - top} more flags (see the full report)")
     quarantine = report.get("quarantine", {})
     for reason in quarantine.get("reasons", [])[:3]:
         lines.append(f"  quarantined {reason['count']:,}×: {reason['reason']}  ({locs(reason['rows'], 3)})")
     for f in threshold_findings(report):
         if f.get("exceeded"):
             lines.append("  limit: " + threshold_line(f).replace("`", ""))
-    if "reasoning_lost" in flags:  # content the trainer would never see: say how to keep it
-        lines.append("  reasoning_lost: " + FLAG_MEANINGS["reasoning_lost"].replace("`", ""))
     if report.get("length_balance"):
         lines.append("  " + balance_line(report["length_balance"]).replace("`", ""))
     if report.get("sources"):  # a mixture: each source's kept pairs and share of the output

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import time
 from array import array
-from collections import Counter
 from typing import TYPE_CHECKING, Any, Mapping
 
 from prefdata import __version__
 from prefdata.checks.similarity import BOUNDED_METHOD, EXACT_LIMIT
-from prefdata.report.hints import chat_template_hint, dropped_share_hint
+from prefdata.report.hints import chat_template_hint, dropped_share_hint, template_hint
 from prefdata.report.length_bias import bias_dict
 from prefdata.report.sources import sources_section
 
@@ -35,7 +34,6 @@ def build_report(
     policy = builder.policy
     q_severity = builder.quarantine_severity or QUARANTINE_SEVERITY.get(meta.get("command") or "", "error")
     flagged_rows = _flagged_rows(builder, q_severity)
-    severities = builder.severities + Counter({q_severity: builder.outcomes["quarantined"]})
     pairs = len(builder.pair_row)
     accounting = {**_accounting(builder), **(accounting or {})}
 
@@ -71,9 +69,15 @@ def build_report(
     }
     findings = _findings(builder, flags, pairs, length_bias, q_severity)
     hints = _hints(builder, flags, pairs, findings, meta)
-    # Rows at error severity (quarantined records included) plus each exceeded threshold.
-    errors = severities["error"] + sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
-    warnings = severities["warn"]
+    # Counted once, in rows: `errors` = rows with at least one error-severity flag (quarantined records
+    # too where quarantine is an error), `warnings` and `drops` likewise; a row with an error and a
+    # warning counts in both. Exceeded dataset limits are no rows: `limits_exceeded`. Every renderer
+    # prints these numbers (render_common.counts_phrase) beside the flag table they are derived from.
+    quarantined = builder.outcomes["quarantined"]
+    errors = builder.rows_with["error"] + (quarantined if q_severity == "error" else 0)
+    warnings = builder.rows_with["warn"] + (quarantined if q_severity == "warn" else 0)
+    drops = builder.rows_with["drop"]
+    limits_exceeded = sum(1 for f in findings if f["kind"] == "threshold" and f["exceeded"])
     report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "prefdata_version": __version__,
@@ -82,9 +86,11 @@ def build_report(
         "input": meta.pop("input", None),
         "tokenizer": meta.pop("tokenizer", None),
         "policy": _policy_section(policy),
-        "status": "fail" if errors else ("warn" if (warnings or severities["drop"]) else "pass"),
+        "status": "fail" if errors or limits_exceeded else ("warn" if (warnings or drops) else "pass"),
         "errors": errors,
         "warnings": warnings,
+        "drops": drops,
+        "limits_exceeded": limits_exceeded,
         "accounting": accounting,
         "outcomes": dict(builder.outcomes),
         "rows_checked": pairs,
@@ -184,13 +190,17 @@ def _findings(
 def _hints(
     builder: "ReportBuilder", flags: dict[str, Any], pairs: int, findings: list[dict[str, Any]], meta: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
-    """report.hints: the main cause of an exceeded max_dropped_share, and a missing --chat-template."""
+    """report.hints: the main cause of an exceeded max_dropped_share, a template that drops what rows
+    carry, and a missing --chat-template."""
     hints: list[dict[str, Any]] = []
     settings = meta.get("settings") or {}
     for finding in findings:
         if finding["name"] == "max_dropped_share" and finding["exceeded"]:
             balanced = {k: v for k, v in flags.items() if k != "length_balance"}  # asked for, not a cause
             hints.append(dropped_share_hint(balanced, _policy_dropped(builder), pairs, finding["limit"], settings))
+    template = template_hint(flags, settings)
+    if template is not None and not any(h.get("flag") == "reasoning_lost" for h in hints):  # said once
+        hints.append(template)
     chat = chat_template_hint(builder.string_boundary_mismatches, pairs, meta)
     if chat is not None:
         hints.append(chat)

@@ -76,8 +76,9 @@ class TemplateOptions(Settings):
         None, "variables for the chat template, e.g. enable_thinking=false (values are JSON where they parse; "
         "repeatable); recorded in the manifest", group=TEMPLATE, metavar="NAME=VALUE[,...]", action="append")
     chat_template_file: str | Path | None = setting(
-        None, "a Jinja chat template that replaces the tokenizer's (e.g. a training template that keeps reasoning; "
-        "see docs/reasoning.md); recorded in the manifest", group=TEMPLATE, metavar="FILE")
+        None, "a Jinja chat template that replaces the tokenizer's, or a bundled one by name "
+        "(deepseek-r1-keep-reasoning: R1's template keeping the last turn's reasoning; see docs/reasoning.md); "
+        "recorded in the manifest", group=TEMPLATE, metavar="FILE")
     template_date: str | None = setting(
         DEFAULT_TEMPLATE_DATE, "the date templates print (strftime_now, date_string), pinned so OUT does not change "
         "with the day", group=TEMPLATE, metavar="YYYY-MM-DD")

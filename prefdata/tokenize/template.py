@@ -22,6 +22,7 @@ from typing import Any, Iterator
 
 from prefdata.errors import PrefdataError
 from prefdata.reasoning import message_reasoning
+from prefdata.templates import bundled_template_names, bundled_template_text
 from prefdata.records import Message
 
 DEFAULT_TEMPLATE_DATE = "2026-01-01"  # what `strftime_now` and `date_string` read unless --template-date says
@@ -44,10 +45,7 @@ class TemplateSettings:
         except ValueError:
             raise PrefdataError(f"--template-date must be YYYY-MM-DD, got {self.date!r}") from None
         if self.chat_template_file and self.chat_template_text is None:
-            path = Path(self.chat_template_file)
-            if not path.is_file():
-                raise PrefdataError(f"--chat-template-file: no such file: {path}")
-            self.chat_template_text = path.read_text(encoding="utf-8")
+            self.chat_template_text = read_chat_template(self.chat_template_file)
 
     def render_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for `apply_chat_template`: the pinned `date_string` (Llama 3.1 reads it)
@@ -66,6 +64,19 @@ class TemplateSettings:
             "chat_template_sha256": _sha256(self.chat_template_text) if self.chat_template_text else None,
             "template_date": self.date,
         }
+
+
+def read_chat_template(name_or_path: str) -> str:
+    """A `--chat-template-file`: a Jinja file, or a bundled template's name (prefdata.templates); a
+    file of that name in the working directory wins, as with bundled policies."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    text = bundled_template_text(name_or_path) if "/" not in name_or_path and "\\" not in name_or_path else None
+    if text is not None:
+        return text
+    names = ", ".join(bundled_template_names())
+    raise PrefdataError(f"--chat-template-file: no such file: {path} (bundled templates, by name: {names})")
 
 
 @contextmanager
@@ -165,20 +176,23 @@ def lost_fields(
     prompt: list[Message], completion: list[Message], tools: list[Any] | None, prompt_text: str, completion_text: str
 ) -> list[str]:
     """What of the row the rendered text does not contain: "reasoning" (a completion turn's trace),
-    "tool_calls" (a called function's name, in prompt or completion), "tools" (a tool's name in the
-    prompt). Reasoning of earlier turns in the prompt is not asked for: templates drop it on purpose
-    (Qwen3, DeepSeek-R1), as they do at inference."""
+    "tool_calls" (a call's function name or an argument value), "tool_results" (a tool turn's
+    content), "tools" (a tool's name in the prompt). Each turn is looked for in its own part of the
+    render: a completion's calls in the completion text only, because the function's name also
+    appears in the tools list of the prompt's system header (SmolLM3), and a template that drops
+    the call would otherwise pass. Reasoning of earlier turns in the prompt is not asked for:
+    templates drop it on purpose (Qwen3, DeepSeek-R1), as they do at inference."""
     lost: list[str] = []
     for message in completion:
         reasoning = message_reasoning(message)
         if reasoning and reasoning not in completion_text:
             lost.append("reasoning")
             break
-    full = prompt_text + completion_text
-    for message in (*prompt, *completion):
-        if any(call["function"]["name"] not in full for call in message.get("tool_calls") or ()):
-            lost.append("tool_calls")
-            break
+    turns = [(m, prompt_text) for m in prompt] + [(m, completion_text) for m in completion]
+    if any(not _call_rendered(call, text) for m, text in turns for call in m.get("tool_calls") or ()):
+        lost.append("tool_calls")
+    if any(not _tool_result_rendered(m, text) for m, text in turns if m.get("role") == "tool"):
+        lost.append("tool_results")
     for tool in tools or ():
         function = tool.get("function", tool) if isinstance(tool, dict) else {}
         name = function.get("name") if isinstance(function, dict) else None
@@ -186,3 +200,48 @@ def lost_fields(
             lost.append("tools")
             break
     return lost
+
+
+def _call_rendered(call: dict[str, Any], text: str) -> bool:
+    """Whether `text` holds the call: its function's name and every argument value (templates
+    write arguments as JSON, XML or `key=value`, but each value appears in some spelling)."""
+    function = call.get("function") or {}
+    name = function.get("name")
+    if isinstance(name, str) and name not in text:
+        return False
+    arguments = function.get("arguments")
+    try:
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return arguments.strip() in text  # invalid JSON renders as written
+    return all(_value_rendered(value, text) for value in _leaf_values(parsed))
+
+
+def _leaf_values(value: Any) -> Iterator[Any]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaf_values(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaf_values(item)
+    elif value is not None and value != "":
+        yield value
+
+
+def _value_rendered(value: Any, text: str) -> bool:
+    if not isinstance(value, str):
+        spellings = {json.dumps(value), str(value)}  # true / True, 3 / 3.0 as the template wrote it
+    else:
+        spellings = {
+            value,
+            json.dumps(value)[1:-1],  # `tojson`: escaped quotes, \n and \uXXXX
+            json.dumps(value, ensure_ascii=False)[1:-1],
+        }
+    return any(spelling in text for spelling in spellings)
+
+
+def _tool_result_rendered(message: Message, text: str) -> bool:
+    content = message.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return True
+    return content.strip() in text or json.dumps(content.strip())[1:-1] in text

@@ -101,6 +101,7 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
     planned_epoch, batches = -1, []
     rng_at_step_start = rng_state()
     loop_started = time.perf_counter()
+    first_step = step
     try:
         while step < total_steps:
             epoch, step_in_epoch = divmod(step, steps_per_epoch)
@@ -144,6 +145,7 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
                         rng_at_step_start, is_main)
         bar.close()
         raise
+    _check_stall(loop, result, step, None, 0.0, 0.0, bar, steps_run=step - first_step)
     bar.close()
     return step
 
@@ -164,9 +166,14 @@ def _accumulate(loop: Loop, step_batches: list[list[int]]) -> torch.Tensor:
     return sums
 
 
-def _check_stall(loop: Loop, result: TrainResult, step: int, step_metrics: dict[str, float], grad_norm: float,
-                 step_lr: float, bar: Any) -> None:
-    event = loop.stall.update(step, step_metrics["loss"], step_metrics["abs_margin"], grad_norm, step_lr)
+def _check_stall(loop: Loop, result: TrainResult, step: int, step_metrics: dict[str, float] | None, grad_norm: float,
+                 step_lr: float, bar: Any, steps_run: int = 0) -> None:
+    """After each step (`step_metrics`), and once at the end of the run (None: a short run whose
+    every step stalled, fewer than --stall-steps, is reported too)."""
+    if step_metrics is None:
+        event = loop.stall.finish(step, steps_run)
+    else:
+        event = loop.stall.update(step, step_metrics["loss"], step_metrics["abs_margin"], grad_norm, step_lr)
     if event is None:
         return
     result.stall_events.append(event)

@@ -174,7 +174,9 @@ def train(
     # 4. optimizer and schedule
     params = [p for p in policy.parameters() if p.requires_grad]
     span = schedule_steps if schedule_steps is not None else total_steps
-    optimizer, scheduler, warmup_steps = _optimizer(params, lr, lr_schedule, warmup_ratio, span, torch_device)
+    # An online run (schedule_steps given) keeps TRL's warmup; see warmup_steps_for.
+    warmup = warmup_steps_for(warmup_ratio, span) if schedule_steps is None else math.ceil(warmup_ratio * span)
+    optimizer, scheduler, warmup_steps = _optimizer(params, lr, lr_schedule, warmup, span, torch_device)
     if optimizer_from is not None:
         load_optimizer_state(Path(optimizer_from), optimizer, scheduler, torch_device)
     settings = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
@@ -227,14 +229,22 @@ _CONFIG_KEYS = (
 )
 
 
-def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, warmup_ratio: float,
+def warmup_steps_for(warmup_ratio: float, span: int) -> int:
+    """Warmup steps of a `train` run of `span` steps. Warmup starts at a rate of 0, so its first step
+    trains nothing: TRL's `ceil(ratio * steps)` gives a 4-step run one warmup step, a quarter of the
+    run at lr 0. Rounded down instead, and none where it would be a single step (that step alone,
+    at lr 0): short runs train at the full rate from their first step."""
+    steps = math.floor(warmup_ratio * span + 1e-9)
+    return steps if steps >= 2 else 0
+
+
+def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, warmup_steps: int,
                span: int, device: torch.device) -> tuple[torch.optim.Optimizer, Any, int]:
-    """AdamW (no weight decay) with linear warmup, then the schedule over `span` steps."""
+    """AdamW (no weight decay) with `warmup_steps` of linear warmup, then the schedule over `span` steps."""
     if not params:
         raise PrefdataError("the policy has no trainable parameters")
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                                   fused=device.type == "cuda")
-    warmup_steps = math.ceil(warmup_ratio * span)
     return optimizer, make_scheduler(optimizer, lr_schedule, warmup_steps, span), warmup_steps
 
 

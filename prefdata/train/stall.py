@@ -85,13 +85,29 @@ class StallDetector:
         self._fired = True
         return self._event(step)
 
-    def _event(self, step: int) -> dict[str, Any]:
+    def finish(self, step: int, steps_run: int) -> dict[str, Any] | None:
+        """At the end of a run: a run shorter than `steps` whose every step stalled never reached the
+        threshold, yet learned nothing (a few steps at a small learning rate end at 0.6931): its
+        stall event, once, or None."""
+        # One step proves nothing: its loss is measured before its update, at ln 2 in every run.
+        if self._fired or steps_run < 2 or self._run < steps_run or self._run >= self.steps:
+            return None
+        self._fired = True
+        return self._event(step, short_run=True)
+
+    def _event(self, step: int, short_run: bool = False) -> dict[str, Any]:
         n = len(self._window)
         mean_loss = sum(w[0] for w in self._window) / n
         mean_margin = sum(w[1] for w in self._window) / n
         max_grad = max(w[2] for w in self._window)
         max_lr = max(w[3] for w in self._window)
         causes = self.likely_causes(max_grad, max_lr)
+        if short_run and max_lr > 0.0:
+            causes.insert(0, (
+                f"the run is short: {self._run} optimizer {'step' if self._run == 1 else 'steps'} at a learning rate "
+                f"of at most {max_lr:.2g} cannot move the policy off the reference; raise --lr, or train more steps "
+                "(more --epochs, a smaller --batch-pairs or --grad-accum)"
+            ))
         counts = {name: int(self.flag_counts.get(name, 0)) for name in SIGNAL_FREE_FLAGS if self.flag_counts.get(name)}
         event: dict[str, Any] = {
             "event": "stall",
@@ -103,6 +119,7 @@ class StallDetector:
             "max_grad_norm": max_grad,
             "max_lr": max_lr,
             "likely_causes": causes,
+            "short_run": short_run,
             "flag_counts": dict(self.flag_counts),
             "signal_free_flag_counts": counts,
         }
@@ -141,8 +158,13 @@ class StallDetector:
 
 
 def format_stall_message(event: dict[str, Any]) -> str:
+    if event.get("short_run"):
+        head = (f"training learned nothing: in all {event['stalled_steps']} steps of the run (up to step {event['step']}) "
+                "the loss stayed at ")
+    else:
+        head = f"training stalled: for {event['stalled_steps']} steps (up to step {event['step']}) the loss stayed at "
     lines = [
-        f"training stalled: for {event['stalled_steps']} steps (up to step {event['step']}) the loss stayed at "
+        head +
         f"{event['loss']:.4f} (zero-margin value {event['zero_margin_loss']:.4f}) with mean |margin| "
         f"{event['mean_abs_margin']:.2e} and grad norm <= {event['max_grad_norm']:.2e}.",
         "Likely causes:",

@@ -206,7 +206,8 @@ def validate(
         "against": str(against) if against is not None else None,
         # Rows of a directory input name their file relative to it; annotations need the full path.
         "source_root": str(input) if input_path.is_dir() and not prepared else (str(input_path.parent) if mix else None),
-        "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template},
+        "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
+                             "chat_template_file": str(chat_template_file) if chat_template_file else None},
         "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template) if pair_tokenizer is not None else None,
     }
     if prepared:
@@ -221,7 +222,7 @@ def validate(
         apply_baseline(report, base)
         exit_code = 1 if report["baseline"]["regressions"] else 0
     else:
-        exit_code = 1 if report["errors"] else 0
+        exit_code = 1 if report["errors"] or report["limits_exceeded"] else 0
     rendered = _emit(report, format, output)
     # The one failure line for too many dropped pairs (main cause, setting that keeps them), unless
     # a baseline already had it.

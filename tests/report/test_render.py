@@ -99,7 +99,9 @@ def test_github_annotations_format_cap_and_rest(report, monkeypatch):
     assert errors[1].startswith("::error title=prefdata%3A max_flagged_share::flagged rows: 25.2%25")
     assert errors[2].startswith("::error file=data/train.jsonl,line=1,title=prefdata%3A identical::")
     # 15 identical (error) + 1 quarantined (error) + 15 near_duplicate (warn) = 31 rows; 8 + 10 shown.
-    assert len(notices) == 1 and "13 more flagged rows" in notices[0]
+    # The verdict with the headline's counts leads; then the count of rows left out.
+    assert notices[0] == "::notice title=prefdata::FAIL (16 rows with errors, 15 rows with warnings, 2 limits exceeded)"
+    assert len(notices) == 2 and "13 more flagged rows" in notices[1]
 
 
 def test_github_annotation_escaping(monkeypatch, tmp_path):
@@ -121,7 +123,8 @@ def test_github_annotations_with_baseline_only_new(report):
     head = apply_baseline(builder.build({}, {}), report)
     lines = github_annotations(head)
     assert lines == [
-        "::error file=data/train.jsonl,line=500,title=prefdata%3A identical::chosen and rejected are identical (prompt: brand new)"
+        "::notice title=prefdata::FAIL (1 row with errors, 0 rows with warnings, 1 limit exceeded)",
+        "::error file=data/train.jsonl,line=500,title=prefdata%3A identical::chosen and rejected are identical (prompt: brand new)",
     ]
 
 

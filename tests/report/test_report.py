@@ -200,9 +200,10 @@ def test_length_bias_limit(tmp_path):
     _, report = build(biased, policy)
     limit = next(f for f in report["findings"] if f["name"] == "length_bias")
     assert limit["exceeded"] and limit["value"] == 0.7 and limit["limit"] == 0.6
-    assert report["errors"] == 1 and report["status"] == "fail"
+    # A dataset limit is no row: it fails the run on its own count, not as an error row.
+    assert (report["errors"], report["limits_exceeded"], report["status"]) == (0, 1, "fail")
     _, fine = build(biased[:6] + [row(20, "p", "a", "bb")] * 4, policy)
-    assert not next(f for f in fine["findings"] if f["name"] == "length_bias")["exceeded"] and fine["errors"] == 0
+    assert not next(f for f in fine["findings"] if f["name"] == "length_bias")["exceeded"] and fine["limits_exceeded"] == 0
 
 
 def test_max_flagged_share(tmp_path):
@@ -211,11 +212,11 @@ def test_max_flagged_share(tmp_path):
     policy = load_policy(policy_file)
     rows = [row(i) for i in range(6)] + [row(7, flags=[F.NEAR_DUPLICATE]), row(8, flags=[F.NEAR_DUPLICATE])]
     _, ok = build(rows, policy)
-    assert ok["errors"] == 0  # 2/8 = 25%: at the limit is fine
+    assert ok["limits_exceeded"] == 0 and ok["status"] != "fail"  # 2/8 = 25%: at the limit is fine
     _, over = build(rows + [row(9, flags=[F.DUPLICATE_PAIR])], policy)
     share = next(f for f in over["findings"] if f["name"] == "max_flagged_share")
     assert share["exceeded"] and share["value"] == pytest.approx(3 / 9, abs=1e-6)
-    assert over["errors"] == 1
+    assert (over["errors"], over["limits_exceeded"], over["status"]) == (0, 1, "fail")
 
 
 def test_ignored_flags_do_not_count(tmp_path):

@@ -7,6 +7,7 @@ tools and a date like Qwen3's; ChatML ignores every field but role/content (a te
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import datasets
@@ -236,7 +237,7 @@ def test_llamafactory_v1_rows(tmp_path, reasoning_tokenizer):
 
 # -- real reasoning tokenizers (../shared) ------------------------------------------------------
 
-R1_TEMPLATE = Path(__file__).resolve().parents[2] / "docs" / "templates" / "deepseek-r1-keep-reasoning.jinja"
+R1_TEMPLATE = "deepseek-r1-keep-reasoning"  # bundled (prefdata/templates), found by name
 
 
 def test_deepseek_r1_drops_the_trace_and_the_docs_template_keeps_it(tmp_path, shared_tokenizer):
@@ -300,3 +301,97 @@ def test_a_template_that_ignores_tool_calls_or_tools_is_reasoning_lost(tmp_path,
     result, _, out = _prepare(tmp_path, rows, tiny_tokenizer_dir)
     assert result.exit_code == 1 and result.rows_out == 0
     assert F.REASONING_LOST in _dropped(out)[0]["flags"]
+
+
+# -- tool calls the template drops (judged on the completion, not the tools list) ----------------
+
+_CALL_LOOP = (
+    "{%- for call in message.tool_calls or [] %}"
+    "{{ '\n<tool_call>\n{\"name\": \"' + call.function.name + '\", \"arguments\": ' + (call.function.arguments | tojson) + '}\n</tool_call>' }}"
+    "{%- endfor %}"
+)
+# Renders the tools list in the system header but not the assistant's calls: SmolLM3's behaviour.
+DROPS_TOOL_CALLS = REASONING_TEMPLATE.replace(_CALL_LOOP, "")
+# Renders the function's name but not its arguments.
+DROPS_ARGUMENTS = REASONING_TEMPLATE.replace(_CALL_LOOP, "{%- for call in message.tool_calls or [] %}{{ '\n<call ' + call.function.name + '>' }}{%- endfor %}")
+
+
+def _said_then_called(city="Paris"):
+    return [{"role": "assistant", "content": "Let me check.",
+             "tool_calls": [{"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}]
+
+
+def _only_called(city):
+    return [{"role": "assistant", "content": None,
+             "tool_calls": [{"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}]
+
+
+@pytest.mark.parametrize("template", [DROPS_TOOL_CALLS, DROPS_ARGUMENTS], ids=["drops-calls", "drops-arguments"])
+def test_a_call_the_completion_does_not_render_is_lost_though_tools_name_it(tmp_path, template):
+    assert template != REASONING_TEMPLATE
+    path = tmp_path / "tok"
+    build_tiny_tokenizer(path, chat_template=template)
+    rows = [_row(_said_then_called(), _answer("It is sunny."), tools=TOOLS),
+            _row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS)]
+    result, _, out = _prepare(tmp_path, rows, str(path))
+    assert result.exit_code == 1 and result.rows_out == 0
+    assert [F.REASONING_LOST in d["flags"] for d in _dropped(out)] == [True, True]
+
+
+def test_a_template_that_renders_the_calls_keeps_them_unflagged(tmp_path, reasoning_tokenizer):
+    rows = [_row(_said_then_called(), _answer("It is sunny."), tools=TOOLS),
+            _row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS)]
+    result, dataset, _ = _prepare(tmp_path, rows, reasoning_tokenizer)
+    assert result.rows_out == 2 and list(dataset["flags"]) == [[], []]
+
+
+# Whether each template in ../shared renders an assistant's tool calls in its completion.
+_SHARED_RENDERS_CALLS = {
+    "qwen2.5-instruct": True,
+    "cogito-v1-preview-qwen-14b": True,
+    "mistral-7b-instruct-v0.3": True,
+    "smollm3-3b": False,  # tools listed in the system header, calls dropped
+    "smollm2-135m-instruct": False,
+    "phi-3-mini-4k-instruct": False,
+    "deepseek-r1-distill-qwen": False,  # and no tools list
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SHARED_RENDERS_CALLS))
+def test_shared_templates_flag_exactly_the_calls_they_drop(tmp_path, shared_tokenizer, name):
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = shared_tokenizer(name)
+    renders = _SHARED_RENDERS_CALLS[name]
+    # Independent of prefdata: does the completion part of the template's own render hold the call?
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    head = tok.apply_chat_template(PROMPT, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    try:
+        full = tok.apply_chat_template(PROMPT + _only_called("Lyon"), tools=TOOLS, tokenize=False)
+    except Exception:  # DeepSeek-R1's template reads `content` of a call-only turn: give it ""
+        full = tok.apply_chat_template(PROMPT + [{**_only_called("Lyon")[0], "content": ""}], tools=TOOLS, tokenize=False)
+    assert ("Lyon" in full[len(os.path.commonprefix([head, full])):]) == renders
+    rows = [_row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS)]
+    if name != "mistral-7b-instruct-v0.3":  # Mistral's template refuses content beside calls
+        rows.append(_row(_said_then_called(), _answer("It is sunny."), tools=TOOLS))
+    result, dataset, out = _prepare(tmp_path, rows, tokenizer_dir)
+    if renders:
+        assert result.rows_out == len(rows) and all(F.REASONING_LOST not in f for f in dataset["flags"])
+    else:
+        assert result.rows_out == 0 and all(F.REASONING_LOST in d["flags"] for d in _dropped(out))
+
+
+def test_a_tool_result_the_template_drops_is_lost(tmp_path):
+    """An agent trajectory's tool turn (in the completion) that the template leaves out."""
+    template = REASONING_TEMPLATE.replace(
+        "{%- else %}{{ '<|im_start|>' + message.role", "{%- elif message.role != 'tool' %}{{ '<|im_start|>' + message.role")
+    assert template != REASONING_TEMPLATE
+    path = tmp_path / "tok"
+    build_tiny_tokenizer(path, chat_template=template)
+    result_turn = {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "18C and sunny"}
+    rows = [_row(_only_called("Paris") + [result_turn, *_answer("Sunny, 18C.")], _answer("No idea."), tools=TOOLS)]
+    _, _, out = _prepare(tmp_path, rows, str(path), name="drops")
+    assert F.REASONING_LOST in _dropped(out)[0]["flags"]
+    build_tiny_tokenizer(tmp_path / "keeping-tok", chat_template=REASONING_TEMPLATE)
+    _, dataset, _ = _prepare(tmp_path, rows, str(tmp_path / "keeping-tok"), name="keeps")
+    assert F.REASONING_LOST not in dataset[0]["flags"]

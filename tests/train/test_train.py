@@ -430,3 +430,35 @@ def test_schedules_decay_to_zero_at_the_planned_end_and_stay_there():
         assert values[:3] == [0.0, 0.5, 1.0] and values[10] == pytest.approx(0.0, abs=1e-12)
         assert all(a >= b for a, b in zip(values[2:], values[3:]))  # never turns back up past the end
     assert [lr_factor(s, kind="constant", warmup_steps=0, total_steps=3) for s in range(5)] == [1.0] * 5
+
+
+def test_warmup_never_spends_a_short_run_at_lr_zero():
+    from prefdata.train.recipe import warmup_steps_for
+
+    # README's shape: 100 pairs, 8 per micro-batch, 4 micro-batches per step -> 4 steps.
+    assert warmup_steps_for(0.1, 4) == 0 and warmup_steps_for(0.1, 10) == 0 and warmup_steps_for(0.1, 19) == 0
+    assert warmup_steps_for(0.1, 20) == 2 and warmup_steps_for(0.1, 1000) == 100
+    assert warmup_steps_for(0.5, 4) == 2 and warmup_steps_for(0.0, 1000) == 0
+
+
+def test_a_short_run_that_learned_nothing_says_why(learnable_out, tiny_model_dir, tmp_path, capsys):
+    """README's old example: a few steps at lr 5e-7 end at 0.6931; fewer steps than --stall-steps,
+    so the per-step detector never fires; the end of the run reports it, naming the learning rate."""
+    output = tmp_path / "run"
+    result = train(learnable_out, model=tiny_model_dir, output=output, max_steps=4, save_every=None,
+                   **(FAST | {"lr": 5e-7, "warmup_ratio": 0.1}))
+    lines = [m for m in _metrics(output) if "loss" in m]
+    assert lines[0]["lr"] == pytest.approx(5e-7)  # no warmup step at lr 0
+    (event,) = result.stall_events
+    assert event["short_run"] and event["stalled_steps"] == 4
+    assert "the run is short: 4 optimizer steps at a learning rate of at most 5e-07" in event["likely_causes"][0]
+    assert "training learned nothing: in all 4 steps" in capsys.readouterr().err
+    assert [m for m in _metrics(output) if m.get("event") == "stall"]
+    with pytest.raises(TrainingStalled):
+        train(learnable_out, model=tiny_model_dir, output=tmp_path / "run2", max_steps=4, save_every=None,
+              fail_on_stall=True, **(FAST | {"lr": 5e-7}))
+
+
+def test_a_short_run_that_learns_is_not_reported(learnable_out, tiny_model_dir, tmp_path):
+    result = train(learnable_out, model=tiny_model_dir, output=tmp_path / "run", max_steps=4, save_every=None, **FAST)
+    assert not result.stall_events

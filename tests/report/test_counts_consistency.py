@@ -1,0 +1,98 @@
+"""The headline's counts are defined once (rows with at least one flag of a severity; exceeded limits
+apart) and every rendering prints the same numbers as report.json, consistent with its flag table."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prefdata import flags as F
+from prefdata.checks.policy import load_policy
+from prefdata.report.builder import ReportBuilder
+from prefdata.report.render_github import github_annotations
+from prefdata.report.render_html import render_html
+from prefdata.report.render_markdown import render_markdown
+from prefdata.report.render_text import render_text
+from tests.report.test_report import quarantined, row
+
+POLICIES = {"default": load_policy(None), "pr": load_policy("checks/pr.toml")}
+# Flags of every severity in the default policy: drop, warn, error, info.
+FLAGS = [F.IDENTICAL, F.NEAR_DUPLICATE, F.DUPLICATE_PAIR, F.COMPLETION_TRUNCATED, F.REASONING_LOST,
+         F.TOOL_CALL_INVALID, F.SAME_FINAL_ANSWER, F.EMPTY_PROMPT, F.IDENTICAL_AFTER_TRUNCATION]
+COUNTS = re.compile(
+    r"([\d,]+) rows? with errors, ([\d,]+) rows? with warnings"
+    r"(?:, ([\d,]+) rows? with drop flags)?(?:, ([\d,]+) limits? exceeded)?"
+)
+
+
+def _numbers(text: str) -> tuple[int, int, int, int]:
+    match = COUNTS.search(text)
+    assert match, text
+    return tuple(int((group or "0").replace(",", "")) for group in match.groups())  # type: ignore[return-value]
+
+
+def _table_md(markdown: str) -> dict[str, tuple[str, int]]:
+    rows = re.findall(r"^\| `([a-z_]+)` \| ([a-z-]+) \| ([\d,]+) \|", markdown.split("### Flags", 1)[1], re.M)
+    return {name: (severity, int(n.replace(",", ""))) for name, severity, n in rows}
+
+
+def _table_html(page: str) -> dict[str, tuple[str, int]]:
+    rows = re.findall(r"<tr><td><code>([a-z_]+)</code><div class=meaning>[^<]*</div></td><td><span class=\"badge ([a-z]+)\">"
+                      r"[^<]*</span></td><td class=n>([\d,]+)<", page)
+    return {name: (severity, int(n.replace(",", ""))) for name, severity, n in rows}
+
+
+row_flags = st.lists(st.sampled_from(FLAGS), max_size=4, unique=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    flag_lists=st.lists(row_flags, min_size=1, max_size=25),
+    quarantines=st.integers(0, 3),
+    policy_name=st.sampled_from(sorted(POLICIES)),
+    command=st.sampled_from(["validate", "prepare"]),
+)
+def test_every_rendering_prints_the_counts_of_report_json_and_its_table(flag_lists, quarantines, policy_name, command):
+    policy = POLICIES[policy_name]
+    builder = ReportBuilder(policy)
+    for line, flags in enumerate(flag_lists, start=1):
+        builder.add(row(line, f"p{line}", f"a{line}", f"b{line}", flags, policy=policy))
+    for extra in range(quarantines):
+        builder.add(quarantined(1000 + extra))
+    report = json.loads(json.dumps(builder.build({}, {"input": "data", "command": command})))
+
+    # The definition, computed here from the input: rows with at least one flag of that severity.
+    kept_flags = [[f for f in flags if policy.severity(f) != "ignore"] for flags in flag_lists]
+    q_severity = "error" if command == "validate" else "warn"
+    truth = {
+        severity: sum(any(policy.severity(f) == severity for f in flags) for flags in kept_flags)
+        + (quarantines if q_severity == severity else 0)
+        for severity in ("error", "warn")
+    }
+    assert (report["errors"], report["warnings"]) == (truth["error"], truth["warn"])
+    limits = sum(1 for f in report["findings"] if f["kind"] == "threshold" and f["exceeded"])
+    assert report["limits_exceeded"] == limits
+    assert (report["status"] == "fail") == bool(report["errors"] or limits)
+    expected = (report["errors"], report["warnings"], report["drops"], report["limits_exceeded"])
+
+    text = render_text(report, top=100)
+    markdown = render_markdown(report)
+    page = render_html(report)
+    notice = github_annotations(report)[0]
+    assert notice.startswith("::notice title=prefdata::")
+    for rendering in (text.splitlines()[0], markdown, page, notice):
+        assert _numbers(rendering) == expected
+
+    # The flag table the counts come from: an error row exists exactly when an error entry does, and
+    # a row counts once however many flags of that severity it has.
+    for table in (_table_md(markdown), _table_html(page)):
+        for severity, total in (("error", report["errors"]), ("warn", report["warnings"])):
+            counts = [n for sev, n in table.values() if sev == severity]
+            assert bool(counts) == bool(total), (severity, table, total)
+            if counts:
+                assert max(counts) <= total <= sum(counts)
+    if not report["warnings"] and not report["errors"] and not limits:
+        assert "PASS with warnings" not in text and "PASS with warnings" not in markdown
