@@ -236,7 +236,7 @@ class ReportBuilder:
 
     def _add_bounded(self, source_file: str, source_line: int) -> None:
         self.bounded_rows += 1
-        if len(self.bounded_examples) < LINES_PER_REASON:
+        if len(self.bounded_examples) < LINES_PER_REASON and not _listed(self.bounded_examples, source_file, source_line):
             self.bounded_examples.append({"source_file": source_file, "source_line": source_line})
 
     def _sample_compact(self, rows: CompactRows, pairs: "np.ndarray") -> None:
@@ -289,7 +289,7 @@ class ReportBuilder:
         for flag in row.flags:
             self.flag_counts[flag] += 1
             examples = self.flag_examples.setdefault(flag, [])
-            if len(examples) < self.examples_per_flag:
+            if len(examples) < self.examples_per_flag and not _listed(examples, row.raw.source_file, row.raw.source_line):
                 examples.append(
                     {
                         "source_file": row.raw.source_file,
@@ -449,3 +449,9 @@ def _as_location(value: Any) -> dict[str, Any]:
     if isinstance(value, tuple):
         return {"source_file": value[0], "source_line": value[1]}
     return {"source_file": None, "source_line": int(value)}
+
+
+def _listed(examples: list[dict[str, Any]], source_file: str, source_line: int) -> bool:
+    """Whether a record's location is already an example: the pairs of one scored record share it,
+    and a reader is sent to each record once."""
+    return any(e["source_line"] == source_line and e["source_file"] == source_file for e in examples)

@@ -74,6 +74,18 @@ def test_outcomes_flag_counts_and_examples_with_lines():
     json.dumps(report)  # JSON-able as is
 
 
+def test_a_record_is_listed_once_among_a_flags_examples():
+    """The pairs of one scored record share its line: a reader is sent to that line once."""
+    rows = [row(6, "p6", "same", "same", [F.IDENTICAL])]
+    rows += [row(60, "p60", "same", "same", [F.IDENTICAL]) for _ in range(3)]
+    rows += [row(61, "p61", "same", "same", [F.IDENTICAL]), row(60, "p60", "same", "same", [F.IDENTICAL], file="other.jsonl")]
+    _, report = build(rows)
+    identical = report["flags"][F.IDENTICAL]
+    assert identical["count"] == 6  # every pair counts ...
+    examples = [(e["source_file"], e["source_line"]) for e in identical["examples"]]
+    assert examples == [(FILE, 6), (FILE, 60), (FILE, 61), ("other.jsonl", 60)]  # ... each place once
+
+
 def test_excerpts_are_short_single_lines():
     _, report = build([row(1, "line one\nline two " + "x" * 500, "a", "a", [F.IDENTICAL])])
     prompt = report["flags"][F.IDENTICAL]["examples"][0]["prompt"]

@@ -304,3 +304,13 @@ def test_prepared_out_keeps_flags_only_the_original_tokenization_knows(tmp_path,
     assert stored > 0
     report = run(out).report
     assert report["flags"][F.COMPLETION_TRUNCATED]["count"] == stored
+
+
+def test_scored_records_are_named_once_in_the_flag_examples(tmp_path, capsys):
+    """all-pairs makes three pairs per record, each flagged: the summary lists :1, :2, :3, not :1, :1, :1."""
+    rows = [{"prompt": f"Question {i}?", "completions": [f"It is {i}.", f"It is  {i}.", f"It is {i}. "], "scores": [3, 2, 1]}
+            for i in range(4)]
+    data = write_jsonl(tmp_path / "scored.jsonl", rows)
+    assert main(["validate", str(data), "--pairing", "all-pairs", "--no-progress"]) == 1
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("whitespace_only"))
+    assert line.endswith(f"e.g. {data}:1, :2, :3"), line
