@@ -3,7 +3,8 @@
 Builds a tiny tokenizer (real ChatML template) and a tiny random Qwen2 model from code, then runs
 prepare -> validate -> refs -> train on examples/pairs/ (several input shapes, a few bad rows).
 `--images`: the same stages for image preference pairs (examples/images/) with a tiny LLaVA
-(a CLIP vision tower and a Llama text model) and its processor, built from code.
+(a CLIP vision tower and a Llama text model) and its processor, built from code, written under
+WORK/images/ so that the text demo's WORK/prepared/ and WORK/checkpoint/ stay as they are.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
     """prepare --processor -> validate -> refs -> train on image pairs, with a tiny random LLaVA."""
     from prefdata.tiny import build_tiny_llava_model, build_tiny_llava_processor
 
+    work = work / "images"  # apart from the text demo's prepared/ and checkpoint/, which the README shows
     work.mkdir(parents=True, exist_ok=True)
     model_dir = work / "tiny-llava"
     started = time.time()
@@ -51,6 +53,7 @@ def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
     print(f"  dataset:    {out}/  (load_from_disk gives decoded images beside the ids; manifest.json records the processor)")
     print(f"  report:     {out}/report.html  ({out}/report.md)")
     print(f"  model:      {checkpoint}/  (save_pretrained, with its processor)")
+    print(f"  look at a row with its loss masks: prefdata show {out} --row 0")
     return 0
 
 
@@ -87,7 +90,7 @@ def _stages(work: Path, examples: Path, model_dir: Path, max_steps: int, reader:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prefdata.demo", description=__doc__)
-    parser.add_argument("--work", default=str(REPO / "demo-out"), help="where everything is written")
+    parser.add_argument("--work", default=str(REPO / "demo-out"), help="where everything is written (--images: its images/ folder)")
     parser.add_argument("--examples", default=None,
                         help="the input (default: examples/pairs, or examples/images/pairs.jsonl with --images)")
     parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: 30; 20 with --images)")
