@@ -19,7 +19,7 @@ from prefdata.errors import PrefdataError
 from prefdata.quiet import quiet_libraries, wants_quiet
 from prefdata.ranks import is_main_process, process_rank
 from prefdata.settings.commands import COMMANDS as DECLARED, GROUP_ORDER, RUN, Command
-from prefdata.settings.declare import add_to_parser, names
+from prefdata.settings.declare import RequiredInUsage, add_to_parser, declared, missing_required, names
 
 EPILOG = "Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error."
 
@@ -44,8 +44,9 @@ def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
     return ""
 
 
-class _Formatter(argparse.HelpFormatter):
-    """Wraps the description to the terminal; keeps the examples' lines as written."""
+class _Formatter(RequiredInUsage):
+    """Wraps the description to the terminal; keeps the examples' lines as written; required settings
+    unbracketed in the usage."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if "\n" in text:
@@ -85,24 +86,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings some source set for this command: config files, then flags (which win). Settings
-    left unset are not passed, so each function's own default (the declared one) applies."""
-    allowed = names(DECLARED[args.command].settings)
+    left unset are not passed, so each function's own default (the declared one) applies. A required
+    setting that no source set is a usage error (exit 2), one line naming every missing flag."""
+    declared_settings = DECLARED[args.command].settings
+    allowed = names(declared_settings)
     settings = load_settings(args.command, getattr(args, "config", None), allowed)
     settings.update({name: value for name, value in vars(args).items() if value is not None and name in allowed})
+    missing = missing_required(declared_settings, settings)
+    if missing:
+        every = declared(declared_settings)
+        either = [[item, *(other for other in every if other.flag in item.alternatives)] for item in missing]
+        flags = " and ".join(" or ".join(f"{one.flag} {one.spec.metavar}" for one in items) for items in either)
+        keys = " and ".join(" or ".join(f"`{one.name}`" for one in items) for items in either)
+        verb = "is" if len(missing) == 1 else "are"
+        raise PrefdataError(f"{flags} {verb} required (or set {keys} in the config file)")
     return settings
-
-
-def _require(settings: dict[str, Any], name: str, flag: str) -> None:
-    if not settings.get(name):
-        raise PrefdataError(f"{flag} is required (or set `{name}` in the config file)")
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
     from prefdata.prepare import prepare
 
     settings = _settings(args)
-    if not settings.get("processor"):
-        _require(settings, "tokenizer", "--tokenizer PATH")
     result = prepare(args.raw, args.out, **settings)
     from prefdata.report.render_text import render_text
 
@@ -131,7 +135,6 @@ def _run_refs(args: argparse.Namespace) -> int:
     from prefdata.refs import compute_refs
 
     settings = _settings(args)
-    _require(settings, "model", "--model PATH")
     engine, ray_address, workers = settings.pop("engine", "local"), settings.pop("ray_address", None), settings.pop("workers", None)
     if engine == "ray":
         from prefdata.refs_ray import compute_refs_on_ray
@@ -151,8 +154,6 @@ def _run_train(args: argparse.Namespace) -> int:
     from prefdata.train.recipe import train
 
     settings = _settings(args)
-    _require(settings, "model", "--model PATH")
-    _require(settings, "output", "--output DIR")
     result = train(args.out, **settings)
     if is_main_process():  # under torchrun every rank trained the same model; one says so
         print(result.summary() if hasattr(result, "summary") else result)
@@ -163,7 +164,6 @@ def _run_generate(args: argparse.Namespace) -> int:
     from prefdata.online.generate import generate
 
     settings = _settings(args)
-    _require(settings, "model", "--model POLICY")
     if settings.get("engine") == "vllm":
         from prefdata.online.vllm_engine import vllm_available
 
@@ -186,8 +186,6 @@ def _run_online(args: argparse.Namespace) -> int:
     from prefdata.online.rounds import run_online
 
     settings = _settings(args)
-    _require(settings, "model", "--model POLICY")
-    _require(settings, "output", "--output DIR")
     if settings.get("engine") == "vllm":
         from prefdata.online.vllm_engine import vllm_available
 

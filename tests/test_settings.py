@@ -146,6 +146,51 @@ def test_a_bad_flag_or_value_is_one_line_exit_2_naming_the_near_flag(capsys):
         assert err[0].startswith(f"prefdata {argv[0]}: error:")
 
 
+# What each command needs before it runs (flag or config key); one of an exclusive group is enough.
+REQUIRED = {"prepare": ["(--tokenizer PATH | --processor PATH)"], "refs": ["--model PATH"],
+            "train": ["--model PATH", "--output DIR"], "generate": ["--model POLICY"],
+            "online": ["--model POLICY", "--output DIR"]}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_usage_shows_required_settings_unbracketed_and_only_those(command):
+    usage = " ".join(_subparsers()[command].format_usage().split())
+    for shown in REQUIRED.get(command, []):
+        assert f" {shown}" in usage and f"[{shown}]" not in usage, usage
+    required = [item for item in declared(COMMANDS[command].settings) if item.spec.required]
+    assert sorted(item.name for item in required) == sorted(
+        re.search(r"--(\w+)", shown).group(1) for shown in REQUIRED.get(command, []))
+    for item in declared(COMMANDS[command].settings):
+        if item.flag and not item.spec.required:
+            # everything else stays optional: `[--flag ...]`, or `| --flag` inside an exclusive group's brackets
+            assert re.search(rf"(\[|\| ){re.escape(item.flag)}\b", usage), (command, item.flag)
+    text = " ".join(_subparsers()[command].format_help().split())
+    for item in required:
+        assert "(required" in item.meaning and item.meaning in text
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["online", "p.jsonl"], "--model POLICY and --output DIR are required (or set `model` and `output` in the config file)"),
+    (["online", "p.jsonl", "--model", "m"], "--output DIR is required (or set `output` in the config file)"),
+    (["train", "out", "--output", "ckpt"], "--model PATH is required (or set `model` in the config file)"),
+    (["refs", "out"], "--model PATH is required"),
+    (["generate", "p.jsonl", "out"], "--model POLICY is required"),
+    (["prepare", "raw.jsonl", "out"], "--tokenizer PATH or --processor PATH is required"),
+])
+def test_a_missing_required_setting_is_one_line_exit_2(argv, line, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no pyproject.toml around that could set it
+    assert main(argv) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1 and err[0].startswith(f"prefdata {argv[0]}: error: {line}"), err
+
+
+def test_a_required_setting_from_the_config_file_is_enough(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prefdata.toml").write_text('[online]\nmodel = "m"\noutput = "run"\n', encoding="utf-8")
+    main(["online", "missing.jsonl", "--config", "prefdata.toml"])
+    assert "required" not in capsys.readouterr().err  # it went on, and failed on the missing prompts instead
+
+
 def test_a_settings_object_and_keywords_give_the_same_out(tmp_path, tiny_tokenizer_dir):
     from prefdata.prepare import prepare
 

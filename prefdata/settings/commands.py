@@ -190,8 +190,8 @@ class RewardOptions(Settings):
 
 @dataclass(kw_only=True)
 class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
-    tokenizer: str | None = setting(None, "Hugging Face tokenizer directory (required unless --processor)",
-                                    group=IO, metavar="PATH")
+    tokenizer: str | None = setting(None, "Hugging Face tokenizer directory", group=IO, metavar="PATH",
+                                    required=True, exclusive="reader")
     processor: str | None = setting(
         None, "instead of --tokenizer, for image pairs: an AutoProcessor directory; its chat template renders the "
         "prompt, and each image placeholder is expanded exactly as the processor expands it (learned from the "
@@ -199,7 +199,7 @@ class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpti
         "size-dependent N as Qwen2-VL, fixed text around the run as Gemma 3); a processor whose layout changes with "
         "the image (Idefics3 / SmolVLM rows x cols tiles) gets each image's text as the processor builds it for that "
         "width x height, cached by size; one that neither rule reproduces exactly is refused. Needs Pillow only "
-        "(prefdata[vision]): no torchvision, no video processor", group=IO, metavar="PATH")
+        "(prefdata[vision]): no torchvision, no video processor", group=IO, metavar="PATH", exclusive="reader")
     policy: str | Path | None = setting(None, "check policy: bundled `default` or `pr`, or a TOML file", group=CHECKS,
                                         metavar="NAME|FILE", default_text="default")
     loss_on: str = setting(
@@ -230,11 +230,12 @@ class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpti
 
 @dataclass(kw_only=True)
 class ValidateSettings(Progress, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
-    tokenizer: str | None = setting(None, "also run token-level checks (after truncation)", group=IO, metavar="PATH")
+    tokenizer: str | None = setting(None, "also run token-level checks (after truncation)", group=IO, metavar="PATH",
+                                    exclusive="reader")
     processor: str | None = setting(
         None, "instead of --tokenizer, for image pairs: an AutoProcessor directory; counts each image's tokens as "
         "prepare --processor does (lengths, image_truncated, tokens per image); without it image placeholders are "
-        "only counted against the images (needs Pillow: prefdata[vision])", group=IO, metavar="PATH")
+        "only counted against the images (needs Pillow: prefdata[vision])", group=IO, metavar="PATH", exclusive="reader")
     policy: str | Path | None = setting(None, "check policy: bundled `default` or `pr` (strict, for PRs), or a TOML "
                                         "file", group=CHECKS, metavar="NAME|FILE", default_text="default")
     format: str = setting("text", "report format", group=IO, choices=("text", "json", "markdown", "github", "html"))
@@ -260,7 +261,7 @@ class RefsSettings(Progress):
     routed = frozenset({"engine", "ray_address", "workers"})  # the CLI runs compute_refs_on_ray with these
     python_only = frozenset({"rank", "world_size", "loaded_model"})
 
-    model: str | None = setting(None, "reference model directory (required)", group=MODEL, metavar="PATH")
+    model: str | None = setting(None, "reference model directory", group=MODEL, metavar="PATH", required=True)
     processor: str | None = setting(
         None, "image OUTs (prepared with --processor): the AutoProcessor directory whose image processor makes the "
         "pixel values; must be the one OUT was prepared with", group=MODEL, metavar="DIR",
@@ -287,13 +288,13 @@ class RefsSettings(Progress):
 class TrainSettings(Progress):
     python_only = frozenset({"loaded_policy"})
 
-    model: str | Path | None = setting(None, "policy model to start from (required)", group=MODEL, metavar="PATH")
+    model: str | Path | None = setting(None, "policy model to start from", group=MODEL, metavar="PATH", required=True)
     processor: str | Path | None = setting(
         None, "image OUTs (prepared with --processor): the AutoProcessor directory whose image processor makes the "
         "pixel values; must be the one OUT was prepared with; saved with the trained model", group=MODEL,
         metavar="DIR", default_text="--model when it holds processor files, else the manifest's")
-    output: str | Path | None = setting(None, "where checkpoints, metrics.jsonl and the final model go (required)",
-                                        group=IO, metavar="DIR")
+    output: str | Path | None = setting(None, "where checkpoints, metrics.jsonl and the final model go", group=IO,
+                                        metavar="DIR", required=True)
     loss: str = setting("sigmoid", "preference loss (sigmoid: DPO); simpo needs no reference log-probs", group=LOSS,
                         choices=("sigmoid", "ipo", "hinge", "robust", "simpo"))
     beta: float = setting(0.1, "strength of the implicit KL penalty / reward scale", group=LOSS, parse=float)
@@ -346,7 +347,7 @@ class TrainSettings(Progress):
 
 @dataclass(kw_only=True)
 class GenerateSettings(Progress, TemplateOptions, GenerationOptions):
-    model: str | Path | None = setting(None, "policy model directory (required)", group=MODEL, metavar="POLICY")
+    model: str | Path | None = setting(None, "policy model directory", group=MODEL, metavar="POLICY", required=True)
     overwrite: bool = setting(False, "replace an existing OUT/generations.jsonl", group=IO, action="on")
 
 
@@ -367,9 +368,9 @@ class ScoreSettings(Progress, RewardOptions):
 
 @dataclass(kw_only=True)
 class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions):
-    model: str | Path | None = setting(None, "starting policy directory (required)", group=MODEL, metavar="POLICY")
-    output: str | Path | None = setting(None, "run directory: round-<r>/, rounds.jsonl, policy/ (required)",
-                                        group=IO, metavar="DIR")
+    model: str | Path | None = setting(None, "starting policy directory", group=MODEL, metavar="POLICY", required=True)
+    output: str | Path | None = setting(None, "run directory: round-<r>/, rounds.jsonl, policy/", group=IO,
+                                        metavar="DIR", required=True)
     rounds: int = setting(1, "rounds to run", group=ROUNDS, metavar="R", parse=positive_int)
     prompts_per_round: int = setting(64, "fresh prompts per round", group=ROUNDS, metavar="N", parse=positive_int)
     ref_model: str | Path | None = setting(None, "reference model", group=MODEL, metavar="M",

@@ -33,6 +33,7 @@ class Flag:
     const: Any = None  # with action "optional-value": the value of the bare flag
     exclusive: str | None = None  # settings sharing this name are mutually exclusive
     default_text: str | None = None  # the default in words, where it is decided at run time
+    required: bool = False  # the CLI needs it (from a flag or the config file); in an exclusive group: one of them
 
 
 def setting(
@@ -48,12 +49,15 @@ def setting(
     const: Any = None,
     exclusive: str | None = None,
     default_text: str | None = None,
+    required: bool = False,
 ) -> Any:
     """A dataclass field for one setting. `flag=True` derives `--max-length` from `max_length` (set after
-    the field is named, in `flags_of`); `flag=False` declares a setting with no flag."""
+    the field is named, in `flags_of`); `flag=False` declares a setting with no flag. `required`: the command
+    line needs it, from its flag or the config file (`--help` says so and shows it unbracketed in the usage);
+    a required setting in an `exclusive` group is required unless another of the group is given."""
     spec = Flag(help=help, flag=None if flag is False else ("" if flag is True else flag), group=group,
                 metavar=metavar, parse=parse, choices=tuple(choices) if choices else None, action=action,
-                const=const, exclusive=exclusive, default_text=default_text)
+                const=const, exclusive=exclusive, default_text=default_text, required=required)
     return field(default=default, metadata={_KEY: spec})
 
 
@@ -65,6 +69,7 @@ class Declared:
     default: Any
     type: str
     spec: Flag
+    alternatives: tuple[str, ...] = ()  # the flags of its exclusive group that also satisfy a requirement
 
     @property
     def flag(self) -> str | None:
@@ -80,9 +85,17 @@ class Declared:
             return None
         return str(self.default)
 
+    @property
+    def meaning(self) -> str:
+        """The help text, saying when the setting is required."""
+        if not self.spec.required:
+            return self.spec.help
+        unless = f" unless {' or '.join(self.alternatives)}" if self.alternatives else ""
+        return f"{self.spec.help} (required{unless})"
+
     def help_line(self) -> str:
         words = self.default_words()
-        return f"{self.spec.help} (default {words})" if words else self.spec.help
+        return f"{self.meaning} (default {words})" if words else self.meaning
 
 
 class Settings:
@@ -101,7 +114,21 @@ class Settings:
 
 def declared(cls: type) -> list[Declared]:
     """Every setting of a settings dataclass, in declaration order."""
-    return [Declared(f.name, f.default, str(f.type), f.metadata[_KEY]) for f in dataclasses.fields(cls)]
+    items = [Declared(f.name, f.default, str(f.type), f.metadata[_KEY]) for f in dataclasses.fields(cls)]
+    return [dataclasses.replace(item, alternatives=tuple(
+        other.flag or other.name for other in items
+        if other is not item and item.spec.required and item.spec.exclusive and other.spec.exclusive == item.spec.exclusive))
+        for item in items]
+
+
+def missing_required(cls: type, settings: dict[str, Any]) -> list[Declared]:
+    """The required settings that no source set (a required one of an exclusive group is set when any of
+    the group is)."""
+    given = {name for name, value in settings.items() if value not in (None, "", [], ())}
+    items = declared(cls)
+    group_given = {item.spec.exclusive for item in items if item.spec.exclusive and item.name in given}
+    return [item for item in items if item.spec.required and item.name not in given
+            and not (item.spec.exclusive and item.spec.exclusive in group_given)]
 
 
 def names(cls: type) -> set[str]:
@@ -128,8 +155,28 @@ def add_to_parser(parser: argparse.ArgumentParser, cls: type, order: tuple[str, 
         if spec.exclusive:
             target = exclusive.get(spec.exclusive) or exclusive.setdefault(
                 spec.exclusive, group.add_mutually_exclusive_group())
-        target.add_argument(item.flag, dest=item.name, default=None, help=item.help_line(), **_argparse_kind(item))
+        action = target.add_argument(item.flag, dest=item.name, default=None, help=item.help_line(),
+                                     **_argparse_kind(item))
+        if spec.required:
+            # argparse must not enforce it (the config file may set it), but the usage shows it as needed
+            (target if spec.exclusive else action).shown_required = True
     return groups
+
+
+class RequiredInUsage(argparse.HelpFormatter):
+    """Shows the settings marked `shown_required` unbracketed in the usage line (`--model POLICY`, and
+    `(--tokenizer PATH | --processor PATH)` for an exclusive group), while argparse itself leaves them
+    optional: a config file may give them; the command checks (`missing_required`) after reading it."""
+
+    def _format_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any) -> str:
+        shown = [x for x in [*actions, *groups] if getattr(x, "shown_required", False) and not x.required]
+        for x in shown:
+            x.required = True
+        try:
+            return super()._format_usage(usage, actions, groups, prefix)
+        finally:
+            for x in shown:
+                x.required = False
 
 
 def _argparse_kind(item: Declared) -> dict[str, Any]:

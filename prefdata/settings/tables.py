@@ -43,7 +43,7 @@ def flag_table(name: str) -> str:
     rows = ["| flag | TOML key | default | meaning |", "| --- | --- | --- | --- |"]
     for item in with_flags(command.settings, GROUP_ORDER):
         default = item.default_words() or ("off" if item.spec.action in ("on", "off") else "")
-        flag, meaning = _flag_cell(command, item.name), _cell(item.spec.help)
+        flag, meaning = _flag_cell(command, item.name), _cell(item.meaning)
         rows.append(f"| {flag} | `{item.name}` | {_cell(default)} | {meaning} |")
     rows.append("| `--config FILE` | | | TOML settings file (flags override it) |")
     return "\n".join(rows) + "\n"
