@@ -1,4 +1,5 @@
-"""Stable flag names (DESIGN.md). Policies, reports and tests refer to these constants."""
+"""Stable flag names (README "Flags and policies" lists each with its meaning and default). Policies,
+reports and tests refer to these constants."""
 
 IDENTICAL = "identical"
 WHITESPACE_ONLY = "whitespace_only"
