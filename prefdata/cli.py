@@ -21,7 +21,8 @@ from prefdata.ranks import is_main_process, process_rank
 from prefdata.settings.commands import COMMANDS as DECLARED, GROUP_ORDER, RUN, Command
 from prefdata.settings.declare import RequiredInUsage, add_to_parser, declared, missing_required, names
 
-EPILOG = "Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error."
+EPILOG = ("Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error (including an input none "
+          "of whose records could be read).")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -38,7 +38,7 @@ from prefdata.pairing import DEFAULT_TOP_K, PairingSettings
 from prefdata.prepare.balance import check_target
 from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
-from prefdata.report.hints import dropped_share_problem
+from prefdata.report.hints import dropped_share_problem, nothing_read_problem
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 from prefdata.tokenize.select import select_pair_tokenizer
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -188,11 +188,7 @@ def prepare(
     finally:
         lock.release()
     if nothing_read:
-        reasons = built.get("quarantine", {}).get("reasons") or [{"reason": "unreadable"}]
-        raise PrefdataError(
-            f"no record of {raw_path} could be read: all {written.accounting['rows_in']:,} were quarantined, e.g. "
-            f"{reasons[0]['reason']} (every reason in {out_path / 'quarantine.jsonl'})"
-        )
+        raise PrefdataError(nothing_read_problem(built, raw_path, str(out_path / "quarantine.jsonl")))
     return _result(written, built, out_path, time.time() - started)
 
 

@@ -177,3 +177,16 @@ def dropped_share_problem(report: Mapping[str, Any], no_pair_line: str = "") -> 
                 return f"{no_pair_line}; {hint['cause']}" if hint["cause"] else no_pair_line
             return hint["message"]
     return no_pair_line
+
+
+def nothing_read_problem(report: Mapping[str, Any], input: Any, reasons_in: str) -> str:
+    """The one failure line when no record of the input could be read ("" when one could): every record
+    quarantined is an input error (exit 2) in `prepare` and `validate` alike, since the input, not its
+    pairs, is at fault. `reasons_in`: where the user finds every reason."""
+    accounting = report.get("accounting") or {}
+    rows_in = int(accounting.get("rows_in") or 0)
+    if not rows_in or accounting.get("rows_quarantined") != rows_in:
+        return ""
+    reasons = (report.get("quarantine") or {}).get("reasons") or [{"reason": "unreadable"}]
+    return (f"no record of {input} could be read: all {rows_in:,} were quarantined, e.g. {reasons[0]['reason']} "
+            f"(every reason in {reasons_in})")

@@ -24,7 +24,7 @@ from prefdata.io.mix import MixPlan, is_mix_file
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
-from prefdata.report.hints import dropped_share_problem
+from prefdata.report.hints import dropped_share_problem, nothing_read_problem
 from prefdata.report.sections import SCHEMA_VERSION
 from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
 from prefdata.settings.commands import ValidateSettings
@@ -47,7 +47,7 @@ class ValidateResult:
     exit_code: int
     report: dict[str, Any] = field(default_factory=dict)
     rendered: str = ""  # the report in the requested format (what went to stdout or `output`)
-    problem: str = ""  # one line when max_dropped_share was exceeded; the CLI prints it on stderr
+    problem: str = ""  # one line when no record was readable or max_dropped_share was exceeded; the CLI prints it on stderr
 
 
 def is_prepared_dir(path: str | Path) -> bool:
@@ -228,6 +228,9 @@ def validate(
     # a baseline already had it.
     exceeded_before = base is not None and "max_dropped_share" not in report["baseline"]["new_thresholds_exceeded"]
     problem = "" if exceeded_before else dropped_share_problem(report)
+    unreadable = nothing_read_problem(report, input, "the report") if not prepared else ""
+    if unreadable:  # an input error, as in prepare (exit 2), whatever a baseline says; the report shows why
+        exit_code, problem = 2, unreadable
     return ValidateResult(exit_code=exit_code, report=report, rendered=rendered, problem=problem)
 
 

@@ -314,3 +314,25 @@ def test_scored_records_are_named_once_in_the_flag_examples(tmp_path, capsys):
     assert main(["validate", str(data), "--pairing", "all-pairs", "--no-progress"]) == 1
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("whitespace_only"))
     assert line.endswith(f"e.g. {data}:1, :2, :3"), line
+
+
+def test_no_readable_record_is_an_input_error_in_validate_and_prepare_alike(tmp_path, tiny_tokenizer_dir, capsys):
+    """Exit 2 (input error) from both commands when every record is unreadable; one unreadable record
+    among readable ones is a finding: validate 1 (quarantine is an error there), prepare 0."""
+    broken = write_jsonl(tmp_path / "broken.jsonl", [], ['{"prompt": "x", "chosen": ', "not json"])
+    codes = {}
+    for command, argv in (("validate", []), ("prepare", [str(tmp_path / "out"), "--tokenizer", tiny_tokenizer_dir])):
+        codes[command] = main([command, str(broken), *argv, "--no-progress"])
+        captured = capsys.readouterr()
+        err = [line for line in captured.err.splitlines() if line.strip()]
+        assert len(err) == 1 and err[0].startswith(f"prefdata {command}: error: no record of {broken} could be read: "
+                                                    "all 2 were quarantined, e.g. invalid JSON"), err
+        if command == "validate":
+            assert "quarantined 1×: invalid JSON" in captured.out  # the report still shows every reason
+    assert codes == {"validate": 2, "prepare": 2}
+    result = run(broken, format="json", output=str(tmp_path / "r.json"))  # Python: the report, exit_code 2, the line
+    assert result.exit_code == 2 and result.report["outcomes"]["quarantined"] == 2 and "no record" in result.problem
+
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", clean_rows(6), ["not json"])
+    assert main(["validate", str(mixed), "--no-progress"]) == 1
+    assert main(["prepare", str(mixed), str(tmp_path / "out-mixed"), "--tokenizer", tiny_tokenizer_dir, "--no-progress"]) == 0
