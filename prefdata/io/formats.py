@@ -73,8 +73,7 @@ def normalize_record(raw: RawRecord) -> Pair:
         return _llamafactory_v1(raw, row)
     if "chosen" not in row or "rejected" not in row:
         if any(key in row for key in _PREFERENCE_KEYS):
-            missing = "rejected" if "chosen" in row else "chosen"
-            raise RecordError(f"missing field {missing!r}")
+            raise RecordError(_missing_field(row, "rejected" if "chosen" in row else "chosen"))
         raise UnknownShapeError(_unknown_shape(row))
     chosen, rejected = row["chosen"], row["rejected"]
     prompt = row.get("prompt")
@@ -103,13 +102,31 @@ def normalize_record(raw: RawRecord) -> Pair:
 def _unknown_shape(row: dict[str, Any]) -> str:
     keys = ", ".join(repr(k) for k in list(row)[:8]) or "none"
     hint = ""
-    if "label" in row or "completion" in row:
+    near = [f"{found!r} for {key!r}" for key in ("chosen", "rejected") if (found := _near_key(row, key))]
+    if near:
+        hint = f" (a typo? {', '.join(near)})"
+    elif "label" in row or "completion" in row:
         hint = " (looks like unpaired KTO data)"
     elif "messages" in row or "conversations" in row or "text" in row:
         hint = " (looks like SFT data)"
     elif "prompt" in row:
         hint = " (prompt-only row)"
     return f"not preference data{hint}: no chosen/rejected fields; keys: {keys}"
+
+
+def _near_key(row: dict[str, Any], key: str) -> str | None:
+    """A key of the record that looks like a misspelling of `key` ('choosen' for 'chosen'), if any."""
+    import difflib
+
+    others = [k for k in row if type(k) is str and k != key]
+    close = difflib.get_close_matches(key, others, n=1, cutoff=0.75)
+    return close[0] if close else None
+
+
+def _missing_field(row: dict[str, Any], key: str, why: str = "") -> str:
+    """`missing field 'chosen'`, naming a key of the record that looks like its misspelling."""
+    near = _near_key(row, key)
+    return f"missing field {key!r}" + (f" (the record has {near!r}: a typo?)" if near else why)
 
 
 def _type_name(value: Any) -> str:
@@ -136,7 +153,7 @@ def _string(row: dict[str, Any], key: str) -> str:
     value = row.get(key)
     if type(value) is not str:
         if key not in row:
-            raise RecordError(f"missing field {key!r}")
+            raise RecordError(_missing_field(row, key))
         raise RecordError(_type_error(key, value, "a string"))
     return value
 
@@ -489,9 +506,7 @@ def split_hh(chosen: str, rejected: str) -> tuple[str, str, str, bool]:
 
 def _hh(raw: RawRecord, row: dict[str, Any], chosen: str, rejected: str) -> Pair:
     if HH_ASSISTANT not in chosen:
-        raise RecordError(
-            "missing field 'prompt' (and 'chosen' is not a Human/Assistant transcript)"
-        )
+        raise RecordError(_missing_field(row, "prompt", " (and 'chosen' is not a Human/Assistant transcript)"))
     prompt, chosen_part, rejected_part, multi_turn = split_hh(chosen, rejected)
     pair = Pair(
         source_file=raw.source_file,
@@ -606,7 +621,7 @@ def _sharegpt(raw: RawRecord, row: dict[str, Any]) -> Pair:
         prompt = [{"role": "system", "content": system}, *prompt]
     for key in ("chosen", "rejected"):
         if key not in row:
-            raise RecordError(f"missing field {key!r}")
+            raise RecordError(_missing_field(row, key))
     chosen = _messages(row["chosen"], "chosen", single_ok=True)
     rejected = _messages(row["rejected"], "rejected", single_ok=True)
     return _message_pair(raw, row, "sharegpt", _CONSUMED["sharegpt"], prompt, chosen, rejected)
@@ -615,7 +630,7 @@ def _sharegpt(raw: RawRecord, row: dict[str, Any]) -> Pair:
 def _openai(raw: RawRecord, row: dict[str, Any]) -> Pair:
     for key in ("input", "preferred_output", "non_preferred_output"):
         if key not in row:
-            raise RecordError(f"missing field {key!r}")
+            raise RecordError(_missing_field(row, key))
     source = row["input"]
     if type(source) is not dict:
         raise RecordError(_type_error("input", source, "an object with 'messages'"))
@@ -640,7 +655,7 @@ def _ids(row: dict[str, Any], key: str) -> list[int]:
     value = row.get(key)
     if type(value) is not list:
         if key not in row:
-            raise RecordError(f"missing field {key!r}")
+            raise RecordError(_missing_field(row, key))
         raise RecordError(_type_error(key, value, "a list of token ids"))
     for i, token in enumerate(value):
         if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:

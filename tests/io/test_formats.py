@@ -328,6 +328,31 @@ def test_bad_records_name_the_problem(value, expected):
 
 
 @pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ({"prompt": "P", "choosen": "C", "rejected": "R"}, "missing field 'chosen' (the record has 'choosen': a typo?)"),
+        ({"prompt": "P", "chosen": "C", "rejectd": "R"}, "missing field 'rejected' (the record has 'rejectd': a typo?)"),
+        ({"promt": "P", "chosen": "C", "rejected": "R"}, "missing field 'prompt' (the record has 'promt': a typo?)"),
+        ({"conversations": [{"from": "human", "value": "q"}], "chosen": {"from": "gpt", "value": "a"},
+          "rejcted": {"from": "gpt", "value": "b"}}, "missing field 'rejected' (the record has 'rejcted': a typo?)"),
+        ({"input": {"messages": [user("Q")]}, "preferred_output": [assistant("A")],
+          "non_prefered_output": [assistant("B")]}, "(the record has 'non_prefered_output': a typo?)"),
+        ({"prompt_id": [1], "chosen_ids": [2], "rejected_ids": [3]}, "missing field 'prompt_ids' (the record has 'prompt_id': a typo?)"),
+        # Nothing near: the plain line, no guess.
+        ({"prompt": "P", "chosen": "C", "answer": "R"}, "missing field 'rejected'"),
+    ],
+)
+def test_a_missing_field_names_the_key_that_looks_like_its_typo(value, expected):
+    error = _error(value)
+    assert expected in error and (error.count("typo") == ("typo" in expected)), error
+
+
+def test_a_record_with_both_halves_misspelled_is_unknown_shape_naming_them():
+    with pytest.raises(UnknownShapeError, match=r"a typo\? 'choosen' for 'chosen', 'rejectd' for 'rejected'"):
+        _pair({"prompt": "P", "choosen": "C", "rejectd": "R"})
+
+
+@pytest.mark.parametrize(
     "value",
     [
         {"messages": [user("Q"), assistant("A")], "label": True},  # KTO
