@@ -4,7 +4,9 @@
   model would learn a format preference ("think" vs "don't"), not a content one.
 - `same_final_answer`: the halves differ only inside the reasoning; their answers are equal.
 - `tool_call_invalid`: a call's arguments are not a JSON object, name a function the row's `tools`
-  do not list, or break that function's parameter schema (JSON Schema, checked with `jsonschema`).
+  do not list, or break that function's parameter schema (JSON Schema, checked in bounded time by
+  `prefdata.checks.tool_schema`), or that schema cannot be evaluated (a `$ref` loop or one that does
+  not resolve, more work than the check's budget).
 
 `reasoning_lost` needs the rendered text and is set where rows are rendered (tokenize.pairs).
 """
@@ -15,6 +17,7 @@ import json
 from typing import Any
 
 from prefdata import flags as F
+from prefdata.checks.tool_schema import Verdict, check_arguments, start_budget
 from prefdata.reasoning import (
     THINK_CLOSE,
     carries_reasoning_or_tools,
@@ -23,10 +26,6 @@ from prefdata.reasoning import (
     split_reasoning,
 )
 from prefdata.records import Pair
-
-_VALIDATORS: dict[str, Any] = {}  # parameter schema (JSON text) -> compiled validator, per process
-_MAX_VALIDATORS = 256
-
 
 def has_reasoning_or_tools(pair: Pair) -> bool:
     """Cheap test for whether `reasoning_flags` can find anything (most rows have neither)."""
@@ -72,6 +71,7 @@ def _half(pair: Pair, which: str) -> tuple[str | None, str]:
 
 def _invalid_tool_call(pair: Pair) -> bool:
     schemas = _tool_schemas(pair.tools)
+    start_budget()  # the pair's calls share one budget of schema work
     for messages in (pair.prompt_messages, pair.chosen_messages, pair.rejected_messages):
         for message in messages or ():
             for call in message.get("tool_calls") or ():
@@ -96,7 +96,7 @@ def _call_is_valid(function: dict[str, Any], schemas: dict[str, Any] | None) -> 
     arguments = function.get("arguments")
     try:
         parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than the decoder goes
         return False
     if not isinstance(parsed, dict):
         return False
@@ -107,28 +107,4 @@ def _call_is_valid(function: dict[str, Any], schemas: dict[str, Any] | None) -> 
     schema = schemas[function["name"]]
     if not isinstance(schema, dict):
         return True
-    return _validator(schema).is_valid(parsed)
-
-
-def _validator(schema: dict[str, Any]) -> Any:
-    import jsonschema
-
-    key = json.dumps(schema, sort_keys=True, default=str)
-    validator = _VALIDATORS.get(key)
-    if validator is None:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        try:
-            cls.check_schema(schema)
-            validator = cls(schema)
-        except jsonschema.SchemaError:
-            validator = _AcceptAll()  # a broken schema is the tool author's problem, not the call's
-        if len(_VALIDATORS) >= _MAX_VALIDATORS:
-            _VALIDATORS.clear()
-        _VALIDATORS[key] = validator
-    return validator
-
-
-class _AcceptAll:
-    def is_valid(self, _instance: Any) -> bool:
-        return True
-
+    return check_arguments(schema, parsed) is Verdict.VALID

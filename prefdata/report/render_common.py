@@ -35,7 +35,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "the model would learn a format preference",
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
     "tool_call_invalid": "a tool call's arguments are not a JSON object, name a function not in `tools`, "
-    "or break its parameter schema",
+    "or break its parameter schema, or that schema cannot be evaluated (a $ref loop, an unresolvable $ref, "
+    "more work than the check's budget)",
     "image_mismatch": "the prompt's image placeholders and the row's images differ in number",
     "image_truncated": "fitting the length limits would cut an image's tokens: the pair is left uncut",
     "length_balance": "removed by --balance-length's seeded subsample toward its target share of chosen-longer pairs",
