@@ -225,7 +225,7 @@ def child_prefdata(row: str, out: Path, model_dir: Path, work: Path, batch_pairs
         train(out, model=str(model_dir), output=output, batch_pairs=batch_pairs, batch_tokens=budget, epochs=1,
               lr=5e-6, warmup_ratio=0.1, save_every=None, progress=False, device=device, layout=layout)
     lines = [json.loads(x) for x in (output / "metrics.jsonl").read_text().splitlines()]
-    lines = [x for x in lines if "loss" in x]
+    lines = [x for x in lines if "loss" in x and "event" not in x]  # step lines, not a stall event
     ends = [0.0] + [x["elapsed_s"] for x in lines]
     counts = [0] + [x["num_tokens"] for x in lines]
     seconds = [b - a for a, b in zip(ends, ends[1:])]

@@ -17,6 +17,7 @@ from typing import Any
 from prefdata import flags
 from prefdata.errors import RecordError, UnknownShapeError
 from prefdata.io.images import IMAGE_COLUMNS, image_refs
+from prefdata.io.json_decode import TOO_DEEP, nesting_exceeds
 from prefdata.reasoning import REASONING_FIELDS, THINK_CLOSE, THINK_OPEN
 from prefdata.records import Message, Pair, RawRecord
 
@@ -216,9 +217,14 @@ def _json_value(value: Any, field: str) -> Any:
     if type(value) is not str:
         return value
     try:
-        return json.loads(value)
+        parsed = json.loads(value)
     except ValueError:
         raise RecordError(f"field {field!r} is not valid JSON") from None
+    except RecursionError:
+        raise RecordError(f"field {field!r} is JSON text with {TOO_DEEP}") from None
+    if nesting_exceeds(parsed, value):  # as deep records are (io.json_decode.MAX_NESTING)
+        raise RecordError(f"field {field!r} is JSON text with {TOO_DEEP}")
+    return parsed
 
 
 def _tool_calls(value: Any, field: str) -> list[dict[str, Any]]:

@@ -19,6 +19,11 @@ from prefdata.records import RawRecord
 
 MAX_RAW_TEXT = 64 * 1024  # raw_text kept per record (quarantine.jsonl must stay small)
 MAX_RECORD_BYTES = 256 * 1024 * 1024  # a longer line/item is a broken file, not a record
+# Levels of arrays and objects in a record (the record itself is level 1). Deeper records are
+# quarantined: passing a value to a worker (pickle), rendering it in a template and checking it
+# against a tool's schema all recurse, and would end the run with RecursionError instead.
+MAX_NESTING = 100
+TOO_DEEP = f"nesting too deep (more than {MAX_NESTING} levels of arrays and objects)"
 _GZIP_ERRORS = (EOFError, zlib.error, OSError)  # gzip.BadGzipFile is an OSError
 
 class _DuplicateKey(ValueError):
@@ -75,6 +80,23 @@ def _keys_big_floats(value: Any) -> tuple[int, bool]:
             elif child_kind is float and abs(child) >= _BIG_FLOAT:
                 big = True
     return keys, big
+
+
+def nesting_exceeds(value: Any, text: str | None = None, limit: int = MAX_NESTING) -> bool:
+    """Whether `value` nests arrays and objects more than `limit` levels deep. Given `text`, its
+    JSON, most values are ruled out at C speed: a value cannot nest deeper than it has brackets."""
+    if text is not None and text.count("[") + text.count("{") <= limit:
+        return False
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is not dict and kind is not list:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in (item.values() if kind is dict else item))
+    return False
 
 
 def _string_colons(value: Any) -> int:
@@ -164,6 +186,8 @@ def _has_lone_surrogate(value: Any) -> bool:
 def _record(name: str, line: int, value: Any, text: str) -> RawRecord:
     """A decoded value with its full source text; anything but an object is a record error."""
     if type(value) is dict:
+        if nesting_exceeds(value, text):
+            return RawRecord(name, line, error=f"invalid JSON: {TOO_DEEP}", raw_text=_clip(text))
         if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
             error = "invalid JSON string: lone surrogate escape (\\uD800-\\uDFFF)"
             return RawRecord(name, line, error=error, raw_text=_clip(text))
@@ -181,7 +205,7 @@ def _decode_error(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
         return f"invalid JSON: {_msg(exc)} at column {exc.colno}"
     if isinstance(exc, RecursionError):
-        return "invalid JSON: nesting too deep"
+        return f"invalid JSON: {TOO_DEEP}"
     return f"invalid JSON: {_one_line(exc)}"
 
 

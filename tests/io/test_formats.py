@@ -509,3 +509,13 @@ def test_normalize_never_raises_anything_but_record_error(value):
             assert messages and all(set(m) == {"role", "content"} for m in messages)
             assert all(m["role"] in {"system", "user", "assistant", "tool"} for m in messages)
         assert any(m["role"] == "assistant" for m in pair.chosen_messages)
+
+
+def test_tool_calls_given_as_json_text_nested_too_deep_are_a_record_error_naming_the_field():
+    """`tool_calls` (or `tools`) given as JSON text are decoded here: nesting past the limit costs the
+    record only, named by its field, instead of a RecursionError in a later stage."""
+    deep_calls = "[" * 500 + "]" * 500
+    message = _error({"prompt": [user("Weather?")],
+                      "chosen": [{"role": "assistant", "content": "", "tool_calls": deep_calls}],
+                      "rejected": [assistant("No.")]})
+    assert "nesting too deep" in message and "tool_calls" in message

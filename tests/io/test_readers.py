@@ -262,7 +262,7 @@ def test_bad_lines_become_one_line_error_records(tmp_path):
     assert errors[4].startswith("NUL byte")
     assert errors[5] == "record is a JSON array, not a JSON object"
     assert errors[6] == "invalid JSON: duplicate key 'a'"
-    assert errors[8] == "invalid JSON: nesting too deep"
+    assert errors[8] == "invalid JSON: nesting too deep (more than 100 levels of arrays and objects)"
     for record in records:
         if record.error:
             assert "\n" not in record.error
@@ -461,3 +461,17 @@ def test_integers_beyond_64_bits_stay_exact(tmp_path) -> None:
     row = {"prompt": "p", "chosen": "c", "rejected": "r", "id": 2**70 + 1, "score": 0.5, "neg": -(2**64) - 3, "edge": -(2**63) - 1, "max": 2**64 - 1}
     path.write_text(json.dumps(row) + "\n")
     assert _values(_read(path)) == [row]
+
+
+def test_a_record_deeper_than_the_nesting_limit_is_quarantined_and_the_next_one_read(tmp_path):
+    """150 levels parse under Python's recursion limit, but later stages (pickling to a worker, the
+    template, the tool-schema check) recurse over the record: it costs that record, named as too deep."""
+    from prefdata.io.json_decode import MAX_NESTING
+
+    deep = {"prompt": "p", "chosen": "c", "rejected": "r", "metadata": json.loads("[" * 150 + "]" * 150)}
+    fine = {"prompt": "p", "chosen": "c", "rejected": "r", "metadata": json.loads("[" * 30 + "]" * 30)}
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(_jsonl([deep, fine]))
+    records = _read(path)
+    assert dict(_errors(records)) == {1: f"invalid JSON: nesting too deep (more than {MAX_NESTING} levels of arrays and objects)"}
+    assert records[1].value == fine
