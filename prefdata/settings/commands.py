@@ -306,8 +306,8 @@ class TrainSettings(Progress):
                                     metavar="N", parse=positive_int, exclusive="length")
     batch_tokens: int | None = setting(None, "token budget per micro-batch (instead of --batch-pairs)", group=OPTIM,
                                        metavar="N", parse=positive_int, exclusive="size")
-    batch_pairs: int = setting(8, "pairs per micro-batch", group=OPTIM, metavar="N", parse=positive_int,
-                               exclusive="size")
+    batch_pairs: int = setting(8, "pairs per micro-batch, per rank under torchrun (as TRL's per_device_train_batch_size)",
+                               group=OPTIM, metavar="N", parse=positive_int, exclusive="size")
     grad_accum: int = setting(1, "micro-batches per optimizer step", group=OPTIM, metavar="N", parse=positive_int)
     eval_dir: str | Path | None = setting(None, "a prepared eval split to evaluate on", group=SCHEDULE, flag="--eval",
                                           metavar="OUT_EVAL")
