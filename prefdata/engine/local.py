@@ -21,14 +21,16 @@ engine implements as well (so the same stage objects run past one machine):
   computed while merging earlier results. An error raised by `units` comes after the results of
   the units before it; an error in `run` is raised where its unit's result would be.
 - The iterator has `close()` (a generator is one): callers that stop early close it
-  (`contextlib.closing`), which stops the work.
+  (`contextlib.closing`), which stops the work, a unit still running included: its result is no
+  longer wanted, and Ctrl-C must not wait minutes for one huge record.
 - A Ray Data engine: `ray.data.from_items(units).map_batches(Adapter, fn_constructor_args=(stage,),
   batch_size=1, concurrency=workers)` with `Adapter.__init__` calling `stage.setup()` and
   `Adapter.__call__` calling `stage.run` on its unit, `preserve_order=True` in the DataContext.
 
 `LocalEngine` forks `workers` processes (fork: fast, and the stage is inherited, not pickled); the
-workers ignore SIGINT (Ctrl-C is the main process's to report) and exit when the main process dies,
-even by SIGKILL. With one worker the stage runs in this process.
+workers ignore SIGINT (Ctrl-C is the main process's to report; closing the iterator on the way out
+terminates them, mid-unit if need be) and exit when the main process dies, even by SIGKILL. With
+one worker the stage runs in this process.
 """
 
 from __future__ import annotations
@@ -114,6 +116,26 @@ def _run_in_worker(unit: Any) -> Any:
     return _WORKER_STAGE.run(unit)
 
 
+def _terminate_workers(pool: ProcessPoolExecutor, grace_s: float = 2.0) -> None:
+    """End the pool's worker processes now, mid-unit: SIGTERM, then SIGKILL for any still alive
+    after `grace_s` (a handler a library installed may hold SIGTERM off). The pool then finds its
+    workers gone and shuts down without waiting for their units. The workers ignore SIGINT, so
+    this is what makes Ctrl-C stop a busy worker."""
+    terminate_workers = getattr(pool, "terminate_workers", None)  # Python 3.14+
+    if terminate_workers is not None:
+        terminate_workers()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + grace_s
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
 class OrderedResults(Generic[U, R]):
     """The iterator `LocalEngine.map_ordered` returns (a context manager too)."""
 
@@ -160,8 +182,9 @@ class OrderedResults(Generic[U, R]):
                     error, self._units_error = self._units_error, None
                     raise error
                 raise StopIteration
-            unit, future = self._pending.popleft()
-            result = future.result()
+            unit, future = self._pending[0]
+            result = future.result()  # still pending while it waits, so close() sees the unit running
+            self._pending.popleft()
             self._fill()
             return unit, result
         except BaseException:  # the end, an error or Ctrl-C: the workers go
@@ -176,10 +199,15 @@ class OrderedResults(Generic[U, R]):
         return unit, self._stage.run(unit)
 
     def close(self) -> None:
-        """Stop: cancel what has not started, wait for the workers to exit."""
+        """Stop: cancel what has not started; terminate the workers still running a unit (its result
+        is not wanted, and one huge record can take minutes: Ctrl-C must end the run in seconds);
+        then wait for the workers to exit, which idle ones do at once."""
+        unfinished = any(not future.done() for _, future in self._pending)
         self._pending.clear()
         if self._pool is not None:
             pool, self._pool = self._pool, None
+            if unfinished:
+                _terminate_workers(pool)
             pool.shutdown(wait=True, cancel_futures=True)
         self._units = iter(())
 

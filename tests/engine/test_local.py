@@ -88,6 +88,35 @@ def test_an_error_in_a_stage_is_raised_at_its_unit(workers: int) -> None:
     assert seen == list(range(13))
 
 
+class Stall:
+    """A stage whose unit 0 takes a minute (a huge record): closing must not wait for it."""
+
+    def setup(self) -> None:
+        pass
+
+    def run(self, unit: int) -> int:
+        if unit == 0:
+            time.sleep(60)
+        return unit
+
+
+def test_closing_early_ends_a_busy_worker_instead_of_waiting() -> None:
+    results = LocalEngine(2).map_ordered(Stall(), range(4))
+    workers = list(results._pool._processes.values())  # type: ignore[union-attr]
+    time.sleep(0.5)  # unit 0 is running
+    started = time.monotonic()
+    results.close()  # what Ctrl-C (or a caller's error) does on the way out
+    assert time.monotonic() - started < 5
+    assert not any(worker.is_alive() for worker in workers)
+
+
+def test_a_finished_run_lets_its_workers_exit_on_their_own() -> None:
+    results = LocalEngine(2).map_ordered(Square(), range(10))
+    workers = list(results._pool._processes.values())  # type: ignore[union-attr]
+    assert len(list(results)) == 10
+    assert all(worker.exitcode == 0 for worker in workers)  # shut down, not terminated
+
+
 class CopyingEngine:
     """Another Engine, the way a Ray Data one treats stages: each runner gets a pickled copy."""
 
