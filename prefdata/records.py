@@ -110,8 +110,12 @@ class ScoredSummary:
     ties: int  # unordered pairs of scored completions with equal scores
     scale: str  # "score" (higher is better) or "rank" (lower is better)
     margins: list[float] = field(default_factory=list)  # chosen - rejected of each pair (rank steps for ranks)
-    reason: str | None = None  # why no pair: single_completion | ties | below_margin
+    reason: str | None = None  # why no pair: single_completion | ties | below_margin | too_many_pairs
     group_id: str = ""
+    # Pairs the strategy makes without the policy's max_pairs_per_record: above `pairs` when the record
+    # was capped (or set aside: `reason` too_many_pairs, `detail` the one line dropped.jsonl shows).
+    possible: int = 0
+    detail: str = ""
     prompt: str = ""  # the prompt's text, for dropped.jsonl and the report's examples (unpaired records only)
     completion_texts: list[str] = field(default_factory=list)  # unpaired records only, for dropped.jsonl
     scores: list[float | None] = field(default_factory=list)  # unpaired records only, as the record gave them

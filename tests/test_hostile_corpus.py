@@ -525,3 +525,153 @@ def test_a_huge_record_costs_memory_in_proportion(tmp_path):
     base = _peak_mib(["validate", str(small), "--decontaminate-against", str(bench_small), *common])
     # 10x measured after the fix (18x before): 14x leaves room for allocator noise and still fails the old way
     assert _peak_mib(["validate", str(small), "--decontaminate-against", str(bench), *common]) - base < 14 * 50
+
+
+# --- scores beyond a float, and one record of very many completions (issue 30) -------------------
+# A 400-digit score or rank (or "1e400") is no score, as NaN and Infinity are: that completion takes
+# no part and the rest of its record still pairs. Finite scores of +-1e308 pair, and their margin,
+# which overflows to inf, is counted apart from the report's margin distribution.
+
+HUGE = 10**400
+
+
+def _huge_score_rows() -> list[dict]:
+    return [
+        {"prompt": "p1", "completions": ["a1", "b1", "c1"], "scores": [1, HUGE, 0]},  # pairs a1 over c1
+        {"prompt": "p2", "completions": ["a2", "b2"], "ranks": [1, HUGE]},  # one ranked completion: no pair
+        {"prompt": "p3", "completions": ["a3", "b3", "c3"], "scores": ["1e400", 2, 1]},  # b3 over c3
+        {"prompt": "p4", "completions": ["a4", "b4"], "scores": [1e308, -1e308]},  # margin inf
+        {"prompt": "p5", "completions": ["a5", "b5"], "ranks": [-1e308, 1e308]},  # rank margin inf
+        {"prompt": "p6", "chosen": "a6", "rejected": "b6", "reward_chosen": HUGE, "reward_rejected": 1},
+        {"prompt": "p7", "completions": ["a7", "b7"], "scores": [2, 1]},
+        _row(8),
+    ]
+
+
+def _check_huge_score_report(report: dict) -> None:
+    acc = report["accounting"]
+    assert (acc["records_in"], acc["records_paired"], acc["records_unpaired"], acc["records_quarantined"]) == (8, 7, 1, 0)
+    assert (acc["pairs_made"], acc["pairs_kept"], acc["pairs_dropped"]) == (7, 7, 0)
+    scored = report["scored"]
+    assert [(u["reason"], [r["source_line"] for r in u["rows"]]) for u in scored["unpaired"]] == [("single_completion", [2])]
+    margins = scored["margins"]
+    assert (margins["score"]["count"], margins["score"]["non_finite"], margins["score"]["max"]) == (3, 1, 1.0)
+    assert margins["rank"] == {"count": 0, "non_finite": 1}
+    assert not report["flags"].get("reward_disagrees")  # a reward no float holds is no reward
+
+
+def test_scores_beyond_a_float_cost_their_completion_only(tmp_path, tiny_tokenizer_dir):
+    from datasets import load_from_disk
+
+    from prefdata.cli import main
+    from prefdata.prepare import prepare
+
+    raw = tmp_path / "huge_scores.jsonl"
+    raw.write_text("".join(json.dumps(row) + "\n" for row in _huge_score_rows()))
+    out = tmp_path / "out"
+    result = prepare(raw, out, tokenizer=tiny_tokenizer_dir, progress=False, workers=1)
+    assert result.exit_code == 0 and (result.rows_in, result.rows_out, result.rows_dropped, result.rows_quarantined) == (8, 7, 1, 0)
+    _check_huge_score_report(json.loads((out / "report.json").read_text()))
+    rows = load_from_disk(str(out)).to_list()
+    pairs = {row["source_line"]: (row["chosen"], row["rejected"]) for row in rows}
+    assert pairs == {1: ("a1", "c1"), 3: ("b3", "c3"), 4: ("a4", "b4"), 5: ("a5", "b5"), 6: ("a6", "b6"),
+                     7: ("a7", "b7"), 8: ("Good answer 8.", "Bad answer 8.")}
+    assert [row["rank_chosen"] for row in rows if row["source_line"] == 5] == [-1e308]  # a float, not 309 digits
+    [unpaired] = [json.loads(line) for line in (out / "dropped.jsonl").read_text().splitlines()]
+    assert (unpaired["source_line"], unpaired["unpaired"], unpaired["ranks"]) == (2, "single_completion", [1, None])
+    assert "margin beyond a float" in (out / "report.md").read_text()
+    assert "margin beyond a float" in (out / "report.html").read_text()
+    # validate, in one worker and in two over small chunks: the same fates; the CLI exits 0.
+    for workers in (1, 2):
+        checked = validate(raw, progress=False, workers=workers, batch_size=3, format="json",
+                           output=tmp_path / f"report{workers}.json")
+        assert checked.exit_code == 0
+        _check_huge_score_report(checked.report)
+    assert main(["validate", str(raw), "--no-progress", "--workers", "1", "--format", "json",
+                 "--output", str(tmp_path / "cli.json")]) == 0
+
+
+def _wide_record_file(path: Path) -> Path:
+    """Line 1: one prompt with 10,000 completions scored 1 to 10 (all-pairs: about 45 million valid
+    pairs, `_valid_pairs`); line 2: an ordinary record of three; line 3: two tied completions."""
+    import random
+
+    rng = random.Random(30)
+    rows = [{"prompt": "Rate these.", "completions": [f"answer {i}" for i in range(10_000)],
+             "scores": [rng.randint(1, 10) for _ in range(10_000)]},
+            {"prompt": "p2", "completions": ["good", "bad", "ok"], "scores": [3, 1, 2]},
+            {"prompt": "p3", "completions": ["x", "y"], "scores": [1, 1]}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _valid_pairs(path: Path) -> int:
+    """all-pairs' count for line 1: every pair of completions with different scores."""
+    from collections import Counter
+
+    counts = Counter(json.loads(path.read_text().splitlines()[0])["scores"])
+    return sum(counts[a] * counts[b] for a in counts for b in counts if a > b)
+
+
+def test_a_record_of_ten_thousand_completions_is_capped(tmp_path, tiny_tokenizer_dir):
+    """all-pairs on 10,000 completions made 50 million pairs (still running after 400 s); the default
+    policy caps the record at max_pairs_per_record = 1000 pairs, counted in the report."""
+    from datasets import load_from_disk
+
+    from prefdata.prepare import prepare
+
+    raw = _wide_record_file(tmp_path / "wide.jsonl")
+    started = time.perf_counter()
+    result = prepare(raw, tmp_path / "out", tokenizer=tiny_tokenizer_dir, progress=False, workers=1, pairing="all-pairs")
+    assert time.perf_counter() - started < 60
+    assert result.exit_code == 0 and (result.rows_in, result.rows_out, result.rows_dropped) == (1004, 1003, 1)
+    acc = result.report["accounting"]
+    assert (acc["records_in"], acc["records_paired"], acc["records_unpaired"], acc["pairs_made"]) == (3, 2, 1, 1003)
+    capped, possible = result.report["scored"]["capped"], _valid_pairs(raw)
+    assert possible > 44_000_000
+    assert (capped["records"], capped["pairs_not_made"]) == (1, possible - 1000)
+    assert [(r["source_line"], r["pairs"], r["possible"]) for r in capped["rows"]] == [(1, 1000, possible)]
+    scores = json.loads(raw.read_text().splitlines()[0])["scores"]
+    made = [(row["chosen_sample"], row["rejected_sample"]) for row in load_from_disk(str(tmp_path / "out")) if row["source_line"] == 1]
+    assert len(made) == len(set(made)) == 1000 and all(scores[c] > scores[r] for c, r in made)
+    assert len({c for c, _ in made}) > 100  # a sample across the record, not one completion against many
+    assert "max_pairs_per_record" in (tmp_path / "out" / "report.md").read_text()
+    [ties] = [json.loads(line) for line in (tmp_path / "out" / "dropped.jsonl").read_text().splitlines()]
+    assert (ties["source_line"], ties["unpaired"]) == (3, "ties")
+
+    report = validate(raw, progress=False, workers=2, pairing="all-pairs", format="json",
+                      output=tmp_path / "report.json").report
+    assert report["outcomes"] == {"kept": 1003, "dropped": 0, "quarantined": 0, "unpaired": 1}
+    assert report["scored"]["capped"]["records"] == 1
+
+
+def test_a_record_above_the_cap_is_set_aside_when_the_policy_says_so(tmp_path, tiny_tokenizer_dir):
+    from prefdata.cli import main
+    from prefdata.prepare import prepare
+
+    raw = _wide_record_file(tmp_path / "wide.jsonl")
+    policy = tmp_path / "aside.toml"
+    policy.write_text('[thresholds]\nmax_pairs_per_record = 500\nabove_max_pairs = "set_aside"\n')
+    result = prepare(raw, tmp_path / "out", tokenizer=tiny_tokenizer_dir, progress=False, workers=1,
+                     pairing="all-pairs", policy=str(policy))
+    assert result.exit_code == 0 and (result.rows_in, result.rows_out, result.rows_dropped) == (5, 3, 2)
+    acc = result.report["accounting"]
+    assert (acc["records_in"], acc["records_paired"], acc["records_unpaired"], acc["pairs_made"]) == (3, 1, 2, 3)
+    dropped = {entry["source_line"]: entry for entry in map(json.loads, (tmp_path / "out" / "dropped.jsonl").read_text().splitlines())}
+    assert dropped[1]["unpaired"] == "too_many_pairs" and len(dropped[1]["completions"]) == 10_000
+    assert dropped[1]["detail"] == (f"all-pairs would make {_valid_pairs(raw):,} pairs from 10,000 scored completions, above "
+                                    'max_pairs_per_record 500 (policy [thresholds]; above_max_pairs = "set_aside")')
+    _one_line(dropped[1]["detail"])
+    reasons = {u["reason"]: [r["source_line"] for r in u["rows"]] for u in result.report["scored"]["unpaired"]}
+    assert reasons == {"too_many_pairs": [1], "ties": [3]}
+    assert "too_many_pairs" in (tmp_path / "out" / "report.md").read_text()
+    # best-worst makes one pair of the same record, whatever the cap; top-k above the cap is set aside too.
+    assert prepare(raw, tmp_path / "bw", tokenizer=tiny_tokenizer_dir, progress=False, workers=1,
+                   policy=str(policy)).rows_out == 2
+    report = validate(raw, progress=False, workers=1, pairing="top-k", top_k=600, policy=str(policy), format="json",
+                      output=tmp_path / "topk.json").report
+    assert {u["reason"] for u in report["scored"]["unpaired"]} == {"too_many_pairs", "ties"}
+    started = time.perf_counter()
+    assert main(["validate", str(raw), "--no-progress", "--pairing", "all-pairs", "--policy", str(policy),
+                 "--format", "json", "--output", str(tmp_path / "cli.json")]) == 0
+    assert time.perf_counter() - started < 30

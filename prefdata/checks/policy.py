@@ -14,6 +14,8 @@ A policy is a TOML file (see checks/README.md):
     tie_threshold = 0.0         # generated pairs whose rewards differ by <= this -> tied_reward
     reward_margin = 1.0         # reward_rejected - reward_chosen > this -> reward_disagrees
     max_image_pixels = 89478485 # images above it (width x height, from the header) are quarantined undecoded
+    max_pairs_per_record = 1000 # pairs one record of scored completions makes at most (false: no cap)
+    above_max_pairs = "cap"     # above it: "cap" (make max_pairs_per_record of them) or "set_aside" (none)
 
 A file only needs the keys it changes: everything it leaves out keeps the built-in default below.
 `false` turns an optional limit off. The bundled policies are package data (prefdata/policies/:
@@ -32,6 +34,7 @@ from typing import Any, Literal, get_args
 from prefdata import flags as F
 from prefdata.errors import PrefdataError
 from prefdata.io.images import DEFAULT_MAX_IMAGE_PIXELS
+from prefdata.pairing import ABOVE_MAX_PAIRS, DEFAULT_ABOVE_MAX_PAIRS, DEFAULT_MAX_PAIRS
 
 Severity = Literal["drop", "error", "warn", "info", "ignore"]
 SEVERITIES: tuple[str, ...] = get_args(Severity)
@@ -65,7 +68,11 @@ _THRESHOLDS: dict[str, tuple[str, bool, float, bool, float]] = {
     "tie_threshold": ("tie_threshold", False, 0.0, False, math.inf),
     "reward_margin": ("reward_margin", False, 0.0, False, math.inf),
     "max_image_pixels": ("max_image_pixels", False, 1.0, False, 2.0**40),
+    "max_pairs_per_record": ("max_pairs_per_record", True, 1.0, False, 2.0**40),
 }
+_WHOLE_NUMBERS = ("max_image_pixels", "max_pairs_per_record")
+# Threshold keys whose value is a word, not a number: key -> (Policy attribute, the words allowed).
+_CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {"above_max_pairs": ("above_max_pairs", ABOVE_MAX_PAIRS)}
 _TOP_LEVEL = {"description": str, "flags": dict, "thresholds": dict}
 
 
@@ -85,6 +92,11 @@ class Policy:
     max_dropped_share: float | None = 0.2
     # Images whose header gives more pixels are quarantined undecoded (prefdata.io.images).
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    # Pairs one record of scored completions makes at most (None: no cap), and what a record above it
+    # gets: "cap" (that many of its pairs: all-pairs samples them, top-k keeps the widest) or "set_aside"
+    # (none; dropped.jsonl says why).
+    max_pairs_per_record: int | None = DEFAULT_MAX_PAIRS
+    above_max_pairs: str = DEFAULT_ABOVE_MAX_PAIRS
 
     def __post_init__(self) -> None:
         missing = [f for f in F.ALL_FLAGS if f not in self.severities]
@@ -116,6 +128,8 @@ class Policy:
                 "tie_threshold": self.tie_threshold,
                 "reward_margin": self.reward_margin,
                 "max_image_pixels": self.max_image_pixels,
+                "max_pairs_per_record": self.max_pairs_per_record,
+                "above_max_pairs": self.above_max_pairs,
             },
         }
 
@@ -188,12 +202,17 @@ def _parse(data: dict[str, Any], base: Policy | None, source: str) -> Policy:
     if base is None and len(severities) != len(F.ALL_FLAGS):  # the embedded default is complete
         raise fail("built-in policy lacks flags")
 
-    values: dict[str, float | None] = (
-        {attr: getattr(base, attr) for attr, *_ in _THRESHOLDS.values()} if base else {}
-    )
+    attrs = [attr for attr, *_ in _THRESHOLDS.values()] + [attr for attr, _ in _CHOICES.values()]
+    values: dict[str, float | str | None] = {attr: getattr(base, attr) for attr in attrs} if base else {}
     for key, value in data.get("thresholds", {}).items():
+        if key in _CHOICES:
+            attr, words = _CHOICES[key]
+            if value not in words:
+                raise fail(f"[thresholds] {key} = {value!r}: must be one of {', '.join(repr(w) for w in words)}")
+            values[attr] = value
+            continue
         if key not in _THRESHOLDS:
-            raise fail(f"unknown key {key!r} in [thresholds] (allowed: {', '.join(_THRESHOLDS)})")
+            raise fail(f"unknown key {key!r} in [thresholds] (allowed: {', '.join([*_THRESHOLDS, *_CHOICES])})")
         attr, can_be_off, low, open_low, high = _THRESHOLDS[key]
         if value is False and can_be_off:
             values[attr] = None
@@ -206,7 +225,9 @@ def _parse(data: dict[str, Any], base: Policy | None, source: str) -> Policy:
             lo = f"{'>' if open_low else '>='} {low:g}"
             hi = f" and <= {high:g}" if math.isfinite(high) else " and finite"
             raise fail(f"[thresholds] {key} = {value!r}: must be {lo}{hi}")
-        values[attr] = int(v) if key == "max_image_pixels" else v
+        if key == "max_pairs_per_record" and not v.is_integer():
+            raise fail(f"[thresholds] {key} = {value!r}: must be a whole number")
+        values[attr] = int(v) if key in _WHOLE_NUMBERS else v
 
     description = data.get("description", base.description if base else "")
     return Policy(

@@ -22,8 +22,14 @@ GENERATED_MARKER = "chosen_sample"  # provenance column only generated pairs hav
 
 
 def _number(value: Any) -> float | None:
-    if type(value) in (int, float) and math.isfinite(value):
-        return float(value)
+    """A finite reward, or None (no reward: not a number, NaN, Infinity, or an integer beyond any float)."""
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:  # a 400-digit integer: no float holds it
+            return None
+    if type(value) is float and math.isfinite(value):
+        return value
     return None
 
 

@@ -77,7 +77,8 @@ def dropped_record(row: CheckedRow) -> dict[str, Any]:
 
 def unpaired_record(row: CheckedRow) -> dict[str, Any]:
     """The dropped.jsonl line of a record of scored completions that made no pair: its reason
-    (`unpaired`: single_completion, ties or below_margin), its group id, and what it held."""
+    (`unpaired`: single_completion, ties, below_margin or too_many_pairs, with `detail` for the
+    last), its group id, and what it held."""
     scored = row.scored
     assert scored is not None
     return {
@@ -86,6 +87,7 @@ def unpaired_record(row: CheckedRow) -> dict[str, Any]:
         "flags": [],
         "severity": None,
         "unpaired": scored.reason,
+        **({"detail": scored.detail} if scored.detail else {}),
         "group_id": scored.group_id,
         "prompt": scored.prompt,
         "completions": scored.completion_texts,

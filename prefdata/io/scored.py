@@ -17,7 +17,9 @@ Scores: higher is better. Ranks: lower is better (rank 1 beats rank 2); pairs fr
 `rank_chosen`/`rank_rejected`, pairs from scores `reward_chosen`/`reward_rejected` (so the reward
 checks apply). A score may be a number, numeric text ("4"), or several named ratings (an
 `annotations`/`scores` object): `--rating mean` averages them, `--rating NAME` takes one (a
-completion with one plain score keeps it whatever NAME is). "N/A" or null: unscored.
+completion with one plain score keeps it whatever NAME is). "N/A" or null: unscored, and so is a
+score no float can hold (NaN, Infinity, an integer or text beyond +-1.8e308, such as a 400-digit
+number), as the pairing has nothing to compare it with.
 
 Every pair keeps `group_id` (a stable hash of the record's content: the same record gets the same
 id wherever it sits) and `chosen_sample`/`rejected_sample` (the completions' positions in the
@@ -104,8 +106,12 @@ def _scored_pairs(raw: RawRecord, row: dict[str, Any], pairing: PairingSettings)
         completions=len(completions), scored=choice.scored, pairs=len(choice.pairs),
         used=len({i for pair in choice.pairs for i in pair}), ties=choice.ties, scale=scale,
         margins=[scores[c] - scores[r] for c, r in choice.pairs],  # type: ignore[operator]
-        reason=choice.reason, group_id=group_id,
+        reason=choice.reason, group_id=group_id, possible=choice.possible,
     )
+    if choice.reason == "too_many_pairs":
+        summary.detail = (f"{pairing.strategy} would make {choice.possible:,} pairs from {choice.scored:,} scored "
+                          f"completions, above max_pairs_per_record {pairing.max_pairs:,} (policy [thresholds]; "
+                          f"above_max_pairs = \"set_aside\")")
     if not choice.pairs:  # what dropped.jsonl shows of an unpaired record
         summary.prompt = prompt_text
         summary.completion_texts = [c.text for c in completions]
@@ -135,8 +141,9 @@ def _scored_pairs(raw: RawRecord, row: dict[str, Any], pairing: PairingSettings)
 
 
 def _as_given(value: float | None, scale: str) -> float | int | None:
-    """Scores stay floats (one column type); ranks are whole numbers where they are."""
-    if scale == "rank" and value is not None and value.is_integer():
+    """Scores stay floats (one column type); ranks are whole numbers where they are and where a
+    64-bit integer column holds them (a rank of 1e308 stays a float, not a 309-digit integer)."""
+    if scale == "rank" and value is not None and value.is_integer() and abs(value) < 2**63:
         return int(value)
     return value
 
@@ -264,8 +271,13 @@ def _number(value: Any, where: str) -> float | None:
         if value is None:
             return None
         raise RecordError(_type_error(where, value, "a number"))
-    if type(value) in (int, float):
-        return float(value) if math.isfinite(value) else None
+    if type(value) is int:
+        try:
+            return float(value)
+        except OverflowError:  # beyond any float, like 1e400: no score, as Infinity
+            return None
+    if type(value) is float:
+        return value if math.isfinite(value) else None
     if type(value) is str:
         text = value.strip()
         if not text or text.upper() in ("N/A", "NA", "NONE", "NULL", "-"):

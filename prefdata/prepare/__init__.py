@@ -139,7 +139,8 @@ def prepare(
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
                                 template=template, loss_on=loss_on,
                                 images=_image_access(raw_path, hub, mix, allowed_image_root, loaded_policy))
-    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k)
+    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k,
+                                       loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
     pair_tokenizer = _pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
     tokenizer = tokenizer or processor
     config = _config(raw_path, tokenizer, processor, settings, pairing_settings, loaded_policy, benchmarks,

@@ -16,7 +16,7 @@ from prefdata.report.render_common import (
     threshold_line,
 )
 from prefdata.report.render_images import images_text
-from prefdata.report.render_scored import ledger_line
+from prefdata.report.render_scored import capped_line, ledger_line
 
 
 def render_text(report: Report, top: int = 8) -> str:
@@ -28,6 +28,8 @@ def render_text(report: Report, top: int = 8) -> str:
     ]
     if report.get("scored"):  # records of scored completions: both ledgers in one line
         lines.append("  scored completions: " + ledger_line(report))
+        if capped_line(report["scored"]):  # records above the policy's max_pairs_per_record
+            lines.append("  " + capped_line(report["scored"]))
     lines += ["  " + line for line in images_text(report)]  # image pairs: sizes, tokens per image
     entries = flags_by_severity(report)  # quarantined records included, as the headline counts them
     if entries:

@@ -1,9 +1,11 @@
 """The report's scored-completions section: what pairing made of each record (prefdata.pairing).
 
 Per prompt: completions, pairs made, ties (unordered pairs of completions with equal scores), as
-distributions; the records that made no pair, by reason, with example lines; and the distribution
+distributions; the records that made no pair, by reason, with example lines; the records capped at
+the policy's max_pairs_per_record (pairs kept, pairs not made, example lines); and the distribution
 of score margins (chosen - rejected) of the pairs made, apart for scores and for ranks (rank steps).
-Memory: small counters, plus 8 bytes per pair for exact margin quantiles.
+A margin that overflows a float (1e308 - -1e308) is counted as `non_finite`, outside the
+distribution. Memory: small counters, plus 8 bytes per pair for exact margin quantiles.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class ScoredStats:
         self.unpaired: Counter[str] = Counter()
         self.unpaired_examples: dict[str, list[dict[str, Any]]] = {}
         self.margins: dict[str, array] = {}  # scale -> chosen - rejected of every pair made
+        self.records_capped = 0  # records above max_pairs_per_record that made pairs up to it
+        self.pairs_not_made = 0  # the pairs those records would have made beyond it
+        self.capped_examples: list[dict[str, Any]] = []
 
     def add(self, summary: ScoredSummary, source_file: str, source_line: int) -> None:
         self.records += 1
@@ -52,6 +57,13 @@ class ScoredStats:
                 examples.append({"source_file": source_file, "source_line": source_line, "group_id": summary.group_id})
         if summary.margins:
             self.margins.setdefault(summary.scale, array("d")).extend(summary.margins)
+        if summary.pairs and summary.possible > summary.pairs:
+            self.records_capped += 1
+            self.pairs_not_made += summary.possible - summary.pairs
+            if len(self.capped_examples) < EXAMPLES_PER_REASON:
+                self.capped_examples.append({"source_file": source_file, "source_line": source_line,
+                                             "group_id": summary.group_id, "pairs": summary.pairs,
+                                             "possible": summary.possible})
 
     def to_dict(self) -> dict[str, Any] | None:
         """report.json's `scored` section; None when the input had no scored completions."""
@@ -70,30 +82,47 @@ class ScoredStats:
                 {"reason": reason, "count": count, "rows": self.unpaired_examples.get(reason, [])}
                 for reason, count in sorted(self.unpaired.items(), key=lambda kv: (-kv[1], kv[0]))
             ],
+            "capped": {"records": self.records_capped, "pairs_not_made": self.pairs_not_made,
+                       "rows": self.capped_examples},
             "margins": {scale: margin_distribution(values) for scale, values in sorted(self.margins.items())},
         }
 
 
 def margin_distribution(values: array | list[float], bins: int = MARGIN_BINS) -> dict[str, Any]:
-    """count, min, max, mean, nearest-rank quantiles and a histogram of equal-width bins from 0."""
-    ordered = sorted(values)
+    """count, min, max, mean, nearest-rank quantiles and a histogram of equal-width bins from 0.
+    Margins that overflowed a float (scores of +-1e308) are left out and counted as `non_finite`:
+    no bin, quantile or mean can hold them."""
+    ordered = sorted(v for v in values if math.isfinite(v))
     n = len(ordered)
+    non_finite = len(values) - n
     if not n:
-        return {"count": 0}
+        return {"count": 0, "non_finite": non_finite} if non_finite else {"count": 0}
     lo, hi = ordered[0], ordered[-1]
     width = _nice_width(hi, bins) if hi > 0 else 1.0
     nbins = max(1, math.ceil(hi / width - 1e-9))  # the largest margin falls in the last bin, edge included
     counts = [0] * nbins
     for value in ordered:
         counts[min(nbins - 1, int(value / width))] += 1
-    return {
+    out = {
         "count": n,
         "min": _round(lo),
         "max": _round(hi),
-        "mean": _round(math.fsum(ordered) / n),
+        "mean": _round(_mean(ordered)),
         "quantiles": {f"p{round(q * 100)}": _round(ordered[max(1, math.ceil(q * n)) - 1]) for q in QUANTILES},
         "histogram": {"edges": [_round(i * width) for i in range(nbins + 1)], "counts": counts},
     }
+    if non_finite:
+        out["non_finite"] = non_finite
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    """fsum's exact mean; finite margins near 1.8e308 overflow the sum itself, so then average the
+    values scaled down first (each at most the largest, so no overflow)."""
+    try:
+        return math.fsum(values) / len(values)
+    except OverflowError:
+        return math.fsum(v / len(values) for v in values)
 
 
 def _round(value: float) -> float:

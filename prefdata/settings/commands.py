@@ -107,7 +107,9 @@ class PairingOptions(Settings):
         "best-worst", "scored completions -> pairs: best-worst (the best vs the worst), best-vs-random-lower "
         "(the best vs a random lower-scored one), all-pairs (every better/worse pair), top-k (the --top-k pairs "
         "with the widest score gaps); higher scores and lower ranks are better (rank 1 beats rank 2); tied scores "
-        "are never paired", group=PAIRING, choices=STRATEGIES)
+        "are never paired; a prompt makes at most the check policy's max_pairs_per_record pairs (1000 in the default "
+        "policy)",
+        group=PAIRING, choices=STRATEGIES)
     pairing_seed: int = setting(0, "seed for the random picks of --pairing (the pairs do not depend on --workers or "
                                 "--engine)", group=PAIRING, metavar="N", parse=int)
     min_score_margin: float = setting(

@@ -150,7 +150,8 @@ def validate(
         raise PrefdataError("--workers must be at least 1")
     from prefdata.pairing import PairingSettings
 
-    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k)
+    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k,
+                                       loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
     from prefdata.engine.select import check_engine
 
     check_engine(engine)

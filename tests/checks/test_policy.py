@@ -96,8 +96,21 @@ def test_to_dict_lists_every_flag_and_threshold():
     assert list(d["flags"]) == list(F.ALL_FLAGS)
     assert set(d["thresholds"]) == {
         "near_duplicate", "near_duplicate_prompt", "max_flagged_share", "length_bias", "tie_threshold", "reward_margin",
-        "max_dropped_share", "max_image_pixels",
+        "max_dropped_share", "max_image_pixels", "max_pairs_per_record", "above_max_pairs",
     }
+
+
+def test_the_pairing_cap_is_a_threshold_with_a_choice(tmp_path):
+    """max_pairs_per_record: a whole number >= 1 or false (no cap); above_max_pairs: cap | set_aside."""
+    default = load_policy()
+    assert (default.max_pairs_per_record, default.above_max_pairs) == (1000, "cap")
+    path = tmp_path / "p.toml"
+    path.write_text('[thresholds]\nmax_pairs_per_record = 50\nabove_max_pairs = "set_aside"\n')
+    policy = load_policy(path)
+    assert (policy.max_pairs_per_record, policy.above_max_pairs) == (50, "set_aside")
+    assert type(policy.max_pairs_per_record) is int
+    path.write_text("[thresholds]\nmax_pairs_per_record = false\n")
+    assert load_policy(path).max_pairs_per_record is None
 
 
 @pytest.mark.parametrize(
@@ -114,6 +127,11 @@ def test_to_dict_lists_every_flag_and_threshold():
         ("[thresholds]\nmax_flagged_share = -0.1\n", "max_flagged_share"),
         ("[thresholds]\nlength_bias = true\n", "length_bias"),
         ("[thresholds]\nlength_bias = nan\n", "length_bias"),
+        ("[thresholds]\nmax_pairs_per_record = 0\n", "max_pairs_per_record"),
+        ("[thresholds]\nmax_pairs_per_record = 2.5\n", "max_pairs_per_record"),
+        ("[thresholds]\nmax_pairs_per_record = true\n", "max_pairs_per_record"),
+        ('[thresholds]\nabove_max_pairs = "drop"\n', "above_max_pairs"),
+        ("[thresholds]\nabove_max_pairs = 1\n", "above_max_pairs"),
         ("[checks]\nx = 1\n", "checks"),
         ("severity = 'drop'\n", "severity"),
         ("flags = 3\n", "flags"),
