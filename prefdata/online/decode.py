@@ -56,7 +56,10 @@ def sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
     done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
     mask = attention_mask.long()
     cache = cache_name(model)
-    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    # The prompt's forward needs the last position's logits only: all of them would be rows x prompt
+    # length x vocabulary floats (96 prompts of 3k tokens x 6k vocabulary: 7 GB; 151k vocabularies far more).
+    last_only = {"logits_to_keep": 1} if accepts(model, "logits_to_keep") else {}
+    out = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, **last_only)
     new: list[torch.Tensor] = []
     for step in range(max_new_tokens):
         token = draw(out.logits[:, -1, :], temperature, top_p, generator)
@@ -72,7 +75,12 @@ def sample(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
     return torch.stack(new, dim=1)
 
 
+def accepts(model: Any, keyword: str) -> bool:
+    """Whether the model's forward takes `keyword` by name."""
+    return keyword in inspect.signature(model.forward).parameters
+
+
 def cache_name(model: Any) -> str:
     """What the model's forward calls its KV cache, in and out: `cache` from transformers 5.24 on
     (where `past_key_values` still works but warns that it goes away in 5.40), `past_key_values` before."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    return "cache" if accepts(model, "cache") else "past_key_values"

@@ -62,3 +62,21 @@ def test_the_decode_loop_raises_no_deprecation_warnings(tiny_model_dir, capfd):
     cache_warnings = [str(w.message) for w in caught if "cache" in str(w.message) or "past_key" in str(w.message)]
     assert cache_warnings == []
     assert "deprecated" not in capfd.readouterr().err
+
+
+def test_the_prompt_forward_keeps_only_the_last_positions_logits(tiny_model_dir):
+    """Long prompts must not cost rows x prompt length x vocabulary floats: only the last position's
+    logits are computed on the prompt (the sample is the same as with all of them)."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids, mask = torch.tensor([[5, 6, 7, 8, 9] * 40]), torch.ones(1, 200, dtype=torch.long)
+    shapes = []
+    hook = model.register_forward_hook(lambda module, args, output: shapes.append(tuple(output.logits.shape)))
+    try:
+        kept = sample(model, ids, mask, max_new_tokens=3, temperature=0.0, top_p=1.0, stop_ids=[1], pad_id=0)
+    finally:
+        hook.remove()
+    assert shapes[0][1] == 1 and all(shape[1] == 1 for shape in shapes)
+    full = model(input_ids=ids).logits[:, -1].argmax(-1)
+    assert kept[0, 0].item() == full.item()
