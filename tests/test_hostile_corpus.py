@@ -591,6 +591,29 @@ def test_scores_beyond_a_float_cost_their_completion_only(tmp_path, tiny_tokeniz
                  "--output", str(tmp_path / "cli.json")]) == 0
 
 
+def test_margins_near_the_float_limit_fit_the_report(tmp_path, tiny_tokenizer_dir):
+    """Finite margins of 1.7e308 and 1.79e308: a round bin width would put the histogram's last edge
+    past any float (the HTML plot then raised OverflowError); the edges stay finite, the numbers short."""
+    import math
+
+    from prefdata.prepare import prepare
+
+    raw = tmp_path / "near_limit.jsonl"
+    rows = [{"prompt": "p1", "completions": ["a", "b"], "scores": [1.7e308, 0]},
+            {"prompt": "p2", "completions": ["a", "b"], "scores": [1.79e308, 1e308]},
+            {"prompt": "p3", "completions": ["a", "b"], "ranks": [1, 1.79e308]}]
+    raw.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    result = prepare(raw, tmp_path / "out", tokenizer=tiny_tokenizer_dir, progress=False, workers=1)
+    assert result.exit_code == 0 and result.rows_out == 3
+    for scale, top in (("score", 1.7e308), ("rank", 1.79e308)):
+        margins = result.report["scored"]["margins"][scale]
+        assert margins["max"] == top and "non_finite" not in margins
+        edges = margins["histogram"]["edges"]
+        assert all(math.isfinite(edge) for edge in edges) and edges[-1] >= top
+    assert "max 1.79e+308" in (tmp_path / "out" / "report.md").read_text()
+    assert "1.79e+308" in (tmp_path / "out" / "report.html").read_text()
+
+
 def _wide_record_file(path: Path) -> Path:
     """Line 1: one prompt with 10,000 completions scored 1 to 10 (all-pairs: about 45 million valid
     pairs, `_valid_pairs`); line 2: an ordinary record of three; line 3: two tied completions."""

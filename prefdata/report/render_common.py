@@ -51,8 +51,8 @@ def pct(value: float | None) -> str:
 
 
 def num(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, float):  # beyond 1e15 every digit is noise: 1.79e+308, not 309 of them
+        return f"{value:,.4g}" if abs(value) < 1000 or abs(value) >= 1e15 else f"{value:,.0f}"
     if isinstance(value, int):
         return f"{value:,}"
     return "–" if value is None else str(value)

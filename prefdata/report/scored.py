@@ -11,6 +11,7 @@ distribution. Memory: small counters, plus 8 bytes per pair for exact margin qua
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from collections import Counter
 from typing import Any
@@ -100,6 +101,10 @@ def margin_distribution(values: array | list[float], bins: int = MARGIN_BINS) ->
     lo, hi = ordered[0], ordered[-1]
     width = _nice_width(hi, bins) if hi > 0 else 1.0
     nbins = max(1, math.ceil(hi / width - 1e-9))  # the largest margin falls in the last bin, edge included
+    edges = [i * width for i in range(nbins + 1)]
+    if edges[-1] > sys.float_info.max:  # margins near 1.8e308: a round width would end past any float
+        width, nbins = hi / bins, bins
+        edges = [i * width for i in range(nbins)] + [hi]
     counts = [0] * nbins
     for value in ordered:
         counts[min(nbins - 1, int(value / width))] += 1
@@ -109,7 +114,7 @@ def margin_distribution(values: array | list[float], bins: int = MARGIN_BINS) ->
         "max": _round(hi),
         "mean": _round(_mean(ordered)),
         "quantiles": {f"p{round(q * 100)}": _round(ordered[max(1, math.ceil(q * n)) - 1]) for q in QUANTILES},
-        "histogram": {"edges": [_round(i * width) for i in range(nbins + 1)], "counts": counts},
+        "histogram": {"edges": [_round(edge) for edge in edges], "counts": counts},
     }
     if non_finite:
         out["non_finite"] = non_finite
