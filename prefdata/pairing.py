@@ -177,7 +177,7 @@ def listed_pairs(ranked: list[tuple[int, float]], starts: list[int], limit: int,
     more than `limit`, `limit` of them drawn by `rng` without building the others (pair number p
     is found from the suffix sizes by bisection), kept in the same order."""
     offsets = [0]
-    for i, start in enumerate(starts):
+    for start in starts:
         offsets.append(offsets[-1] + len(ranked) - start)
     total = offsets[-1]
     numbers = range(total) if limit >= total else sorted(rng.sample(range(total), limit))
