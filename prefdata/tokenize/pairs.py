@@ -35,6 +35,7 @@ from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.records import Message, Pair, TokenizedPair
 from prefdata.tokenize.template import (
+    Rendered,
     TemplateSettings,
     lost_fields,
     pinned_clock,
@@ -415,19 +416,32 @@ class PairTokenizer:
         differently on its own (e.g. a system message moved next to the last user turn, or a think
         block the full render drops), fall back to the longest common prefix of the three renders,
         shared by both halves."""
-        if not (full_chosen.startswith(prompt) and full_rejected.startswith(prompt)):
-            prompt = os.path.commonprefix([prompt, full_chosen, full_rejected])
-        cut = len(prompt)
-        chosen, chosen_ends = self._end_of_turn(full_chosen[cut:])
-        rejected, rejected_ends = self._end_of_turn(full_rejected[cut:])
+        rendered = _rendered(prompt, full_chosen, full_rejected)
+        prompt = prompt[: rendered.cut]
+        chosen, chosen_ends = self._end_of_turn(full_chosen[rendered.cut :])
+        rejected, rejected_ends = self._end_of_turn(full_rejected[rendered.cut :])
         found: tuple[str, ...] = ()
-        prompt_messages, chosen_messages, rejected_messages = conversation
         if tools or any(carries_reasoning_or_tools(m) for m in conversation):
-            if lost_fields(prompt_messages, chosen_messages, tools, prompt, chosen) or lost_fields(
-                prompt_messages, rejected_messages, tools, prompt, rejected
-            ):
+            if self._lost_fields(conversation, tools, rendered):
                 found = (F.REASONING_LOST,)
         return _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
+
+    def _lost_fields(self, conversation: tuple[list[Message], list[Message], list[Message]],
+                     tools: list[Any] | None, rendered: Rendered) -> list[str]:
+        # Fields whose text is there are confirmed by rendering the row without them.
+        prompt, chosen, rejected = conversation
+        return lost_fields(prompt, (chosen, rejected), tools, rendered, self._render)
+
+    def lost_fields(self, pair: Pair) -> list[str]:
+        """Which of a conversational pair's fields the template does not render, by name
+        ("reasoning", "tool_calls", "tool_results", "tools"): what `reasoning_lost` flags."""
+        self.setup()
+        conversation = self._conversation(pair)
+        prompt, chosen, rejected = conversation
+        p, c, r = (self._render([messages], generation_prompt, pair.tools)[0]
+                   for messages, generation_prompt in ((prompt, True), (prompt + chosen, False), (prompt + rejected, False)))
+        return self._lost_fields(conversation, pair.tools, _rendered(p, c, r))
+
 
     def _end_of_turn(self, completion: str) -> tuple[str, bool]:
         """(completion, whether the template ended it with a special token).
@@ -554,6 +568,15 @@ class PairTokenizer:
                 c, r = c[1:], r[1:]
             result.append(pc != p + c or pr != p + r)
         return result
+
+
+def _rendered(prompt: str, full_chosen: str, full_rejected: str) -> Rendered:
+    """A row's renders and where its completions start: after the prompt's render, or, when a
+    template renders the prompt differently on its own, after the three renders' common prefix."""
+    cut = len(prompt)
+    if not (full_chosen.startswith(prompt) and full_rejected.startswith(prompt)):
+        cut = len(os.path.commonprefix([prompt, full_chosen, full_rejected]))
+    return Rendered(prompt, (full_chosen, full_rejected), cut)
 
 
 def _pick_anchor(tokenizer: Any) -> str:

@@ -6,8 +6,8 @@
 - Messages as templates expect them: tool-call `arguments` as objects (OUT stores them as JSON text,
   one Arrow type for every row; transformers documents objects, and Qwen2.5's template serializes
   them with `tojson`).
-- `lost_fields`: which of a row's reasoning, tool calls and tools the rendered text does not contain
-  (the template ignores that field), for the `reasoning_lost` flag.
+- `lost_fields`: which of a row's reasoning, tool calls, tool results and tools its render does not
+  contain (the template ignores that field), for the `reasoning_lost` flag.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import json
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from prefdata.errors import PrefdataError
-from prefdata.reasoning import message_reasoning
+from prefdata.reasoning import REASONING_FIELDS, message_answer, message_reasoning
 from prefdata.templates import bundled_template_names, bundled_template_text
 from prefdata.records import Message
 
@@ -172,34 +172,170 @@ def _call_for_template(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": {**function, "arguments": parsed}}
 
 
+# Renders conversations: (conversations, add_generation_prompt, tools) -> texts, as the tokenizer does.
+Render = Callable[[list[list[Message]], bool, Any], list[str]]
+
+
+@dataclass
+class Rendered:
+    """What a row's own render gave: its prompt with the generation prompt, prompt + each
+    completion, and where the completions start in those (the prompt part both halves share)."""
+
+    prompt: str
+    fulls: tuple[str, str]
+    cut: int
+
+
+@dataclass
+class _Check:
+    """One field to confirm by rendering the row without it."""
+
+    name: str
+    conversation: list[Message]
+    generation_prompt: bool
+    tools: list[Any] | None
+    part: str  # what the row's own render gave for the part that should hold the field
+
+
 def lost_fields(
-    prompt: list[Message], completion: list[Message], tools: list[Any] | None, prompt_text: str, completion_text: str
+    prompt: list[Message], completions: tuple[list[Message], list[Message]], tools: list[Any] | None,
+    rendered: Rendered, render: Render,
 ) -> list[str]:
-    """What of the row the rendered text does not contain: "reasoning" (a completion turn's trace),
-    "tool_calls" (a call's function name or an argument value), "tool_results" (a tool turn's
-    content), "tools" (a tool's name in the prompt). Each turn is looked for in its own part of the
-    render: a completion's calls in the completion text only, because the function's name also
-    appears in the tools list of the prompt's system header (SmolLM3), and a template that drops
-    the call would otherwise pass. Reasoning of earlier turns in the prompt is not asked for:
-    templates drop it on purpose (Qwen3, DeepSeek-R1), as they do at inference."""
+    """Which of the row's fields its tokens do not contain: "reasoning" (a completion turn's trace),
+    "tool_calls", "tool_results" (a tool turn's content), "tools" (the row's tools list).
+
+    Each field is judged on the render of its own part: a completion's on that completion, so the
+    function's name in the prompt's tools list (SmolLM3) or in the answer's own words cannot stand
+    in for a call the template dropped. A field whose text is missing from its part is lost. One
+    whose text is there is lost when rendering the row without it (reasoning removed, call
+    arguments emptied, tool results blanked, no tools) gives that part unchanged: the text was
+    there by coincidence. That costs one more render per part holding such a field (one batched
+    call per row and kind of render), and none for rows without reasoning, tool calls or tools.
+    Reasoning of earlier turns in the prompt is not asked for: templates drop it on purpose
+    (Qwen3, DeepSeek-R1), as they do at inference."""
     lost: list[str] = []
-    for message in completion:
-        reasoning = message_reasoning(message)
-        if reasoning and reasoning not in completion_text:
-            lost.append("reasoning")
-            break
-    turns = [(m, prompt_text) for m in prompt] + [(m, completion_text) for m in completion]
-    if any(not _call_rendered(call, text) for m, text in turns for call in m.get("tool_calls") or ()):
-        lost.append("tool_calls")
-    if any(not _tool_result_rendered(m, text) for m, text in turns if m.get("role") == "tool"):
-        lost.append("tool_results")
-    for tool in tools or ():
+    checks: list[_Check] = []
+    for messages, full in zip(completions, rendered.fulls):
+        part = full[rendered.cut :]
+        for name in ("reasoning", "tool_calls", "tool_results"):
+            variant = _without(name, messages)
+            if variant is None or name in lost:
+                continue
+            if not _present(name, messages, part):
+                lost.append(name)
+            else:
+                checks.append(_Check(name, prompt + variant, False, tools, part))
+    for name in ("tool_calls", "tool_results"):  # earlier turns' calls and results, in the prompt
+        variant = _without(name, prompt)
+        if variant is None or name in lost:
+            continue
+        if not _present(name, prompt, rendered.prompt):
+            lost.append(name)
+        else:
+            checks.append(_Check(name, variant, True, tools, rendered.prompt))
+    if tools:
+        if not all(name in rendered.prompt for name in _tool_names(tools)):
+            lost.append("tools")
+        else:
+            checks.append(_Check("tools", prompt, True, None, rendered.prompt))
+    checks = [check for check in checks if check.name not in lost]
+    for check, text in zip(checks, _render_checks(checks, render)):
+        # The prompt's variant must give the same prompt; a completion's, the same completion
+        # (whatever its prompt part does). A variant the template refuses depends on the field.
+        if text is None:
+            continue
+        same = text == check.part if check.generation_prompt else text.endswith(check.part)
+        if same and check.name not in lost:
+            lost.append(check.name)
+    return lost
+
+
+def _render_checks(checks: list[_Check], render: Render) -> list[str | None]:
+    """Each check's conversation rendered, None where the template fails on it: one call per kind
+    of render (generation prompt, tools), one by one only when a batch fails."""
+    out: list[str | None] = [None] * len(checks)
+    kinds: dict[tuple[bool, bool], list[int]] = {}
+    for i, check in enumerate(checks):
+        kinds.setdefault((check.generation_prompt, check.tools is None), []).append(i)
+    for indices in kinds.values():
+        first = checks[indices[0]]
+        try:
+            texts = render([checks[i].conversation for i in indices], first.generation_prompt, first.tools)
+        except Exception:
+            texts = []
+            for i in indices:
+                try:
+                    texts.append(render([checks[i].conversation], first.generation_prompt, first.tools)[0])
+                except Exception:
+                    texts.append(None)
+        for i, text in zip(indices, texts):
+            out[i] = text
+    return out
+
+
+def _without(name: str, messages: list[Message]) -> list[Message] | None:
+    """The messages without the field `name` ("reasoning": traces removed, inline ones cut from the
+    content; "tool_calls": arguments emptied, or the calls removed when none has arguments;
+    "tool_results": tool turns' content blanked), or None when no message has it."""
+    out: list[Message] = []
+    changed = False
+    calls_have_arguments = name == "tool_calls" and any(
+        _arguments(call) for m in messages for call in m.get("tool_calls") or ()
+    )
+    for message in messages:
+        if name == "reasoning" and message_reasoning(message):
+            if isinstance(message.get("reasoning_content"), str):
+                message = {key: value for key, value in message.items() if key not in REASONING_FIELDS}
+            else:  # an inline think block: the content without it
+                message = {**message, "content": message_answer(message)}
+            changed = True
+        elif name == "tool_calls" and message.get("tool_calls"):
+            if calls_have_arguments:
+                calls = [{**call, "function": {**(call.get("function") or {}), "arguments": {}}}
+                         for call in message["tool_calls"]]
+                message = {**message, "tool_calls": calls}
+            else:
+                message = {key: value for key, value in message.items() if key != "tool_calls"}
+            changed = True
+        elif name == "tool_results" and message.get("role") == "tool" and _has_text(message.get("content")):
+            message = {**message, "content": ""}
+            changed = True
+        out.append(message)
+    return out if changed else None
+
+
+def _present(name: str, messages: list[Message], text: str) -> bool:
+    """Whether `text` holds every instance of the field's text (a cheap first test: absent is lost)."""
+    if name == "reasoning":
+        return all(not r or r in text for r in map(message_reasoning, messages))
+    if name == "tool_calls":
+        return all(_call_rendered(call, text) for m in messages for call in m.get("tool_calls") or ())
+    return all(_tool_result_rendered(m, text) for m in messages if m.get("role") == "tool")
+
+
+def _arguments(call: dict[str, Any]) -> bool:
+    """Whether a call passes any argument ({} and "" do not)."""
+    arguments = (call.get("function") or {}).get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return bool(arguments.strip())
+    return bool(arguments)
+
+
+def _has_text(content: Any) -> bool:
+    return bool(content.strip()) if isinstance(content, str) else bool(content)
+
+
+def _tool_names(tools: list[Any]) -> list[str]:
+    names = []
+    for tool in tools:
         function = tool.get("function", tool) if isinstance(tool, dict) else {}
         name = function.get("name") if isinstance(function, dict) else None
-        if isinstance(name, str) and name not in prompt_text:
-            lost.append("tools")
-            break
-    return lost
+        if isinstance(name, str):
+            names.append(name)
+    return names
 
 
 def _call_rendered(call: dict[str, Any], text: str) -> bool:

@@ -326,23 +326,41 @@ def _only_called(city):
              "tool_calls": [{"id": "call00001", "type": "function", "function": {"name": "get_weather", "arguments": {"city": city}}}]}]
 
 
+def _named_then_called():
+    """A turn whose own words name the call it makes, function and argument alike."""
+    return [{**_said_then_called()[0], "content": "I will use get_weather for Paris."}]
+
+
 @pytest.mark.parametrize("template", [DROPS_TOOL_CALLS, DROPS_ARGUMENTS], ids=["drops-calls", "drops-arguments"])
 def test_a_call_the_completion_does_not_render_is_lost_though_tools_name_it(tmp_path, template):
     assert template != REASONING_TEMPLATE
     path = tmp_path / "tok"
     build_tiny_tokenizer(path, chat_template=template)
     rows = [_row(_said_then_called(), _answer("It is sunny."), tools=TOOLS),
-            _row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS)]
+            _row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS),
+            # The call's name and argument are in the completion's text, but not the call.
+            _row(_named_then_called(), _answer("It is sunny."), tools=TOOLS)]
     result, _, out = _prepare(tmp_path, rows, str(path))
     assert result.exit_code == 1 and result.rows_out == 0
-    assert [F.REASONING_LOST in d["flags"] for d in _dropped(out)] == [True, True]
+    assert [F.REASONING_LOST in d["flags"] for d in _dropped(out)] == [True, True, True]
 
 
 def test_a_template_that_renders_the_calls_keeps_them_unflagged(tmp_path, reasoning_tokenizer):
     rows = [_row(_said_then_called(), _answer("It is sunny."), tools=TOOLS),
-            _row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS)]
+            _row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS),
+            _row(_named_then_called(), _answer("It is sunny."), tools=TOOLS)]
     result, dataset, _ = _prepare(tmp_path, rows, reasoning_tokenizer)
-    assert result.rows_out == 2 and list(dataset["flags"]) == [[], []]
+    assert result.rows_out == 3 and list(dataset["flags"]) == [[], [], []]
+
+
+def test_reasoning_the_answer_repeats_is_lost_where_the_template_drops_it(tmp_path, tiny_tokenizer_dir, reasoning_tokenizer):
+    """The trace's text is in the completion (the answer says it too), so only rendering the row
+    without the trace can tell whether the template kept it."""
+    rows = [_row(_answer("It is 5.", reasoning_content="It is 5."), _answer("It is 6.", reasoning_content="It is 6."))]
+    result, _, out = _prepare(tmp_path, rows, tiny_tokenizer_dir, name="chatml")  # ChatML drops the field
+    assert result.rows_out == 0 and _dropped(out)[0]["flags"] == [F.REASONING_LOST]
+    result, dataset, _ = _prepare(tmp_path, rows, reasoning_tokenizer, name="kept")
+    assert result.rows_out == 1 and dataset[0]["flags"] == []
 
 
 # Whether each template in ../shared renders an assistant's tool calls in its completion.
@@ -374,6 +392,8 @@ def test_shared_templates_flag_exactly_the_calls_they_drop(tmp_path, shared_toke
     rows = [_row(_only_called("Paris"), _only_called("Lyon"), tools=TOOLS)]
     if name != "mistral-7b-instruct-v0.3":  # Mistral's template refuses content beside calls
         rows.append(_row(_said_then_called(), _answer("It is sunny."), tools=TOOLS))
+        # The turn names the function and its argument in its own words: still lost where dropped.
+        rows.append(_row(_named_then_called(), _answer("It is sunny."), tools=TOOLS))
     result, dataset, out = _prepare(tmp_path, rows, tokenizer_dir)
     if renders:
         assert result.rows_out == len(rows) and all(F.REASONING_LOST not in f for f in dataset["flags"])
@@ -395,3 +415,104 @@ def test_a_tool_result_the_template_drops_is_lost(tmp_path):
     build_tiny_tokenizer(tmp_path / "keeping-tok", chat_template=REASONING_TEMPLATE)
     _, dataset, _ = _prepare(tmp_path, rows, str(tmp_path / "keeping-tok"), name="keeps")
     assert F.REASONING_LOST not in dataset[0]["flags"]
+
+
+# -- reasoning and tool turns on every template in ../shared -------------------------------------
+
+# Whether each template in ../shared renders a completion turn's `reasoning_content` (none does:
+# inline <think> in the content is another matter) and a tool turn's result (Phi-3 renders the
+# system, user and assistant roles only). Each entry is checked against the template's own render.
+_SHARED_RENDERS_REASONING = dict.fromkeys(_SHARED_RENDERS_CALLS, False)
+_SHARED_RENDERS_TOOL_RESULTS = {**dict.fromkeys(_SHARED_RENDERS_CALLS, True), "phi-3-mini-4k-instruct": False}
+TOOL_RESULT = {"role": "tool", "tool_call_id": "call00001", "name": "get_weather", "content": "18C and sunny"}
+
+
+def _completion_render(tokenizer, prompt, completion, tools=None) -> str:
+    """The template's own render of `completion` after `prompt`, independent of prefdata."""
+    head = tokenizer.apply_chat_template(prompt, tools=tools, tokenize=False, add_generation_prompt=True)
+    full = tokenizer.apply_chat_template(prompt + completion, tools=tools, tokenize=False)
+    return full[len(os.path.commonprefix([head, full])):]
+
+
+def _lost_fields(tokenizer_dir: str, row: dict, chat_template_file: str | None = None) -> list[str]:
+    """prefdata's judgement, field by field, for one row."""
+    from prefdata.io.formats import normalize_record
+    from prefdata.records import RawRecord
+    from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+    from prefdata.tokenize.template import TemplateSettings
+
+    settings = TokenizeSettings(template=TemplateSettings(chat_template_file=chat_template_file))
+    return PairTokenizer(tokenizer_dir, settings).lost_fields(normalize_record(RawRecord("row.jsonl", 1, row)))
+
+
+def _flags_by_line(dataset, out: Path) -> list[list[str]]:
+    """Every pair's flags in input order, kept or dropped."""
+    flags = {d["source_line"]: d["flags"] for d in _dropped(out)}
+    if dataset is not None:
+        flags.update(zip(dataset["source_line"], dataset["flags"]))
+    return [flags[line] for line in sorted(flags)]
+
+
+@pytest.mark.parametrize(
+    "name, template_file",
+    [(name, None) for name in sorted(_SHARED_RENDERS_REASONING)] + [("deepseek-r1-distill-qwen", R1_TEMPLATE)],
+)
+def test_shared_templates_flag_exactly_the_reasoning_they_drop(tmp_path, shared_tokenizer, name, template_file):
+    from transformers import AutoTokenizer
+
+    from prefdata.tokenize.template import read_chat_template
+
+    tokenizer_dir = shared_tokenizer(name)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if template_file:
+        tokenizer.chat_template = read_chat_template(template_file)
+    trace = "Count up from two, three times: three, four, five."
+    renders = trace in _completion_render(tokenizer, PROMPT, _answer("5", reasoning_content=trace))
+    assert renders == (template_file is not None or _SHARED_RENDERS_REASONING[name])
+    rows = [
+        _row(_answer("5", reasoning_content=trace), _answer("6", reasoning_content="Guess six.")),
+        # The answer repeats the trace word for word: its text is in the completion either way.
+        _row(_answer("It is 5.", reasoning_content="It is 5."), _answer("It is 6.", reasoning_content="It is 6.")),
+    ]
+    for row in rows:
+        assert _lost_fields(tokenizer_dir, row, template_file) == ([] if renders else ["reasoning"])
+    _, dataset, out = _prepare(tmp_path, rows, tokenizer_dir, chat_template_file=template_file)
+    assert [F.REASONING_LOST in flags for flags in _flags_by_line(dataset, out)] == [not renders] * len(rows)
+
+
+@pytest.mark.parametrize("name", sorted(_SHARED_RENDERS_TOOL_RESULTS))
+def test_shared_templates_flag_exactly_the_tool_turns_they_drop(tmp_path, shared_tokenizer, name):
+    """A tool turn's result, in the completion (an agent trajectory) and in the prompt (earlier
+    turns): `tool_results` is lost exactly where the template leaves the result out; the row is
+    flagged when that or its call is lost."""
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = shared_tokenizer(name)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    called = [{**_only_called("Paris")[0], "content": ""}]  # some templates read a call turn's content
+    trajectory = called + [TOOL_RESULT, *_answer("Sunny, 18C.")]
+    renders = TOOL_RESULT["content"] in _completion_render(tokenizer, PROMPT, trajectory, TOOLS)
+    earlier = tokenizer.apply_chat_template(PROMPT + called + [TOOL_RESULT], tools=TOOLS, tokenize=False,
+                                            add_generation_prompt=True)
+    assert renders == (TOOL_RESULT["content"] in earlier) == _SHARED_RENDERS_TOOL_RESULTS[name]
+    calls_lost = not _SHARED_RENDERS_CALLS[name]
+    rows = [
+        _row(_only_called("Paris") + [TOOL_RESULT, *_answer("Sunny, 18C.")], _answer("No idea."), tools=TOOLS),
+        _row(_answer("Sunny, 18C."), _answer("No idea."), prompt=PROMPT + _only_called("Paris") + [TOOL_RESULT], tools=TOOLS),
+    ]
+    for row in rows:
+        lost = _lost_fields(tokenizer_dir, row)
+        assert ("tool_results" in lost) == (not renders), lost
+        assert ("tool_calls" in lost) == calls_lost, lost
+    _, dataset, out = _prepare(tmp_path, rows, tokenizer_dir)
+    assert [F.REASONING_LOST in flags for flags in _flags_by_line(dataset, out)] == [not renders or calls_lost] * 2
+
+
+def test_smollm3_drops_a_call_its_answer_names(tmp_path, shared_tokenizer):
+    """SmolLM3's template drops assistant tool calls. The turn's words name the function and its
+    argument, and the system header lists the tool: the call is still lost (was kept, unflagged)."""
+    tokenizer = shared_tokenizer("smollm3-3b")
+    rows = [_row(_named_then_called(), _answer("It is sunny."), tools=TOOLS)]
+    assert _lost_fields(tokenizer, rows[0]) == ["tool_calls"]
+    result, _, out = _prepare(tmp_path, rows, tokenizer)
+    assert result.rows_out == 0 and F.REASONING_LOST in _dropped(out)[0]["flags"]
