@@ -11,6 +11,8 @@ import json
 import time
 from pathlib import Path
 
+import datasets
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -500,31 +502,56 @@ def _words(size: int, seed: int) -> str:
     return text[:size]
 
 
+def _huge_inputs(directory: Path) -> dict[str, Path]:
+    """Five ordinary rows ("small"), the same with a 10 MB reasoning trace among them ("reasoning"),
+    and a benchmark file of one short item ("bench_small") or with a 50 MB item beside it ("bench")."""
+    paths = {name: directory / f"{name}.jsonl" for name in ("small", "reasoning", "bench_small", "bench")}
+    paths["small"].write_text("".join(json.dumps(_row(i)) + "\n" for i in range(5)))
+    rows = [_row(i) for i in range(5)]
+    rows.insert(2, {"prompt": [{"role": "user", "content": "think"}],
+                    "chosen": [{"role": "assistant", "content": "yes", "reasoning_content": _words(10 * 2**20, 1)}],
+                    "rejected": [{"role": "assistant", "content": "no"}]})
+    paths["reasoning"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    paths["bench_small"].write_text(json.dumps({"question": "what is the capital of france and why is it there"}) + "\n")
+    paths["bench"].write_text(paths["bench_small"].read_text() + json.dumps({"question": _words(50 * 2**20, 2)}) + "\n")
+    return paths
+
+
 @pytest.mark.skipif(__import__("sys").platform != "linux", reason="ru_maxrss in KiB is Linux's unit")
 def test_a_huge_record_costs_memory_in_proportion(tmp_path):
     """A 10 MB reasoning trace and a 50 MB benchmark line each raise validate's peak memory by at
     most 20x their size above the same run without them (measured 8x and 10x; 36x and 18x before
     the word hashes and n-gram runs of huge texts were computed a piece at a time)."""
-    small = tmp_path / "small.jsonl"
-    small.write_text("".join(json.dumps(_row(i)) + "\n" for i in range(5)))
-    trace = _words(10 * 2**20, 1)
-    rows = [_row(i) for i in range(5)]
-    rows.insert(2, {"prompt": [{"role": "user", "content": "think"}],
-                    "chosen": [{"role": "assistant", "content": "yes", "reasoning_content": trace}],
-                    "rejected": [{"role": "assistant", "content": "no"}]})
-    big = tmp_path / "reasoning.jsonl"
-    big.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    bench_small = tmp_path / "bench_small.jsonl"
-    bench_small.write_text(json.dumps({"question": "what is the capital of france and why is it there"}) + "\n")
-    bench = tmp_path / "bench.jsonl"
-    bench.write_text(bench_small.read_text() + json.dumps({"question": _words(50 * 2**20, 2)}) + "\n")
+    inputs = _huge_inputs(tmp_path)
     common = ["--no-progress", "--workers", "1", "--format", "json", "--output", str(tmp_path / "r.json")]
 
-    base = _peak_mib(["validate", str(small), *common])
-    assert _peak_mib(["validate", str(big), *common]) - base < 20 * 10
-    base = _peak_mib(["validate", str(small), "--decontaminate-against", str(bench_small), *common])
+    base = _peak_mib(["validate", str(inputs["small"]), *common])
+    assert _peak_mib(["validate", str(inputs["reasoning"]), *common]) - base < 20 * 10
+    base = _peak_mib(["validate", str(inputs["small"]), "--decontaminate-against", str(inputs["bench_small"]), *common])
     # 10x measured after the fix (18x before): 14x leaves room for allocator noise and still fails the old way
-    assert _peak_mib(["validate", str(small), "--decontaminate-against", str(bench), *common]) - base < 14 * 50
+    assert _peak_mib(["validate", str(inputs["small"]), "--decontaminate-against", str(inputs["bench"]), *common]) - base < 14 * 50
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(__import__("sys").platform != "linux", reason="ru_maxrss in KiB is Linux's unit")
+def test_prepare_keeps_a_huge_record_in_proportion(tmp_path, tiny_tokenizer_dir):
+    """The same through prepare, tokenizing: the 10 MB trace rendered into the completion by a
+    template that keeps reasoning (9.1 M tokens with the tiny tokenizer), and the 50 MB benchmark
+    line. Measured 17x and 5x above the run without them; the trace cost 216x (2.5 GB) while the
+    Rust tokenizer took the whole text in one call, now it takes 64 Ki characters at a time."""
+    inputs = _huge_inputs(tmp_path)
+
+    def peak(raw: Path, *extra: str) -> float:
+        return _peak_mib(["prepare", str(raw), str(tmp_path / "out"), "--tokenizer", tiny_tokenizer_dir,
+                          "--overwrite", "--no-progress", "--workers", "1", *extra])
+
+    template = ("--chat-template-file", "deepseek-r1-keep-reasoning")
+    base = peak(inputs["small"], *template)
+    assert peak(inputs["reasoning"], *template) - base < 20 * 10
+    lengths = pc.list_value_length(datasets.load_from_disk(str(tmp_path / "out")).data.column("chosen_ids"))
+    assert max(lengths.to_pylist()) > 9_000_000  # the whole trace reached the tokens
+    base = peak(inputs["small"], "--decontaminate-against", str(inputs["bench_small"]))
+    assert peak(inputs["small"], "--decontaminate-against", str(inputs["bench"])) - base < 20 * 50
 
 
 # --- scores beyond a float, and one record of very many completions (issue 30) -------------------

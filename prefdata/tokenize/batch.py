@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
+from typing import Sequence
 
 from prefdata.errors import RecordError, UnknownShapeError
 from prefdata.io.images import load_pair_images
@@ -92,7 +93,12 @@ def compact_ids(tokenized: TokenizedPair) -> TokenizedPair:
 
     Ids then cross the process boundary as one bytes copy each instead of hundreds of pickled ints,
     and the Arrow writer and the content digest read them without per-element work."""
-    tokenized.prompt_ids = array("i", tokenized.prompt_ids)  # type: ignore[assignment]
-    tokenized.chosen_ids = array("i", tokenized.chosen_ids)  # type: ignore[assignment]
-    tokenized.rejected_ids = array("i", tokenized.rejected_ids)  # type: ignore[assignment]
+    tokenized.prompt_ids = _as_array(tokenized.prompt_ids)  # type: ignore[assignment]
+    tokenized.chosen_ids = _as_array(tokenized.chosen_ids)  # type: ignore[assignment]
+    tokenized.rejected_ids = _as_array(tokenized.rejected_ids)  # type: ignore[assignment]
     return tokenized
+
+
+def _as_array(ids: Sequence[int]) -> array:
+    """array('i') of `ids`; one already (a huge text's, tokenize.pieces) is kept, not copied."""
+    return ids if isinstance(ids, array) and ids.typecode == "i" else array("i", ids)

@@ -25,6 +25,7 @@ with tokenizing the joint text is checked separately (``prompt_boundary_mismatch
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -34,6 +35,7 @@ from prefdata.io.images import ImageAccess
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.records import Message, Pair, TokenizedPair
+from prefdata.tokenize.pieces import HUGE_TEXT_CHARS, count_tokens_before, encode_ids
 from prefdata.tokenize.template import (
     Rendered,
     TemplateSettings,
@@ -161,9 +163,7 @@ def truncate_pair(
     (the trainer must see that the answer was cut, not a fake end).
     """
     del eos_token_id  # documented above; the flags only depend on what was cut
-    prompt = list(prompt_ids)
-    chosen = list(chosen_ids)
-    rejected = list(rejected_ids)
+    prompt, chosen, rejected = _own_ids(prompt_ids), _own_ids(chosen_ids), _own_ids(rejected_ids)
     lens_full = (len(prompt), len(chosen), len(rejected))
     result_flags: list[str] = []
 
@@ -198,6 +198,13 @@ def truncate_pair(
         rejected_len_full=lens_full[2],
         flags=result_flags,
     )
+
+
+def _own_ids(ids: Sequence[int]) -> Sequence[int]:
+    """The ids as the pair keeps them: a copy as a list, or an array('i') taken as it is (a huge
+    text's ids, which the tokenizer made for this pair: as Python ints they would cost 9x the
+    memory, and a copy would be one more of the largest thing the run holds)."""
+    return ids if isinstance(ids, array) else list(ids)
 
 
 @dataclass
@@ -461,10 +468,11 @@ class PairTokenizer:
         n = len(rows)
         # One batched Rust call for every text of the batch; each text is tokenized exactly once
         # (the prompt once per row, shared by both halves). No offsets are needed: encode_batch_fast.
+        # A huge text is encoded a piece at a time into an array('i') (tokenize.pieces).
         chosen_texts, chosen_drop = self._completion_texts(rows, "chosen")
         rejected_texts, rejected_drop = self._completion_texts(rows, "rejected")
         all_texts = [r.prompt for r in rows] + chosen_texts + rejected_texts
-        ids = [e.ids for e in self._backend.encode_batch_fast(all_texts, add_special_tokens=False)]
+        ids = encode_ids(self._backend, all_texts, self._anchor)
         starts = self._answer_starts(rows) if self.settings.loss_on == "answer" else None
 
         mismatch = self._boundary_mismatches(rows)
@@ -472,9 +480,10 @@ class PairTokenizer:
         prefix = self._prefix_ids
         out: list[TokenizedPair] = []
         for i, row in enumerate(rows):
-            prompt = prefix + ids[i] if row.prompt_prefix_ids and prefix else ids[i]
-            chosen = ids[n + i][chosen_drop[i] :]
-            rejected = ids[2 * n + i][rejected_drop[i] :]
+            prompt = _take(ids, i, 0)
+            prompt = _concat(prefix, prompt) if row.prompt_prefix_ids and prefix else prompt
+            chosen = _take(ids, n + i, chosen_drop[i])
+            rejected = _take(ids, 2 * n + i, rejected_drop[i])
             chosen = _end_with_one_eos(chosen, eos, append=not row.chosen_ends_turn)
             rejected = _end_with_one_eos(rejected, eos, append=not row.rejected_ends_turn)
             spans = self._image_spans(prompt, row) if row.images else None
@@ -505,6 +514,10 @@ class PairTokenizer:
                     lead = anchor if (anchor and row.prompt) else ""
                     jobs.append((i, half, lead + text, len(lead), len(lead) + end))
         starts = [[0, 0] for _ in rows]
+        # A huge completion is counted a piece at a time: offsets for all of it cost ~300 bytes a character.
+        for i, half, text, skip, answer in [job for job in jobs if len(job[2]) >= HUGE_TEXT_CHARS]:
+            starts[i][half] = count_tokens_before(self._backend, text, self._anchor, answer, 1 if skip else 0)
+        jobs = [job for job in jobs if len(job[2]) < HUGE_TEXT_CHARS]
         if jobs:
             encodings = self._backend.encode_batch([job[2] for job in jobs], add_special_tokens=False)
             for (i, half, _text, skip, answer), encoding in zip(jobs, encodings):
@@ -612,7 +625,27 @@ def _leading_special_ids(tokenizer: Any) -> list[int]:
     return []
 
 
-def _end_with_one_eos(ids: list[int], eos: int | None, append: bool = True) -> list[int]:
+def _take(ids: list[Sequence[int]], index: int, drop: int) -> Sequence[int]:
+    """ids[index] without its first `drop` ids (an anchor's). A huge text's array('i') is cut in
+    place and its slot emptied, so that no second copy of it lives while the batch is finished."""
+    taken = ids[index]
+    if isinstance(taken, array):
+        ids[index] = ()
+        del taken[:drop]
+        return taken
+    return taken[drop:] if drop else taken
+
+
+def _concat(head: Sequence[int], tail: Sequence[int]) -> Sequence[int]:
+    """head + tail, an array('i') when either is one (a huge text's ids: tokenize.pieces)."""
+    if isinstance(head, array) or isinstance(tail, array):
+        joined = array("i", head)
+        joined.extend(tail)
+        return joined
+    return list(head) + list(tail)
+
+
+def _end_with_one_eos(ids: Sequence[int], eos: int | None, append: bool = True) -> Sequence[int]:
     """The completion ends once: a text that itself ends in the literal end token (twice or more)
     keeps one, so the trainer never learns a double end; EOS is appended when missing unless the
     template already ended the turn with its own end-of-turn token (`append=False`)."""
@@ -624,6 +657,9 @@ def _end_with_one_eos(ids: list[int], eos: int | None, append: bool = True) -> l
     if end < len(ids):
         return ids[:end]
     if not append or (ids and ids[-1] == eos):
+        return ids
+    if isinstance(ids, array):  # a huge text's ids, made for this pair: grown in place, not copied
+        ids.append(eos)
         return ids
     return ids + [eos]
 
