@@ -49,3 +49,10 @@ def test_every_named_markdown_file_exists(doc):
     have = _repository_md_names() | WRITTEN
     named = set(re.findall(r"\b([A-Za-z_][\w-]*\.md)\b", doc.read_text(encoding="utf-8")))
     assert named <= have, f"{doc.relative_to(REPO)} names {sorted(named - have)}, which the repository does not have"
+
+
+def test_the_code_cites_no_design_md():
+    """DESIGN.md is in ../shared, not in the repository: docstrings point at the README's sections."""
+    hits = [f"{path.relative_to(REPO)}:{number}" for path in sorted((REPO / "prefdata").rglob("*.py"))
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if "DESIGN" in line]
+    assert hits == []

@@ -161,12 +161,23 @@ def test_a_template_that_drops_tool_calls_is_the_cause_not_the_data(count):
 
 
 def test_template_hint_never_suggests_the_template_file_already_given():
-    fresh = template_hint(_flags(reasoning_lost=3), {"chat_template_file": None})
-    assert "prepare with --chat-template-file" in fresh["message"] and "deepseek-r1-keep-reasoning" in fresh["message"]
-    given = template_hint(_flags(reasoning_lost=3), {"chat_template_file": "mine.jinja"})
+    fresh = template_hint(_flags(reasoning_lost=3), {"chat_template_file": None}, ["deepseek-r1-keep-reasoning"])
+    assert "prepare with --chat-template-file deepseek-r1-keep-reasoning" in fresh["message"]
+    given = template_hint(_flags(reasoning_lost=3), {"chat_template_file": "mine.jinja"}, ["deepseek-r1-keep-reasoning"])
     assert "prepare with --chat-template-file" not in given["message"]
     assert "--chat-template-file mine.jinja does not render" in given["message"]
     assert template_hint(_flags(identical=3), {}) is None
+
+
+def test_template_hint_names_a_bundled_template_only_for_the_tokenizer_it_was_made_for():
+    """SmolLM3's (or any other) tokenizer gets no DeepSeek-R1 template: its turns would not match."""
+    other = template_hint(_flags(reasoning_lost=3), {"chat_template_file": None}, [])
+    assert "deepseek" not in other["message"]
+    assert "it drops them; prepare with --chat-template-file and a template that renders them" in other["message"]
+    hint = dropped_share_hint(_flags(reasoning_lost=2), 2, 2, 0.2, {}, [])
+    assert "deepseek" not in hint["message"] and "a template that renders them" in hint["message"]
+    hint = dropped_share_hint(_flags(reasoning_lost=2), 2, 2, 0.2, {}, ["deepseek-r1-keep-reasoning"])
+    assert "--chat-template-file deepseek-r1-keep-reasoning" in hint["message"]
 
 
 def test_prepare_with_a_template_file_that_still_drops_calls_says_so(tmp_path, tiny_tokenizer_dir, capsys):

@@ -1,4 +1,5 @@
-"""Pair-level checks: which DESIGN flags one pair carries, and what the policy makes of them.
+"""Pair-level checks: which flags one pair carries (README.md, "Flags and policies"), and what the
+policy makes of them.
 
 Text checks (`text_flags`) run on every row, so they stay cheap: string equality first, whitespace
 normalization only when the halves differ, and the edit-distance ratio through

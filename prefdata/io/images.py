@@ -111,7 +111,8 @@ DEFAULT_MAX_IMAGE_PIXELS = 89_478_485
 
 @dataclass(frozen=True)
 class ImageAccess:
-    """Where a run may read image files from (DESIGN: nothing is read from outside the data).
+    """Where a run may read image files from: nothing is read from outside the data (README.md,
+    "Image preference pairs": paths are data, so they are not trusted).
 
     `data`: the input prepare or validate was given (a file, a directory of files, a mix file's
     directory with `mix`), None for a Hub dataset (no local data: every path is refused).

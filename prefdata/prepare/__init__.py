@@ -39,6 +39,7 @@ from prefdata.prepare.balance import check_target
 from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
+from prefdata.templates import bundled_templates_for
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 from prefdata.tokenize.select import select_pair_tokenizer
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -175,6 +176,8 @@ def prepare(
                 "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
                              "chat_template_file": str(chat_template_file) if chat_template_file else None},
                 "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template),
+                # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
+                "bundled_templates": bundled_templates_for(pair_tokenizer.tokenizer.chat_template),
             }
             built = _write_reports(tmp, written.report.build(written.accounting, meta))
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0

@@ -5,7 +5,8 @@ Three hints exist (report.json's `hints`, docs/report-schema.md):
   the flag or setting that would keep those pairs (e.g. `--max-prompt-length` when prompts fill the
   `--max-length` budget).
 - `template`: rows flagged `reasoning_lost`: the chat template (the tokenizer's, or the one given with
-  `--chat-template-file`) drops what they carry; names the fix that fits the settings given.
+  `--chat-template-file`) drops what they carry; names the fix that fits the settings given, and a
+  bundled template only to a tokenizer whose template it was made for.
 - `chat_template`: many plain-string rows got `prompt_boundary_mismatch` although the tokenizer has a
   chat template and `--chat-template` was not given (an instruct tokenizer reading raw text).
 
@@ -14,7 +15,7 @@ Pure functions of counts and settings, so every renderer shows the same words.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 # Share of checked pairs: plain-string rows with prompt_boundary_mismatch above which --chat-template is hinted.
 CHAT_TEMPLATE_HINT_SHARE = 0.1
@@ -44,14 +45,16 @@ def main_drop_cause(flags: Mapping[str, Mapping[str, Any]]) -> tuple[str, int] |
     return name, -count
 
 
-def keep_setting(flag: str, settings: Mapping[str, Any], prompts_fill: bool = True) -> tuple[str, str]:
+def keep_setting(flag: str, settings: Mapping[str, Any], prompts_fill: bool = True,
+                 fitting: Sequence[str] = ()) -> tuple[str, str]:
     """(setting, why) for the pairs `flag` removed: what the user could change to keep them, never a
     setting the user already gave. `prompts_fill`: some prompts took the whole --max-length budget
-    (pairs with no completion tokens left), so cutting prompts keeps completions within the budget."""
+    (pairs with no completion tokens left), so cutting prompts keeps completions within the budget.
+    `fitting`: the bundled templates made for the tokenizer's own template (template_advice)."""
     max_length = settings.get("max_length")
     max_prompt = settings.get("max_prompt_length")
     if flag in _TEMPLATE_FLAGS:
-        return "--chat-template-file", template_advice(settings)
+        return "--chat-template-file", template_advice(settings, fitting)
     if flag in _LENGTH_FLAGS and max_length:
         if max_prompt is None and prompts_fill and max_length >= MIN_SPLIT_LENGTH:
             # Both help; the one that keeps the user's length budget comes first.
@@ -81,22 +84,32 @@ def keep_setting(flag: str, settings: Mapping[str, Any], prompts_fill: bool = Tr
     )
 
 
-def template_advice(settings: Mapping[str, Any]) -> str:
-    """Why reasoning_lost pairs were lost and what keeps them: the template is at fault, not the data."""
+def template_advice(settings: Mapping[str, Any], fitting: Sequence[str] = ()) -> str:
+    """Why reasoning_lost pairs were lost and what keeps them: the template is at fault, not the data.
+    `fitting`: bundled templates made for the tokenizer's own template (prefdata.templates.MADE_FOR,
+    e.g. deepseek-r1-keep-reasoning for DeepSeek-R1's): named only then, as another tokenizer's turns
+    would not match them."""
     given = settings.get("chat_template_file")
     if given:
         return (
             f"the chat template from --chat-template-file {given} does not render the rows' reasoning, tool calls "
             "or tools; change that template to render them (docs/reasoning.md), or remove those fields from the data"
         )
+    if fitting:
+        return (
+            "the tokenizer's chat template does not render the rows' reasoning, tool calls or tools; prepare with "
+            f"--chat-template-file {fitting[0]} (bundled, made for this tokenizer's template: it renders the last "
+            "turn's reasoning; docs/reasoning.md)"
+        )
     return (
-        "the tokenizer's chat template does not render the rows' reasoning, tool calls or tools; prepare with "
-        "--chat-template-file and a training template that renders them (bundled: deepseek-r1-keep-reasoning; "
-        "docs/reasoning.md), or put the reasoning inline as <think>…</think> in the content"
+        "the tokenizer's chat template does not render the rows' reasoning, tool calls or tools: it drops them; "
+        "prepare with --chat-template-file and a template that renders them (docs/reasoning.md), or remove those "
+        "fields from the data"
     )
 
 
-def template_hint(flags: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any] | None:
+def template_hint(flags: Mapping[str, Mapping[str, Any]], settings: Mapping[str, Any],
+                  fitting: Sequence[str] = ()) -> dict[str, Any] | None:
     """The `template` hint: rows flagged reasoning_lost, and what keeps their content in the tokens."""
     info = flags.get("reasoning_lost")
     if not info or not info.get("count"):
@@ -107,14 +120,16 @@ def template_hint(flags: Mapping[str, Mapping[str, Any]], settings: Mapping[str,
         "flag": "reasoning_lost",
         "count": rows,
         "setting": "--chat-template-file",
-        "message": f"reasoning_lost on {rows:,} {plural(rows, 'row')}: {template_advice(settings)}",
+        "message": f"reasoning_lost on {rows:,} {plural(rows, 'row')}: {template_advice(settings, fitting)}",
     }
 
 
 def dropped_share_hint(
-    flags: Mapping[str, Mapping[str, Any]], dropped: int, pairs: int, limit: float, settings: Mapping[str, Any]
+    flags: Mapping[str, Mapping[str, Any]], dropped: int, pairs: int, limit: float, settings: Mapping[str, Any],
+    fitting: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The `dropped_share` hint for a run that dropped `dropped` of `pairs` (share above `limit`)."""
+    """The `dropped_share` hint for a run that dropped `dropped` of `pairs` (share above `limit`);
+    `fitting` as in template_advice."""
     cause = main_drop_cause(flags)
     share = dropped / pairs
     head = f"dropped {dropped:,} of {pairs:,} pairs ({share:.1%}), above max_dropped_share {limit:.0%}"
@@ -125,7 +140,7 @@ def dropped_share_hint(
         }
     flag, count = cause
     no_tokens = (flags.get("no_completion_tokens") or {}).get("count", 0)
-    setting, why = keep_setting(flag, settings, prompts_fill=no_tokens > 0)
+    setting, why = keep_setting(flag, settings, prompts_fill=no_tokens > 0, fitting=fitting)
     also = ""
     if flag == "identical_after_truncation" and no_tokens:  # the same cause: halves left empty are equal
         also = f", with no_completion_tokens ({no_tokens:,} {plural(no_tokens, 'pair')})"

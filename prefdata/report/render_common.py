@@ -50,6 +50,11 @@ def pct(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.1f}%"
 
 
+def counted(count: Any, word: str) -> str:
+    """`count` and `word`, plural unless the count is one ("1 pair checked", "2 pairs checked")."""
+    return f"{num(count)} {word if count == 1 else word + 's'}"
+
+
 def num(value: Any) -> str:
     if isinstance(value, float):  # beyond 1e15 every digit is noise: 1.79e+308, not 309 of them
         return f"{value:,.4g}" if abs(value) < 1000 or abs(value) >= 1e15 else f"{value:,.0f}"
@@ -147,11 +152,11 @@ def headline(report: Report) -> str:
         dropped = acc.get("rows_dropped", 0) - unpaired
         would = f" ({num(dropped)} that prepare would drop)" if dropped else ""
         return (
-            f"{num(acc.get('rows_in', 0))} rows in · {num(report.get('rows_checked', 0))} pairs checked · "
+            f"{counted(acc.get('rows_in', 0), 'row')} in · {counted(report.get('rows_checked', 0), 'pair')} checked · "
             f"{num(report.get('rows_flagged', 0))} with findings{would}{no_pair} · {num(acc.get('rows_quarantined', 0))} quarantined"
         )
     return (
-        f"{num(acc.get('rows_in', 0))} rows in · {num(acc.get('rows_out', 0))} kept · "
+        f"{counted(acc.get('rows_in', 0), 'row')} in · {num(acc.get('rows_out', 0))} kept · "
         f"{num(acc.get('rows_dropped', 0) - unpaired)} dropped{no_pair} · {num(acc.get('rows_quarantined', 0))} quarantined"
     )
 

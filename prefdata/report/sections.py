@@ -194,11 +194,12 @@ def _hints(
     carry, and a missing --chat-template."""
     hints: list[dict[str, Any]] = []
     settings = meta.get("settings") or {}
+    fitting = meta.get("bundled_templates") or ()  # made for the tokenizer's own template
     for finding in findings:
         if finding["name"] == "max_dropped_share" and finding["exceeded"]:
             balanced = {k: v for k, v in flags.items() if k != "length_balance"}  # asked for, not a cause
-            hints.append(dropped_share_hint(balanced, _policy_dropped(builder), pairs, finding["limit"], settings))
-    template = template_hint(flags, settings)
+            hints.append(dropped_share_hint(balanced, _policy_dropped(builder), pairs, finding["limit"], settings, fitting))
+    template = template_hint(flags, settings, fitting)
     if template is not None and not any(h.get("flag") == "reasoning_lost" for h in hints):  # said once
         hints.append(template)
     chat = chat_template_hint(builder.string_boundary_mismatches, pairs, meta)

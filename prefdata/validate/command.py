@@ -25,6 +25,7 @@ from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
+from prefdata.templates import bundled_templates_for
 from prefdata.report.sections import SCHEMA_VERSION
 from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
 from prefdata.settings.commands import ValidateSettings
@@ -210,6 +211,8 @@ def validate(
         "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
                              "chat_template_file": str(chat_template_file) if chat_template_file else None},
         "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template) if pair_tokenizer is not None else None,
+        # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
+        "bundled_templates": bundled_templates_for(pair_tokenizer.tokenizer.chat_template) if pair_tokenizer is not None else [],
     }
     if prepared:
         manifest = read_manifest(input_path)

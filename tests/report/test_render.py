@@ -165,3 +165,14 @@ def test_every_flag_has_a_meaning_in_the_reports():
     from prefdata.report.render_common import FLAG_MEANINGS
 
     assert [flag for flag in F.ALL_FLAGS if not FLAG_MEANINGS.get(flag, "").strip()] == []
+
+
+def test_headline_counts_one_in_the_singular():
+    from prefdata.report.render_common import headline
+
+    one = {"command": "validate", "rows_checked": 1, "rows_flagged": 0, "accounting": {"rows_in": 1, "rows_quarantined": 0}}
+    assert headline(one).startswith("1 row in · 1 pair checked · ")
+    two = {**one, "rows_checked": 2, "accounting": {"rows_in": 2, "rows_quarantined": 0}}
+    assert headline(two).startswith("2 rows in · 2 pairs checked · ")
+    prepared = {"command": "prepare", "accounting": {"rows_in": 1, "rows_out": 1, "rows_dropped": 0, "rows_quarantined": 0}}
+    assert headline(prepared) == "1 row in · 1 kept · 0 dropped · 0 quarantined"

@@ -64,3 +64,18 @@ def test_prepare_finds_the_bundled_template_by_name_from_another_directory(tmp_p
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     text = bundled_template_text("deepseek-r1-keep-reasoning")
     assert json.dumps(manifest).count("sha256:" + hashlib.sha256(text.encode()).hexdigest()) >= 1
+
+
+def test_a_bundled_template_is_offered_only_for_the_template_it_was_made_for(shared_tokenizer):
+    """deepseek-r1-keep-reasoning fits DeepSeek-R1's template, none of the other tokenizers in ../shared."""
+    from transformers import AutoTokenizer
+
+    from prefdata.templates import MADE_FOR, bundled_templates_for
+
+    assert set(MADE_FOR) == set(bundled_template_names())  # each says what it was made for
+    names = ["deepseek-r1-distill-qwen", "qwen2.5-instruct", "smollm3-3b", "smollm2-135m-instruct", "mistral-7b-instruct-v0.3",
+             "phi-3-mini-4k-instruct", "cogito-v1-preview-qwen-14b", "gpt2"]
+    fits = {name: bundled_templates_for(AutoTokenizer.from_pretrained(shared_tokenizer(name)).chat_template) for name in names}
+    assert fits == {name: (["deepseek-r1-keep-reasoning"] if name == "deepseek-r1-distill-qwen" else []) for name in names}
+    assert bundled_templates_for({"default": bundled_template_text("deepseek-r1-keep-reasoning")}) == ["deepseek-r1-keep-reasoning"]
+    assert bundled_templates_for(None) == []

@@ -246,6 +246,8 @@ def test_deepseek_r1_drops_the_trace_and_the_docs_template_keeps_it(tmp_path, sh
             _row(_answer("<think>\nIt is Paris.\n</think>\n\nParis"), _answer("<think>\nMaybe Lyon.\n</think>\n\nLyon"))]
     result, _, out = _prepare(tmp_path, rows, tokenizer, name="stock")
     assert result.rows_out == 0 and all(F.REASONING_LOST in d["flags"] for d in _dropped(out))
+    # The hint names the bundled template: it was made for this tokenizer's template.
+    assert any("--chat-template-file deepseek-r1-keep-reasoning" in h["message"] for h in result.report["hints"])
     result, dataset, _ = _prepare(tmp_path, rows, tokenizer, name="kept", chat_template_file=R1_TEMPLATE)
     assert result.rows_out == 2 and dataset["flags"] == [[], []]
     for row in dataset:
@@ -262,6 +264,9 @@ def test_smollm3_date_is_pinned_and_its_ignored_reasoning_is_reported(tmp_path, 
     reasoning = [_row(_answer("Paris", reasoning_content="capital"), _answer("Lyon", reasoning_content="guess"))]
     result, _, out = _prepare(tmp_path, reasoning, tokenizer, name="b")
     assert result.exit_code == 1 and _dropped(out)[0]["flags"] == [F.REASONING_LOST]
+    # Not DeepSeek-R1's template: no R1 template is offered, the template is named as the cause.
+    (hint,) = [h for h in result.report["hints"] if h["flag"] == F.REASONING_LOST]
+    assert "deepseek" not in hint["message"] and "template does not render" in hint["message"]
 
 
 def test_generate_renders_prompts_with_the_same_template_settings(reasoning_tokenizer, tmp_path):
