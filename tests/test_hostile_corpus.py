@@ -725,3 +725,97 @@ def test_a_record_above_the_cap_is_set_aside_when_the_policy_says_so(tmp_path, t
     assert main(["validate", str(raw), "--no-progress", "--pairing", "all-pairs", "--policy", str(policy),
                  "--format", "json", "--output", str(tmp_path / "cli.json")]) == 0
     assert time.perf_counter() - started < 30
+
+
+# --- hostile tool schemas end to end (issue 30) --------------------------------------------------
+# A $ref loop ended the run with RecursionError (exit 2, no OUT); a backtracking pattern spun a worker
+# forever, past Ctrl-C. Each now costs its row only: flagged tool_call_invalid (error severity: prepare
+# moves the row to dropped.jsonl and exits 1), the rest prepared, nothing fetched or read from a $ref.
+
+BACKTRACKS = "^(a+)+$"  # Python's re takes ~2^41 steps on 40 'a' and a '!'
+HOSTILE_SCHEMAS = {  # source line -> the function's parameters (every call passes {"a": ...})
+    1: {"$ref": "#"},
+    2: {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    3: {"type": "object", "properties": {"a": {"$ref": "#/properties/a"}}},
+    4: {"type": "object", "properties": {"a": {"type": "string", "pattern": BACKTRACKS}}},
+    5: {"$ref": "file:///etc/passwd"},
+}
+
+
+def _tool_row(line: int, parameters: dict, argument: str) -> dict:
+    tools = [{"type": "function", "function": {"name": "lookup", "description": "d", "parameters": parameters}}]
+    call = {"type": "function", "function": {"name": "lookup", "arguments": {"a": argument}}}
+    return {"prompt": [{"role": "user", "content": f"Look up item {line}."}],  # distinct: no duplicate_pair
+            "chosen": [{"role": "assistant", "content": None, "tool_calls": [call]}],
+            "rejected": [{"role": "assistant", "content": "I cannot."}], "tools": tools}
+
+
+def _hostile_tools_file(path: Path) -> Path:
+    """Lines 1-5: the hostile schemas; line 6: the backtracking pattern with an argument it matches
+    (a valid call); line 7: an ordinary string row."""
+    rows = [_tool_row(line, HOSTILE_SCHEMAS[line], "a" * 40 + "!") for line in sorted(HOSTILE_SCHEMAS)]
+    rows += [_tool_row(6, HOSTILE_SCHEMAS[4], "aaaa"), _row(7)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _run_cli(args: list[str], cwd: Path) -> tuple[int, str, float]:
+    """`python -m prefdata ARGS` in a subprocess: a hang fails the test at the timeout instead of
+    stalling the suite (an in-process regex cannot be interrupted)."""
+    import os
+    import subprocess
+    import sys
+
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "prefdata", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}, timeout=120)
+    return done.returncode, done.stderr, time.perf_counter() - started
+
+
+@pytest.fixture(scope="module")
+def tools_tokenizer(tmp_path_factory) -> str:
+    """The tiny tokenizer with a template that renders tools and calls (no reasoning_lost here)."""
+    from prefdata.tiny import REASONING_TEMPLATE, build_tiny_tokenizer
+
+    path = tmp_path_factory.mktemp("tools-tokenizer")
+    build_tiny_tokenizer(path, chat_template=REASONING_TEMPLATE)
+    return str(path)
+
+
+# Startup (imports) takes a few seconds of these on a loaded machine; the checks themselves well under one.
+TOOLS_BUDGET_S = 30
+
+
+def test_hostile_tool_schemas_cost_their_row_in_prepare(tmp_path, tools_tokenizer):
+    raw = _hostile_tools_file(tmp_path / "tools.jsonl")
+    out = tmp_path / "out"
+    code, stderr, seconds = _run_cli(["prepare", str(raw), str(out), "--tokenizer", tools_tokenizer,
+                                      "--workers", "2", "--no-progress"], tmp_path)
+    assert code == 1, stderr  # tool_call_invalid is an error: the rows are dropped and the run fails
+    assert "Traceback" not in stderr and "internal error" not in stderr
+    assert seconds < TOOLS_BUDGET_S
+    accounting = json.loads((out / "manifest.json").read_text())["row_accounting"]
+    assert (accounting["rows_in"], accounting["rows_out"], accounting["rows_dropped"], accounting["rows_quarantined"]) == (7, 2, 5, 0)
+    dropped = [json.loads(line) for line in (out / "dropped.jsonl").read_text().splitlines()]
+    assert [(entry["source_line"], entry["flags"]) for entry in dropped] == [(line, ["tool_call_invalid"]) for line in range(1, 6)]
+    kept = datasets.load_from_disk(str(out))
+    assert sorted(zip(kept["source_line"], kept["flags"])) == [(6, []), (7, [])]
+    for path in out.iterdir():  # the file:// $ref was never read, so nothing of it reached OUT
+        assert path.is_dir() or "root:x:0:0" not in path.read_text(errors="replace")
+
+
+def test_hostile_tool_schemas_cost_their_row_in_validate_pr(tmp_path):
+    raw = _hostile_tools_file(tmp_path / "tools.jsonl")
+    report_path = tmp_path / "report.json"
+    code, stderr, seconds = _run_cli(["validate", str(raw), "--policy", "pr", "--workers", "2", "--no-progress",
+                                      "--format", "json", "--output", str(report_path)], tmp_path)
+    assert code == 1, stderr
+    assert "Traceback" not in stderr and "internal error" not in stderr
+    assert seconds < TOOLS_BUDGET_S
+    report = json.loads(report_path.read_text())
+    assert report["outcomes"] == {"kept": 2, "dropped": 5, "quarantined": 0}  # what prepare would do
+    assert set(report["flags"]) == {"tool_call_invalid"}  # lines 6 and 7 carry no flag
+    flagged = report["flags"]["tool_call_invalid"]
+    assert flagged["count"] == 5 and flagged["severity"] == "error"
+    assert sorted(example["source_line"] for example in flagged["examples"]) == [1, 2, 3, 4, 5]
+    assert "root:x:0:0" not in report_path.read_text()
