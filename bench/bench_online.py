@@ -149,7 +149,8 @@ def section(name: str, device: str, args: argparse.Namespace) -> None:
               f"ratio prefdata/TRL = {theirs / ours:.2f}x")
 
 
-def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new_tokens: int, seed: int) -> float:
+def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new_tokens: int, seed: int,
+                 batch_size: int = 64) -> float:
     """Mean reward of fresh samples from `policy` (the same generation code and seed for every policy)."""
     import statistics
 
@@ -158,7 +159,7 @@ def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new
     from prefdata.online.score import answer_only
 
     rows = generate_rows(read_prompts(prompts_file).rows, policy,
-                         GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, seed=seed, batch_size=64,
+                         GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                                           device="cpu"), progress=False)
     rewards = scorer([r["prompt"] for r in rows], [answer_only(r["completion"]) for r in rows], {})
     return statistics.fmean(rewards)
@@ -172,7 +173,7 @@ def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace
     rounds = args.rounds * args.prompts // per_round  # the same prompts and steps whatever the round size
     result = run_online(
         case["prompts"], model=case["policy"], output=out, rounds=rounds, prompts_per_round=per_round,
-        samples=2, max_new_tokens=args.max_new_tokens, temperature=1.0, batch_size=args.prompts,
+        samples=2, max_new_tokens=args.max_new_tokens, temperature=1.0, batch_size=min(args.gen_batch, args.prompts),
         batch_pairs=args.batch_pairs, lr=args.lr, beta=args.beta, lr_schedule=args.lr_schedule, epochs=1,
         seed=seed, device="cpu", progress=False, **reward,
     )
@@ -270,13 +271,13 @@ def learn_section(args: argparse.Namespace) -> None:
             times: dict[str, list[float]] = {"prefdata": [], "TRL": [], "TRL defaults": []}
             for seed in args.seeds:
                 start = _eval_reward(case["policy"], case["prompts"], scorer, args.eval_samples, args.max_new_tokens,
-                                     1000 + seed)
+                                     1000 + seed, args.gen_batch)
                 ours_s, ours_curve = learn_prefdata(case, work / f"p-{name[:4]}-{seed}", reward, args, seed)
                 theirs_s, theirs_curve = learn_trl(case, work / f"t-{name[:4]}-{seed}", reward, args, seed)
                 ours = _eval_reward(work / f"p-{name[:4]}-{seed}" / "policy", case["prompts"], scorer,
-                                    args.eval_samples, args.max_new_tokens, 1000 + seed)
+                                    args.eval_samples, args.max_new_tokens, 1000 + seed, args.gen_batch)
                 theirs = _eval_reward(work / f"t-{name[:4]}-{seed}" / "final", case["prompts"], scorer,
-                                      args.eval_samples, args.max_new_tokens, 1000 + seed)
+                                      args.eval_samples, args.max_new_tokens, 1000 + seed, args.gen_batch)
                 print(f"  {name}, seed {seed}: reward of each round's fresh samples")
                 print("    prefdata: " + " -> ".join(f"{v:.4f}" for v in ours_curve))
                 print("    TRL:      " + " -> ".join(f"{v:.4f}" for v in theirs_curve))
@@ -291,7 +292,7 @@ def learn_section(args: argparse.Namespace) -> None:
                     out = work / f"d-{name[:4]}-{seed}"
                     default_s, _ = learn_trl(case, out, reward, args, seed, trl_defaults=True)
                     default = _eval_reward(out / "final", case["prompts"], scorer, args.eval_samples, args.max_new_tokens,
-                                     1000 + seed)
+                                     1000 + seed, args.gen_batch)
                     print(f"    TRL at its defaults (bf16, gradient checkpointing): {default:.4f} "
                           f"(gain {default - start:+.4f}), {default_s:.1f}s")
                     gains["TRL defaults"].append(default - start)
