@@ -9,13 +9,17 @@ What a tokenized pair looks like (TRL's convention, completion ids exclude the p
   templates that want a BOS emit it themselves (Mistral): no double BOS.
 - Plain string pairs: ``prompt_ids = tokenizer(prompt)`` with the tokenizer's own leading special
   tokens (BOS where it adds one); completions are tokenized without special tokens.
-- End of turn: each completion ends with the EOS id exactly once. A template's trailing whitespace
-  after its final special token is dropped (Qwen/ChatML renders ``<|im_end|>\\n``: we keep
-  ``<|im_end|>``, which is the EOS, and drop the ``\\n`` that only separates it from a next turn).
-  When the completion then does not already end with EOS, EOS is appended (plain text; templates
-  whose end-of-turn token is not the EOS, e.g. Llama-3 style). Phi-3's template already ends with
-  ``<|end|>\\n<|endoftext|>`` (EOS) and is kept as rendered. TRL instead appends a second EOS.
-- Pre-tokenized pairs keep their ids unchanged (no EOS added); only truncation applies.
+- End of turn: a completion ends where the template ends the assistant turn, with what it writes
+  there. When the render, trailing whitespace aside, ends in one of the tokenizer's added tokens,
+  that token ends the completion and the whitespace after it is dropped (ChatML renders
+  ``<|im_end|>\\n``: we keep ``<|im_end|>`` and drop the ``\\n`` that only separates it from a next
+  turn); no EOS is appended, whether that token is the EOS (Qwen, Mistral) or not (Llama 3's
+  ``<|eot_id|>``); Phi-3's ``<|end|>\\n<|endoftext|>`` (end of turn, then EOS) is kept as rendered.
+  EOS is appended only where the completion ends in no such token: plain-string rows and templates
+  that end a turn with text. A trailing run of EOS ids is cut to one (`_end_with_one_eos`). TRL
+  instead appends a second EOS.
+- Pre-tokenized pairs keep their ids unchanged (no EOS added); only truncation applies, which never
+  puts a cut completion's end back.
 
 Invariant 2 (the prompt ids are a prefix of prompt+completion ids in both halves, identical across
 halves) holds by construction: each half is ``prompt_ids + completion_ids``. Whether that agrees
@@ -448,7 +452,6 @@ class PairTokenizer:
         p, c, r = (self._render([messages], generation_prompt, pair.tools)[0]
                    for messages, generation_prompt in ((prompt, True), (prompt + chosen, False), (prompt + rejected, False)))
         return self._lost_fields(conversation, pair.tools, _rendered(p, c, r))
-
 
     def _end_of_turn(self, completion: str) -> tuple[str, bool]:
         """(completion, whether the template ended it with a special token).
