@@ -123,7 +123,7 @@ def time_prefdata(raw: Path, out: Path, tokenizer_path: str) -> float:
 
 def time_tokenize_only(rows: list[dict], tokenizer_path: str, batch_size: int = 1000) -> float:
     """prefdata's tokenize stage alone (PairTokenizer.tokenize_pairs on already-normalized pairs)."""
-    from prefdata.records import Pair
+    from prefdata.core.records import Pair
     from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
     tok = PairTokenizer(tokenizer_path, TokenizeSettings(max_length=MAX_LENGTH))

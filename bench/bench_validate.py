@@ -31,12 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prefdata import flags as F  # noqa: E402
-from prefdata.checks.pair import apply_policy, text_flags  # noqa: E402
 from prefdata.checks.dataset import DatasetWideChecks  # noqa: E402
 from prefdata.checks.minhash import NearDuplicatePrompts  # noqa: E402
+from prefdata.checks.pair import apply_policy, text_flags  # noqa: E402
 from prefdata.checks.policy import Policy, load_policy  # noqa: E402
-from prefdata.records import Pair  # noqa: E402
+from prefdata.core import flags as F  # noqa: E402
+from prefdata.core.records import Pair  # noqa: E402
 
 RATES = {"duplicate": 0.02, "conflict": 0.005, "identical": 0.005, "whitespace": 0.005, "near_prompt": 0.02}
 

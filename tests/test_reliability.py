@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io import writer as W
 from prefdata.io.lock import LOCK_NAME, OutLock
 from prefdata.prepare import prepare

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from prefdata.cli import build_parser, main
-from prefdata.config import load_settings
 from prefdata.settings import tables
 from prefdata.settings.commands import COMMANDS, PrepareSettings
+from prefdata.settings.config import load_settings
 from prefdata.settings.declare import declared, names
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def test_the_function_takes_exactly_the_declared_settings_with_the_declared_defa
 
 
 def test_refs_on_ray_takes_the_settings_the_cli_routes_to_it():
-    from prefdata.refs_ray import compute_refs_on_ray
+    from prefdata.refs.ray import compute_refs_on_ray
 
     params = set(inspect.signature(compute_refs_on_ray).parameters)
     assert {"ray_address", "workers"} <= params

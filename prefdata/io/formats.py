@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prefdata import flags
-from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.core import flags
+from prefdata.core.errors import RecordError, UnknownShapeError
+from prefdata.core.reasoning import REASONING_FIELDS, THINK_CLOSE, THINK_OPEN
+from prefdata.core.records import Message, Pair, RawRecord
 from prefdata.io.images import IMAGE_COLUMNS, image_refs
 from prefdata.io.json_decode import TOO_DEEP, nesting_exceeds
-from prefdata.reasoning import REASONING_FIELDS, THINK_CLOSE, THINK_OPEN
-from prefdata.records import Message, Pair, RawRecord
 
 HH_ASSISTANT = "\n\nAssistant:"
 IMAGE_MARK = "<image>"  # an image part in text (reports, text checks); the images' bytes go in the digests
@@ -276,7 +276,7 @@ def _message(item: Any, field: str, tools_out: list[Any] | None = None) -> Messa
     """One message with every field a chat template reads (records.Message); roles normalized.
 
     Reasoning is read from `reasoning_content`, `thinking` or `reasoning` and recorded as
-    `reasoning_content`; inline `<think>` stays in the content as written (prefdata.reasoning
+    `reasoning_content`; inline `<think>` stays in the content as written (prefdata.core.reasoning
     finds it). An assistant turn that only calls tools may have no content."""
     if type(item) is not dict:
         raise RecordError(_type_error(field, item, "a message object"))

@@ -18,7 +18,7 @@ from typing import Any, Callable
 import numpy as np
 import pyarrow as pa
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.formats import text_of
 from prefdata.io.handoff import describe
 from prefdata.io.lock import LOCK_NAME

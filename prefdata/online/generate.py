@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.reasoning import THINK_CLOSE, THINK_OPEN
 from prefdata.online.decode import Sample
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
-from prefdata.reasoning import THINK_CLOSE, THINK_OPEN
+from prefdata.settings.commands import GenerateSettings
+from prefdata.settings.declare import takes_settings
 from prefdata.tokenize.template import (
     DEFAULT_TEMPLATE_DATE,
     TemplateSettings,
@@ -31,8 +33,6 @@ from prefdata.tokenize.template import (
     pinned_clock,
     template_messages,
 )
-from prefdata.settings.commands import GenerateSettings
-from prefdata.settings.declare import takes_settings
 
 GENERATIONS_FILE = "generations.jsonl"
 ENGINES = ("transformers", "vllm")

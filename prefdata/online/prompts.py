@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError, RecordError
+from prefdata.core.errors import PrefdataError, RecordError
+from prefdata.core.records import Message, RawRecord
 from prefdata.io.formats import ROLE_ALIASES, normalize_record
 from prefdata.io.readers import iter_raw_records
-from prefdata.records import Message, RawRecord
 
 Prompt = str | list[Message]
 

@@ -32,17 +32,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.quiet import quiet_libraries, wants_quiet
 from prefdata.io.manifest import atomic_write_text
 from prefdata.online.generate import GenerateSettings, generate_rows
 from prefdata.online.jsonl import read_jsonl, write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
 from prefdata.online.score import make_scorer, score_generations
-from prefdata.quiet import quiet_libraries, wants_quiet
-from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
-from prefdata.train.checkpoint import OPTIMIZER_DIR
 from prefdata.settings.commands import OnlineSettings
 from prefdata.settings.declare import takes_settings
+from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+from prefdata.train.checkpoint import OPTIMIZER_DIR
 
 ROUNDS_FILE = "rounds.jsonl"
 CONFIG_FILE = "online_config.json"

@@ -2,7 +2,7 @@
 
 The recipe, top to bottom in `prepare`: check the arguments, load the policy and the tokenizer,
 then one of two write paths. Either this process writes every row (prefdata.prepare.written): it
-streams the checked rows (`prefdata.ingest.iter_checked_rows`, the core `validate` shares: workers
+streams the checked rows (`prefdata.checks.stream.iter_checked_rows`, the core `validate` shares: workers
 parse, normalize, tokenize and check chunks; the dataset-wide merge runs here in input order) into
 the dataset, dropped.jsonl or quarantine.jsonl. Or the workers write the shards themselves
 (`worker_writes`, prefdata.prepare.shards). Then the reports and, last, the manifest.
@@ -17,34 +17,34 @@ from pathlib import Path
 from typing import Any
 
 from prefdata import FORMAT_VERSION, __version__
-from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk
+from prefdata.checks.stream import iter_checked_rows, plan_input_mix
+from prefdata.core.errors import PrefdataError
 from prefdata.engine.local import default_workers
 from prefdata.engine.select import check_engine, select_engine
-from prefdata.errors import PrefdataError
-from prefdata.ingest import iter_checked_rows, plan_input_mix
 from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.images import ImageAccess, image_access
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
-from prefdata.io.mix import MixPlan, is_mix_file
 from prefdata.io.readers import list_input_files
-from prefdata.io.write_errors import write_problem
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
-from prefdata.pairing import DEFAULT_TOP_K, PairingSettings
-from prefdata.prepare.balance import check_target
+from prefdata.io.write_errors import write_problem
 from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
+from prefdata.sets.balance import check_target
+from prefdata.sets.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
+from prefdata.sets.mix import MixPlan, is_mix_file
+from prefdata.sets.pairing import DEFAULT_TOP_K, PairingSettings
+from prefdata.settings.commands import PrepareSettings
+from prefdata.settings.declare import takes_settings
 from prefdata.templates import bundled_templates_for
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 from prefdata.tokenize.select import select_pair_tokenizer
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
-from prefdata.settings.commands import PrepareSettings
-from prefdata.settings.declare import takes_settings
 
 
 @dataclass
@@ -106,7 +106,7 @@ def prepare(
     stand for the keywords. How they combine: `balance_length` needs the two-pass write, so it turns
     `worker_writes` on (refusing an explicit False); `worker_writes` (default: on with Ray) implies
     `partitioned_checks`; `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
-    directory, a Hub id (`org/name:split`) or a mix file (prefdata.io.mix). Every engine and worker
+    directory, a Hub id (`org/name:split`) or a mix file (prefdata.sets.mix). Every engine and worker
     count gives the same OUT (same content hash).
     Image paths in rows are read only under the input file's directory (a directory input: that
     directory) or an `allowed_image_root`; anything else, and an image above the policy's
@@ -262,7 +262,7 @@ def _write_with_workers(
     benchmarks: BenchmarkIndex | None = None, pairing: PairingSettings | None = None,
 ) -> Written:
     """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
-    from prefdata import ingest
+    from prefdata.checks import stream
     from prefdata.engine.local import LocalEngine
     from prefdata.prepare import shards
 
@@ -270,9 +270,9 @@ def _write_with_workers(
     shard_bytes = shards.SHARD_BYTES  # a Hub split: its record chunks are grouped by count
     if not hub:
         input_bytes = sum(path.stat().st_size for path in input_files)
-        shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), ingest.CHUNK_BYTES)
+        shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), stream.CHUNK_BYTES)
     return shards.write_with_workers(
-        ingest.input_chunks(raw_path), tmp,
+        stream.input_chunks(raw_path), tmp,
         check=CheckChunk(pair_tokenizer, settings, policy, benchmarks=benchmarks, pairing=pairing or PairingSettings()),
         policy=policy, engine=runner,
         shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),

@@ -26,21 +26,21 @@ from typing import Any
 
 import numpy as np
 
-from prefdata import flags as F
 from prefdata.checks.checker import verdict
 from prefdata.checks.merge import dataset_flags
 from prefdata.checks.partitioned import DigestBlock, block_from_digests, join_blocks, member
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
+from prefdata.core import flags as F
+from prefdata.core.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.io.chunks import Chunk
+from prefdata.io.ledger import Ledger
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
-from prefdata.io.ledger import Ledger
-from prefdata.prepare.balance import pair_classes
 from prefdata.prepare.written import PendingRows
-from prefdata.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 from prefdata.report.images import ImageFacts, ImageFactsCollector
+from prefdata.sets.balance import pair_classes
 
 _QUARANTINED = OUTCOMES.index("quarantined")
 _UNPAIRED = OUTCOMES.index("unpaired")
@@ -66,7 +66,7 @@ class ChunkCounts:
     pair_index: np.ndarray  # (p,) positions of its pairs (row ordinals of --balance-length's classes)
     known: np.ndarray  # positions of its rows that are preference data: pairs and unpaired rows (ShapeProbe)
     quarantined: list[tuple[int, int, str, bool]]  # (position, line within the chunk, error, unknown shape)
-    classes: np.ndarray | None = None  # with --balance-length: per pair, prepare.balance.pair_classes
+    classes: np.ndarray | None = None  # with --balance-length: per pair, sets.balance.pair_classes
 
 
 @dataclass
@@ -82,7 +82,7 @@ class ScanGroup:
 
     check: CheckChunk
     cache_dir: str
-    balance: bool = False  # also each pair's class for --balance-length (prefdata.prepare.balance)
+    balance: bool = False  # also each pair's class for --balance-length (prefdata.sets.balance)
 
     def setup(self) -> None:
         self.check.setup()

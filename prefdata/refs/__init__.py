@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.io.lock import holding_out_lock, is_rank_zero
 from prefdata.io.manifest import read_manifest, require_pairs, write_manifest
 from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, batch_costs, compute_shards
@@ -164,7 +164,7 @@ def compute_refs(
     # 1. check the tokenizer (an image OUT: the processor), load the model, open the ids
     if rank == 0:
         _finish_swap(out)  # a previous run killed mid-swap
-    from prefdata.schema import LOSS_START_COLUMNS, check_out
+    from prefdata.core.schema import LOSS_START_COLUMNS, check_out
 
     check_out(out, tokens_only=True)  # the part of OUT's contract refs reads, before loading a model
     vision, tok_fp = checked_vision(out, model_dir, processor, manifest, trust_remote_code)

@@ -39,7 +39,7 @@ from prefdata.report.sources import SourceTally
 if TYPE_CHECKING:
     import numpy as np
 
-    from prefdata.records import CheckedRow
+    from prefdata.core.records import CheckedRow
 
 EXAMPLES_PER_FLAG = 5
 MAX_QUARANTINE_REASONS = 50  # distinct quarantine reasons kept; the rest are counted as "other reasons"
@@ -62,12 +62,12 @@ class ReportBuilder:
         sources: Mapping[str, str] | None = None,
     ) -> None:
         self.policy = policy
-        # A mixture: each input file's source (io.mix.MixPlan.file_sources); the report gets a
+        # A mixture: each input file's source (sets.mix.MixPlan.file_sources); the report gets a
         # per-source section (report.sources). `source_plans`: the mix's own numbers, by source name.
         self.file_sources = dict(sources) if sources else None
         self.by_source: dict[str, SourceTally] = {}
         self.source_plans: dict[str, dict[str, Any]] = {}
-        # --balance-length: what the subsample did (prepare.balance), and the pairs it dropped (they
+        # --balance-length: what the subsample did (sets.balance), and the pairs it dropped (they
         # do not count against max_dropped_share: the user asked for them to go).
         self.length_balance: dict[str, Any] | None = None
         self.balance_dropped = 0
@@ -118,7 +118,7 @@ class ReportBuilder:
         # measured them with the bounded method; the report names them.
         self.bounded_rows = 0
         self.bounded_examples: list[dict[str, Any]] = []
-        # --decontaminate-against: the benchmarks (a checks.decontaminate.BenchmarkCatalog, set by the
+        # --decontaminate-against: the benchmarks (a sets.decontaminate.BenchmarkCatalog, set by the
         # command) and, per flagged pair, (file id, line, outcome, BenchmarkMatch); counted in full.
         self.benchmarks: Any = None
         self.benchmark_matches: list[tuple[int, int, str, Any]] = []

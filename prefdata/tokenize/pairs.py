@@ -29,12 +29,12 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError, RecordError, first_line
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError, RecordError, first_line
+from prefdata.core.reasoning import carries_reasoning_or_tools, reasoning_end
+from prefdata.core.records import Message, Pair, TokenizedPair
 from prefdata.io.images import ImageAccess
 from prefdata.io.manifest import tokenizer_fingerprint
-from prefdata.reasoning import carries_reasoning_or_tools, reasoning_end
-from prefdata.records import Message, Pair, TokenizedPair
 from prefdata.tokenize.pieces import HUGE_TEXT_CHARS, count_tokens_before, encode_ids
 from prefdata.tokenize.template import (
     Rendered,

@@ -17,7 +17,7 @@ import json
 import os
 from typing import Any
 
-from prefdata.errors import PrefdataError, first_line
+from prefdata.core.errors import PrefdataError, first_line
 from prefdata.io.images import pillow
 from prefdata.tokenize.pairs import _interrupted
 

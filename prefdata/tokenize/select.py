@@ -6,7 +6,7 @@ exclude each other: given both, it is not clear which tokenizer the user meant.
 
 from __future__ import annotations
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
 
 BOTH_GIVEN = "--tokenizer and --processor exclude each other: give --processor PATH for image pairs (it holds its tokenizer), else --tokenizer PATH"

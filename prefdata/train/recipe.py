@@ -24,9 +24,11 @@ from typing import Any
 
 import torch
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.model.losses import DEFAULT_SIMPO_GAMMA, REFERENCE_FREE_LOSSES
 from prefdata.model.pairs import choose_layout
+from prefdata.settings.commands import TrainSettings
+from prefdata.settings.declare import takes_settings
 from prefdata.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -51,8 +53,6 @@ from prefdata.train.runtime import (
 )
 from prefdata.train.stall import StallDetector
 from prefdata.train.step import PairForward, run_eval, zero_margin_loss
-from prefdata.settings.commands import TrainSettings
-from prefdata.settings.declare import takes_settings
 
 __all__ = ["TrainResult", "train"]
 

@@ -14,22 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.checks.policy import Policy, load_policy
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.io.formats import text_of
 from prefdata.io.hub import parse_hub_id
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
-from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
-from prefdata.io.mix import MixPlan, is_mix_file
-from prefdata.checks.policy import Policy, load_policy
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
-from prefdata.templates import bundled_templates_for
 from prefdata.report.sections import SCHEMA_VERSION
-from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
+from prefdata.sets.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
+from prefdata.sets.mix import MixPlan, is_mix_file
 from prefdata.settings.commands import ValidateSettings
 from prefdata.settings.declare import takes_settings
+from prefdata.templates import bundled_templates_for
+from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
 
 if TYPE_CHECKING:
     from prefdata.checks.merge import DatasetMerge
@@ -125,9 +125,9 @@ def validate(
     checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
     `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
     `pairing`, `pairing_seed`, `min_score_margin`, `rating`, `top_k`: how records of scored
-    completions become pairs, as in `prepare` (prefdata.pairing).
+    completions become pairs, as in `prepare` (prefdata.sets.pairing).
     `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
-    INPUT may be a mix file (prefdata.io.mix): the same sampled records `prepare` reads from it, and
+    INPUT may be a mix file (prefdata.sets.mix): the same sampled records `prepare` reads from it, and
     the report's per-source section.
     Image paths in rows are read only under the input file's directory (a directory input: that
     directory) or an `allowed_image_root` (none by default); anything else, and an image above the
@@ -149,7 +149,7 @@ def validate(
         raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
     if workers is not None and workers < 1:
         raise PrefdataError("--workers must be at least 1")
-    from prefdata.pairing import PairingSettings
+    from prefdata.sets.pairing import PairingSettings
 
     pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k,
                                        loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
@@ -163,7 +163,7 @@ def validate(
     prepared = is_prepared_dir(input_path)
     mix = None
     if not prepared and is_mix_file(input_path):
-        from prefdata.ingest import plan_input_mix
+        from prefdata.checks.stream import plan_input_mix
 
         mix = plan_input_mix(input_path)
     builder = ReportBuilder(loaded_policy, truncation_known=not prepared, sources=mix.file_sources() if mix else None)
@@ -172,7 +172,7 @@ def validate(
     if mix is not None:
         builder.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
     if prepared:
-        from prefdata.schema import check_out
+        from prefdata.core.schema import check_out
 
         check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
         _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
@@ -290,7 +290,7 @@ def _check_raw(
     benchmarks: BenchmarkIndex | None = None,
     pairing: Any = None,
 ) -> None:
-    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest)
+    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (checks.stream)
     through `pair_tokenizer` (--tokenizer or --processor).
     On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
     from prefdata.checks.merge import DatasetMerge
@@ -312,7 +312,7 @@ def _check_raw(
             pairing=pairing,
         )
         return
-    from prefdata.ingest import iter_checked_rows
+    from prefdata.checks.stream import iter_checked_rows
 
     threshold = policy.near_duplicate_prompt_threshold
     merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
@@ -358,8 +358,8 @@ def iter_prepared_rows(
     import datasets
 
     from prefdata.checks.checker import PairChecker
-    from prefdata.records import CheckedRow
-    from prefdata.records import Pair, RawRecord, TokenizedPair
+    from prefdata.core.records import CheckedRow
+    from prefdata.core.records import Pair, RawRecord, TokenizedPair
 
     try:
         dataset = datasets.load_from_disk(str(out_dir))
@@ -426,7 +426,7 @@ def iter_prepared_rows(
 
 
 def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path, max_pixels: int) -> list[Any]:
-    from prefdata.errors import RecordError
+    from prefdata.core.errors import RecordError
     from prefdata.io.images import stored_images
 
     try:

@@ -7,7 +7,7 @@ import json
 import pytest
 from datasets import load_from_disk
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.writer import MARKER, DatasetWriter, abandon, prepare_output_dir, publish
 
 

@@ -101,8 +101,8 @@ def test_the_learning_case_learns_over_seeds(tmp_path):
     depends on the machine's float rounding, which sampling amplifies (seed 0 gave +0.057 on the
     development machine and +0.018 on CI's); at lr 5e-2 five seeds gave +0.003 .. +0.180, mean +0.056."""
     from prefdata.online.generate import GenerateSettings, generate_rows
-    from prefdata.online.learning_case import build_learning_case, first_half_share
     from prefdata.online.prompts import read_prompts
+    from prefdata.tiny.learning_case import build_learning_case, first_half_share
 
     case = build_learning_case(tmp_path / "case", prompts=16)
 

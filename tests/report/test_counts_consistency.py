@@ -9,8 +9,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags as F
 from prefdata.checks.policy import load_policy
+from prefdata.core import flags as F
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.render_github import github_annotations
 from prefdata.report.render_html import render_html

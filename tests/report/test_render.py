@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-from prefdata import flags as F
 from prefdata.checks.policy import load_policy
+from prefdata.core import flags as F
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.render_github import STEP_SUMMARY_LIMIT, github_annotations, truncate_utf8, write_step_summary
@@ -161,7 +161,7 @@ def test_truncate_utf8_respects_limit_and_lines():
 
 def test_every_flag_has_a_meaning_in_the_reports():
     """A flag row with an empty meaning column tells a user nothing (image_mismatch once had none)."""
-    from prefdata import flags as F
+    from prefdata.core import flags as F
     from prefdata.report.render_common import FLAG_MEANINGS
 
     assert [flag for flag in F.ALL_FLAGS if not FLAG_MEANINGS.get(flag, "").strip()] == []

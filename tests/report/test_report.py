@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from prefdata import flags as F
-from prefdata.records import CheckedRow
 from prefdata.checks.policy import load_policy
-from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.core import flags as F
+from prefdata.core.records import CheckedRow
+from prefdata.core.records import Pair, RawRecord, TokenizedPair
 from prefdata.report.baseline import apply_baseline, compare_to_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.compact import content_hash

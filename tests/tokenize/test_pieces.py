@@ -10,7 +10,7 @@ from array import array
 
 import pytest
 
-from prefdata.records import Pair
+from prefdata.core.records import Pair
 from prefdata.tokenize import pairs as pairs_module
 from prefdata.tokenize import pieces
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings

@@ -13,8 +13,8 @@ import shutil
 import datasets
 import pytest
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.tokenize.image_scheme import ImageScheme, image_spans
 from prefdata.tokenize.pairs import TokenizeSettings
 from prefdata.tokenize.processor import load_processor

@@ -6,7 +6,7 @@ flags drop it and which half is longer (tokens before truncation, as the report'
 between the passes, with the dataset-wide flags known, this module counts the pairs the policy
 keeps -- C with chosen longer, R with rejected longer or equal -- and picks the pairs to remove from
 the over-represented side so that the share C'/(C'+R') is the closest an integer count gets to the
-target. Which pairs go is seeded and coordination-free (prefdata.sampling: the ones whose keys,
+target. Which pairs go is seeded and coordination-free (prefdata.sets.sampling: the ones whose keys,
 from the seed and the pair's row ordinal, are largest), so every engine removes the same pairs. The
 second pass flags them `length_balance` (drop in the default policy): they land in dropped.jsonl
 with that flag, in input order, and in the report like any dropped pair.
@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from prefdata import flags as F
 from prefdata.checks.checker import verdict
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckedChunk
-from prefdata.errors import PrefdataError
-from prefdata.sampling import keys_of, sample_base, threshold_for
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
+from prefdata.sets.sampling import keys_of, sample_base, threshold_for
 
 # Per-pair classes the first pass reports (ChunkCounts.classes).
 OWN_DROP, CHOSEN_LONGER, NOT_CHOSEN_LONGER = 0, 1, 2
