@@ -35,6 +35,7 @@ from prefdata.io.write_errors import write_problem
 from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
+from prefdata.report.sections import build_report
 from prefdata.sets.balance import check_target
 from prefdata.sets.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.sets.mix import MixPlan, is_mix_file
@@ -179,7 +180,7 @@ def prepare(
                 # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
                 "bundled_templates": bundled_templates_for(pair_tokenizer.tokenizer.chat_template),
             }
-            built = _write_reports(tmp, written.report.build(written.accounting, meta))
+            built = _write_reports(tmp, build_report(written.report, written.accounting, meta))
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
             if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
                 manifest = _manifest(written, input_files, config, pair_tokenizer, hub, mix)

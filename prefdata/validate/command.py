@@ -23,7 +23,7 @@ from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
-from prefdata.report.sections import SCHEMA_VERSION
+from prefdata.report.sections import SCHEMA_VERSION, build_report
 from prefdata.sets.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.sets.mix import MixPlan, is_mix_file
 from prefdata.settings.commands import ValidateSettings
@@ -221,7 +221,7 @@ def validate(
         raw = (manifest.get("config") or {}).get("raw")
         meta["source_root"] = raw if raw and Path(raw).is_dir() else None
         meta["note"] = "re-checked the stored rows; token-level checks use the stored (already truncated) ids"
-    report = builder.build(None, meta)
+    report = build_report(builder, None, meta)
     if base is not None:
         apply_baseline(report, base)
         exit_code = 1 if report["baseline"]["regressions"] else 0
