@@ -154,12 +154,13 @@ def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new
     """Mean reward of fresh samples from `policy` (the same generation code and seed for every policy)."""
     import statistics
 
-    from prefdata.online.generate import GenerateSettings, generate_rows
+    from prefdata.online.generate import generate_rows
+    from prefdata.online.sample_settings import SamplingSettings
     from prefdata.online.prompts import read_prompts
     from prefdata.online.score import answer_only
 
     rows = generate_rows(read_prompts(prompts_file).rows, policy,
-                         GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                         SamplingSettings(samples=samples, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                                           device="cpu"), progress=False)
     rewards = scorer([r["prompt"] for r in rows], [answer_only(r["completion"]) for r in rows], {})
     return statistics.fmean(rewards)

@@ -59,6 +59,16 @@ def test_the_function_takes_exactly_the_declared_settings_with_the_declared_defa
         assert item.default == expected, f"{command} {item.name}: declared {item.default!r}, function {expected!r}"
 
 
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_settings_takes_the_declared_settings_object(command):
+    """`settings=` takes the command's declared class (prefdata.settings.commands), not another class
+    of the same name (generate's engine-level SamplingSettings once shadowed GenerateSettings)."""
+    function = _function(command)
+    assert function.settings_class is COMMANDS[command].settings
+    with pytest.raises(TypeError, match=f"takes settings={COMMANDS[command].settings.__name__}"):
+        function(*(["x"] * len(COMMANDS[command].positionals)), settings=object())
+
 def test_refs_on_ray_takes_the_settings_the_cli_routes_to_it():
     from prefdata.refs.ray import compute_refs_on_ray
 

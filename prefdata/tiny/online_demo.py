@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 def run_demo(work: Path, rounds: int = 4) -> int:
     import statistics
 
-    from prefdata.online.generate import GenerateSettings, generate_rows
+    from prefdata.online.generate import generate_rows
+    from prefdata.online.sample_settings import SamplingSettings
     from prefdata.online.prompts import read_prompts
     from prefdata.online.rounds import run_online
     from prefdata.online.score import score
@@ -45,7 +46,7 @@ def run_demo(work: Path, rounds: int = 4) -> int:
     )
 
     def fresh_reward(policy: Path) -> float:
-        settings = GenerateSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
+        settings = SamplingSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
         rows = generate_rows(read_prompts(case["prompts"]).rows, policy, settings, progress=False)
         return statistics.fmean(first_half_share([], [row["completion"] for row in rows]))
 
