@@ -22,7 +22,7 @@ from prefdata.checks.policy import Policy
 from prefdata.core.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data
 from prefdata.sets.decontaminate import BenchmarkIndex
-from prefdata.sets.mix import SOURCE_COLUMN
+from prefdata.sets.mix import SOURCE_COLUMN, sampled_positions
 from prefdata.sets.pairing import PairingSettings
 from prefdata.tokenize.batch import normalize_and_tokenize
 from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
@@ -93,7 +93,7 @@ class CheckChunk:
         positions = range(len(raws))
         selection = chunk.selection
         if selection is not None:  # a mixture: only the sampled records are input rows (prefdata.sets.mix)
-            positions = np.flatnonzero(selection.mask(len(raws))).tolist()
+            positions = sampled_positions(selection, len(raws))
             raws = [raws[i] for i in positions]
         records: list[RecordResult] = []
         pair_index: list[int] = []

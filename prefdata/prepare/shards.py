@@ -102,7 +102,7 @@ def write_with_workers(
     report = report or ReportBuilder(policy)
     drop_rows = np.zeros(0, dtype=np.int64)
     if balance is not None:
-        plan = plan_balance(*classes, answers.duplicate_rows, answers.conflicting_rows, policy, *balance)
+        plan = plan_balance(*classes, answers.duplicate_rows, answers.conflicting_rows, policy.severity, *balance)
         drop_rows = plan.drop_rows
         report.length_balance = plan.summary
         report.balance_dropped = plan.summary["dropped"]
@@ -117,7 +117,7 @@ def _first_pass(
     input_name: str, progress: bool, balance: bool = False,
 ) -> tuple[list[_Group], PartitionedResult, tuple[np.ndarray, np.ndarray]]:
     """Check and cache every group; number its lines and rows; the dataset-wide answers; with
-    `balance`, every pair's row ordinal and class (prefdata.sets.balance.pair_classes)."""
+    `balance`, every pair's row ordinal and class (prefdata.prepare.shard_stages.pair_classes)."""
     put = getattr(engine, "put", lambda value: value)  # Ray: digests go to the object store at once
     probe = ShapeProbe(input_name, batch_size)
     lines = LineNumbers()

@@ -38,7 +38,7 @@ from prefdata.io.chunks import Chunk, RecordSelection, iter_chunks, record_count
 from prefdata.io.hub import HubSource, hub_input, iter_hub_chunks, parse_hub_id
 from prefdata.io.manifest import sha256_file
 from prefdata.io.readers import list_input_files
-from prefdata.sets.sampling import TAKE_ALL, sample_base, threshold_of_range
+from prefdata.sets.sampling import TAKE_ALL, keep_mask, sample_base, threshold_of_range
 
 SOURCE_COLUMN = "source"  # the column a mixture adds; an input's own `source` becomes `raw_source`
 _TOP_KEYS = {"seed", "rows", "description", "source"}
@@ -250,6 +250,14 @@ class MixPlan:
                 for s in self.sources
             ],
         }
+
+
+def sampled_positions(selection: RecordSelection, count: int) -> list[int]:
+    """Which of a chunk's `count` records the mixture samples (their positions in the chunk): each
+    decided alone, from the selection's base and threshold and the record's index in its source."""
+    import numpy as np
+
+    return np.flatnonzero(keep_mask(selection.base, selection.threshold, selection.first, count)).tolist()
 
 
 def plan_mix(mix: Mix, max_lines: int, max_bytes: int) -> MixPlan:
