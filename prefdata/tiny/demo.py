@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
     """prepare -> validate -> refs -> train on text pairs, with a tiny random Qwen2."""
-    from prefdata.tiny.models import build_tiny_model, build_tiny_tokenizer
+    from prefdata.tiny.text import build_tiny_model, build_tiny_tokenizer
 
     work.mkdir(parents=True, exist_ok=True)
     tokenizer_dir, model_dir = work / "tiny-tokenizer", work / "tiny-model"
@@ -39,7 +39,7 @@ def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
 
 def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
     """prepare --processor -> validate -> refs -> train on image pairs, with a tiny random LLaVA."""
-    from prefdata.tiny.models import build_tiny_llava_model, build_tiny_llava_processor
+    from prefdata.tiny.vision import build_tiny_llava_model, build_tiny_llava_processor
 
     work = work / "images"  # apart from the text demo's prepared/ and checkpoint/, which the README shows
     work.mkdir(parents=True, exist_ok=True)
