@@ -31,7 +31,7 @@ from prefdata.checks.reward import column_flags
 from prefdata.checks.similarity import at_least, similarity  # noqa: F401 (re-exported for callers)
 from prefdata.core import flags as F
 from prefdata.core.records import Message, Pair, TokenizedPair
-from prefdata.io.formats import message_text
+from prefdata.io.messages import message_text
 
 _ORDER = {flag: i for i, flag in enumerate(F.ALL_FLAGS)}
 

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from prefdata.core.errors import PrefdataError
-from prefdata.io.formats import text_of
+from prefdata.io.messages import text_of
 from prefdata.io.handoff import describe
 from prefdata.io.lock import LOCK_NAME
 

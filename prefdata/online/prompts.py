@@ -14,7 +14,8 @@ from typing import Any
 
 from prefdata.core.errors import PrefdataError, RecordError
 from prefdata.core.records import Message, RawRecord
-from prefdata.io.formats import ROLE_ALIASES, normalize_record
+from prefdata.io.formats import normalize_record
+from prefdata.io.messages import ROLE_ALIASES
 from prefdata.io.readers import iter_raw_records
 
 Prompt = str | list[Message]

@@ -37,7 +37,8 @@ import xxhash
 
 from prefdata.core.errors import RecordError
 from prefdata.core.records import Message, Pair, RawRecord, ScoredSummary
-from prefdata.io.formats import (
+from prefdata.io.formats import normalize_record
+from prefdata.io.messages import (
     _completion_text,
     _messages,
     _render,
@@ -45,7 +46,6 @@ from prefdata.io.formats import (
     _tools,
     _type_error,
     _type_name,
-    normalize_record,
 )
 from prefdata.sets.pairing import PairingSettings, choose_pairs
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
-from prefdata.io.formats import text_of
+from prefdata.io.messages import text_of
 from prefdata.io.hub import parse_hub_id
 from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
 from prefdata.report.baseline import apply_baseline
