@@ -29,6 +29,7 @@ from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.images import ImageAccess, image_access
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
+from prefdata.io.out_dir import abandon, prepare_output_dir, publish
 from prefdata.io.readers import list_input_files
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
 from prefdata.io.write_errors import write_problem
@@ -112,8 +113,6 @@ def prepare(
     Image paths in rows are read only under the input file's directory (a directory input: that
     directory) or an `allowed_image_root`; anything else, and an image above the policy's
     `max_image_pixels`, is quarantined naming the path (prefdata.io.images)."""
-    from prefdata.io import writer as W
-
     started = time.time()
     check_engine(engine)
     workers = _check_numbers(batch_size, workers, engine)
@@ -185,9 +184,9 @@ def prepare(
             if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
                 manifest = _manifest(written, input_files, config, pair_tokenizer, hub, mix)
                 write_manifest(tmp, manifest)  # last: marks OUT finished
-            W.publish(tmp, out_path)
+            publish(tmp, out_path)
         except BaseException as exc:
-            W.abandon(tmp, out_path)
+            abandon(tmp, out_path)
             _raise_write_problem(exc, out_path)
             raise
     finally:
@@ -302,10 +301,9 @@ def _report_builder(policy: Policy, mix: MixPlan | None) -> ReportBuilder:
 
 
 def _staging_dir(out_path: Path, overwrite: bool) -> Path:
-    from prefdata.io import writer as W
 
     try:
-        return W.prepare_output_dir(out_path, overwrite)
+        return prepare_output_dir(out_path, overwrite)
     except BaseException as exc:
         _raise_write_problem(exc, out_path)
         raise

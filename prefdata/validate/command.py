@@ -60,7 +60,7 @@ def is_prepared_dir(path: str | Path) -> bool:
 def _refuse_unfinished_out(path: Path) -> None:
     """A directory prefdata created but never finished (no manifest) is not raw input: reading its
     leftovers as data would pass or fail for the wrong reason. One line saying what happened."""
-    from prefdata.io.writer import STAGING_PREFIX, is_prefdata_dir
+    from prefdata.io.out_dir import STAGING_PREFIX, is_prefdata_dir
 
     if not path.is_dir() or not is_prefdata_dir(path) or (path / MANIFEST_NAME).is_file():
         return
