@@ -25,7 +25,8 @@ from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.sets.mix import SOURCE_COLUMN, sampled_positions
 from prefdata.sets.pairing import PairingSettings
 from prefdata.tokenize.batch import normalize_and_tokenize
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
 
 
 @dataclass

@@ -27,7 +27,8 @@ from prefdata.io.hub import iter_hub_chunks, parse_hub_id
 from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.sets.mix import MixPlan, plan_mix, read_mix
 from prefdata.sets.pairing import PairingSettings
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
 
 # Chunks of a size that keeps every worker busy to the end: tokenizing a row costs up to
 # milliseconds, so a 4 MiB chunk would leave the other workers idle at the end of the input.

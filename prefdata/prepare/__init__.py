@@ -44,8 +44,9 @@ from prefdata.sets.pairing import DEFAULT_TOP_K, PairingSettings
 from prefdata.settings.commands import PrepareSettings
 from prefdata.settings.declare import takes_settings
 from prefdata.templates import bundled_templates_for
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.tokenize.pairs import PairTokenizer
 from prefdata.tokenize.select import select_pair_tokenizer
+from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
 

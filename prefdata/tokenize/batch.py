@@ -17,7 +17,9 @@ from prefdata.core.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.io.images import load_pair_images
 from prefdata.sets.pairing import PairingSettings
 from prefdata.sets.scored import record_pairs
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, truncate_pair
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
+from prefdata.tokenize.truncate import truncate_pair
 
 
 @dataclass

@@ -42,8 +42,9 @@ from prefdata.tokenize.image_scheme import (
     learn_image_scheme,
     template_unit,
 )
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _Texts
+from prefdata.tokenize.pairs import PairTokenizer, _Texts
 from prefdata.tokenize.processor import holds_processor, load_processor
+from prefdata.tokenize.settings import TokenizeSettings
 
 __all__ = ["VisionPairTokenizer", "holds_processor", "load_processor", "processor_fingerprint"]
 

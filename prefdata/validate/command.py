@@ -179,7 +179,7 @@ def validate(
                         benchmarks=index, image_tokens=_image_token_counter(processor, input_path, trust_remote_code))
     else:
         from prefdata.io.images import image_access
-        from prefdata.tokenize.pairs import TokenizeSettings
+        from prefdata.tokenize.settings import TokenizeSettings
         from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
         template = TemplateSettings(
@@ -255,7 +255,7 @@ def _image_token_counter(processor: str | None, out: Path, trust_remote_code: bo
     must be the one OUT was prepared with (another one's counts would not describe OUT's ids)."""
     if not processor:
         return None
-    from prefdata.tokenize.pairs import TokenizeSettings
+    from prefdata.tokenize.settings import TokenizeSettings
 
     try:
         recorded = read_manifest(out).get("processor") or {}

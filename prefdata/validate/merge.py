@@ -36,7 +36,7 @@ from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, CompactRows
 from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.sets.pairing import PairingSettings
 from prefdata.sets.scored import record_pairs
-from prefdata.tokenize.pairs import TokenizeSettings
+from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.validate.scan import FLAG_BIT, ChunkScan, MeasureSimilarity, ScanChunks, ScanSettings, ScanUnit, flags_of
 
 _DUPLICATE, _CONFLICTING = FLAG_BIT[F.DUPLICATE_PAIR], FLAG_BIT[F.CONFLICTING_PAIR]

@@ -34,7 +34,8 @@ from prefdata.report.images import ImageFacts, ImageFactsCollector
 from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.sets.pairing import PairingSettings
 from prefdata.sets.scored import record_pairs
-from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair
+from prefdata.tokenize.settings import TokenizeSettings
+from prefdata.tokenize.truncate import truncate_pair
 
 FLAG_BIT = {flag: 1 << i for i, flag in enumerate(F.ALL_FLAGS)}
 

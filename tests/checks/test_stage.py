@@ -12,7 +12,7 @@ from prefdata.checks.stage import CheckChunk
 from prefdata.checks.stream import iter_checked_rows
 from prefdata.io.chunks import iter_chunks
 from prefdata.io.readers import iter_raw_records
-from prefdata.tokenize.pairs import TokenizeSettings
+from prefdata.tokenize.settings import TokenizeSettings
 
 
 def _write(path, lines: list[str]) -> None:

@@ -12,7 +12,7 @@ from prefdata.core.records import CheckedRow, RawRecord
 from prefdata.io.ledger import Ledger
 from prefdata.sets.pairing import STRATEGIES, PairingSettings
 from prefdata.tokenize.batch import normalize_and_tokenize
-from prefdata.tokenize.pairs import TokenizeSettings
+from prefdata.tokenize.settings import TokenizeSettings
 
 POLICY = load_policy(None)
 

@@ -54,7 +54,8 @@ def test_prompt_ids_are_the_ids_prepare_trains_on(tiny_model_dir):
     from transformers import AutoTokenizer
 
     from prefdata.core.records import Pair
-    from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+    from prefdata.tokenize.pairs import PairTokenizer
+    from prefdata.tokenize.settings import TokenizeSettings
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a color."}]

@@ -443,7 +443,8 @@ def _lost_fields(tokenizer_dir: str, row: dict, chat_template_file: str | None =
     """prefdata's judgement, field by field, for one row."""
     from prefdata.core.records import RawRecord
     from prefdata.io.formats import normalize_record
-    from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+    from prefdata.tokenize.pairs import PairTokenizer
+    from prefdata.tokenize.settings import TokenizeSettings
     from prefdata.tokenize.template import TemplateSettings
 
     settings = TokenizeSettings(template=TemplateSettings(chat_template_file=chat_template_file))

@@ -11,7 +11,8 @@ pytest.importorskip("PIL", reason="image pairs need Pillow (the [vision] extra)"
 
 from prefdata.core import flags as F  # noqa: E402
 from prefdata.prepare import prepare  # noqa: E402
-from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair  # noqa: E402
+from prefdata.tokenize.settings import TokenizeSettings  # noqa: E402
+from prefdata.tokenize.truncate import truncate_pair  # noqa: E402
 from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
 
 IMAGE_TOKENS = 4  # the tiny processor: 28px crops, 14px patches
