@@ -117,13 +117,8 @@ def prepare(
     started = time.time()
     check_engine(engine)
     workers = _check_numbers(batch_size, workers, engine)
-    if balance_length is not None:
-        balance_length = check_target(balance_length)
-        if worker_writes is False:
-            raise PrefdataError("--balance-length needs the two-pass write: leave out --no-worker-writes")
-        worker_writes = True  # the subsample needs the whole set's counts: decided between the two passes
-    worker_writes = engine == "ray" if worker_writes is None else worker_writes
-    partitioned_checks = partitioned_checks or worker_writes  # a worker writes a row once its flags are known
+    balance_length, worker_writes, partitioned_checks = _write_path(balance_length, worker_writes, partitioned_checks,
+                                                                    engine)
     raw_path, out_path = Path(raw), Path(out)
     mix = plan_input_mix(raw_path) if is_mix_file(raw_path) else None  # RAW may be a mix file
     hub = None if mix else parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
@@ -133,11 +128,8 @@ def prepare(
     benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
                                  completions=decontaminate_completions)
     index = benchmarks[0] if benchmarks else None
-    template = TemplateSettings(
-        kwargs=parse_template_kwargs(template_kwargs),
-        chat_template_file=str(chat_template_file) if chat_template_file else None,
-        date=template_date,
-    )
+    template = TemplateSettings(kwargs=parse_template_kwargs(template_kwargs), date=template_date,
+                                chat_template_file=str(chat_template_file) if chat_template_file else None)
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
                                 template=template, loss_on=loss_on,
                                 images=_image_access(raw_path, hub, mix, allowed_image_root, loaded_policy))
@@ -161,15 +153,9 @@ def prepare(
                                               loaded_policy, workers, engine, ray_address, batch_size, progress, config,
                                               report, balance, index, pairing_settings)
             else:
-                threshold = loaded_policy.near_duplicate_prompt_threshold
-                merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
-                rows = iter_checked_rows(
-                    mix or raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-                    progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
-                    engine=select_engine(engine, workers, ray_address), benchmarks=index, pairing=pairing_settings,
-                )
-                written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer), report)
-                written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+                written = _write_in_main(mix or raw_path, tmp, pair_tokenizer, settings, loaded_policy, workers, engine,
+                                         ray_address, batch_size, progress, config, report, partitioned_checks, index,
+                                         pairing_settings)
             if benchmarks is not None:
                 written.report.benchmarks = benchmarks[1]
             meta = {
@@ -254,6 +240,40 @@ def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settin
     if benchmarks is not None:
         config["decontaminate"] = benchmarks[1].settings()
     return config
+
+
+def _write_path(balance_length: float | None, worker_writes: bool | None, partitioned_checks: bool,
+                engine: str) -> tuple[float | None, bool, bool]:
+    """(balance target, worker writes, partitioned checks) as they combine: `balance_length` needs the
+    two-pass write (the subsample needs the whole set's counts: decided between the two passes);
+    worker writes default to on with Ray; a worker writes a row once its flags are known, so worker
+    writes partition the dataset-wide checks."""
+    if balance_length is not None:
+        balance_length = check_target(balance_length)
+        if worker_writes is False:
+            raise PrefdataError("--balance-length needs the two-pass write: leave out --no-worker-writes")
+        worker_writes = True
+    worker_writes = engine == "ray" if worker_writes is None else worker_writes
+    return balance_length, worker_writes, partitioned_checks or worker_writes
+
+
+def _write_in_main(
+    raw_path: Path | MixPlan, tmp: Path, pair_tokenizer: PairTokenizer, settings: TokenizeSettings, policy: Policy,
+    workers: int, engine: str, ray_address: str | None, batch_size: int, progress: bool, config: dict[str, Any],
+    report: ReportBuilder, partitioned_checks: bool, benchmarks: BenchmarkIndex | None, pairing: PairingSettings,
+) -> Written:
+    """This process writes every row (prefdata.prepare.written) of the checked-row stream, whose
+    workers parse, normalize, tokenize and check chunks; the dataset-wide merge runs here."""
+    threshold = policy.near_duplicate_prompt_threshold
+    merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
+    rows = iter_checked_rows(
+        raw_path, policy=policy, settings=settings, batch_size=batch_size,
+        progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
+        engine=select_engine(engine, workers, ray_address), benchmarks=benchmarks, pairing=pairing,
+    )
+    written = write_rows(rows, tmp, policy, batch_size, _handoff(config, pair_tokenizer), report)
+    written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+    return written
 
 
 def _write_with_workers(
