@@ -4,7 +4,8 @@ Flow (`compute_refs`, top to bottom): check the model's tokenizer against the ma
 length-sorted batches under a token budget -> compute them in shards (each saved to
 OUT/.refs-work/, so a killed run resumes) -> merge -> flag non-finite rows -> write the new dataset
 beside the old one and swap it in with renames -> update the manifest last. Under torchrun, rank r
-computes shards r, r+k, ...; rank 0 merges. Steps live in setup.py, shards.py, compute.py, swap.py.
+computes shards r, r+k, ...; rank 0 merges. Steps live in setup.py, shards.py, compute.py, swap.py;
+`--engine ray` runs the same shards on Ray actors (ray.py).
 """
 
 from __future__ import annotations
