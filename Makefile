@@ -7,7 +7,7 @@ setup:
 	@bash scripts/setup.sh
 
 demo: setup
-	$(PY) -m prefdata.demo
+	$(PY) -m prefdata.tiny.demo
 
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider

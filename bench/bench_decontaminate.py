@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--data", default=str(DEFAULT_DATA))
     args = parser.parse_args()
 
-    from prefdata.checks.decontaminate import build_benchmarks
+    from prefdata.sets.decontaminate import build_benchmarks
 
     with tempfile.TemporaryDirectory(prefix="bench-decon-") as tmp:
         root = Path(tmp)

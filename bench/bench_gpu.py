@@ -4,7 +4,7 @@
     python bench/bench_gpu.py --device cpu --tiny   # the harness itself on CPU, in seconds
 
 Needs only the repository: the model is built from code (random init, Qwen2.5-0.5B's shape and
-vocabulary size, the tiny tokenizer from prefdata/tiny.py driving it), and the data are synthetic
+vocabulary size, the tiny tokenizer from prefdata/tiny/ driving it), and the data are synthetic
 token ids with a mix of UltraFeedback-like rows (short prompts, long answers) and HH-like rows
 (long multi-turn prompts, short answers). No download, nothing from ../shared.
 
@@ -331,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     peak = peak_bf16_tflops(gpu)
     started = time.perf_counter()
     command = "python bench/bench_gpu.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    from prefdata.quiet import quiet_libraries
+    from prefdata.core.quiet import quiet_libraries
 
     with quiet_libraries(True):  # transformers', datasets' and TRL's bars and notices are not the table
         model, rows, stages = measure(args.tiny, device, pairs, batch_pairs, peak)

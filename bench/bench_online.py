@@ -16,7 +16,7 @@ memory). Reported as prompts/s and the ratio prefdata / TRL.
     python bench/bench_online.py --prompts 64 --batch-pairs 8 --max-new-tokens 32
 
 `--learn` asks whether the policy gets better, not only how fast a round runs: the learning case of
-`prefdata.online.learning_case` (a tiny random Llama policy on a 6k-vocabulary ChatML tokenizer,
+`prefdata.tiny.learning_case` (a tiny random Llama policy on a 6k-vocabulary ChatML tokenizer,
 conversational prompts, a rule reward = the answer's share of letters a to m; and a second case with a tiny
 reward model) trained by `prefdata online` and by TRL's OnlineDPOTrainer from the same policy with
 the same prompts, 2 samples per prompt, max new tokens, learning rate and schedule, beta, batch and
@@ -47,8 +47,8 @@ sys.path.insert(0, str(REPO))
 
 
 def _models(work: Path, hidden: int, layers: int) -> tuple[Path, Path]:
-    from prefdata.online.tiny import build_tiny_reward_model
     from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
+    from prefdata.tiny.reward import build_tiny_reward_model
 
     build_tiny_tokenizer(work / "tok")
     build_tiny_model(work / "policy", tokenizer_dir=work / "tok", hidden_size=hidden, num_layers=layers)
@@ -154,12 +154,13 @@ def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new
     """Mean reward of fresh samples from `policy` (the same generation code and seed for every policy)."""
     import statistics
 
-    from prefdata.online.generate import GenerateSettings, generate_rows
+    from prefdata.online.generate import generate_rows
+    from prefdata.online.sample_settings import SamplingSettings
     from prefdata.online.prompts import read_prompts
     from prefdata.online.score import answer_only
 
     rows = generate_rows(read_prompts(prompts_file).rows, policy,
-                         GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
+                         SamplingSettings(samples=samples, max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size,
                                           device="cpu"), progress=False)
     rewards = scorer([r["prompt"] for r in rows], [answer_only(r["completion"]) for r in rows], {})
     return statistics.fmean(rewards)
@@ -188,7 +189,7 @@ def learn_trl(case: dict, out: Path, reward: dict, args: argparse.Namespace, see
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
     from trl.experimental.online_dpo import OnlineDPOConfig, OnlineDPOTrainer
 
-    from prefdata.online.learning_case import first_half_share
+    from prefdata.tiny.learning_case import first_half_share
 
     started = time.perf_counter()
     policy = AutoModelForCausalLM.from_pretrained(str(case["policy"]), dtype=torch.float32)
@@ -242,9 +243,9 @@ def _own_prompts(source: Path, dest: Path, n: int) -> Path:
 def learn_section(args: argparse.Namespace) -> None:
     import statistics
 
-    from prefdata.online.learning_case import build_learning_case, first_half_share
     from prefdata.online.rewards import RewardModelScorer
-    from prefdata.online.tiny import build_tiny_reward_model
+    from prefdata.tiny.learning_case import build_learning_case, first_half_share
+    from prefdata.tiny.reward import build_tiny_reward_model
 
     steps = args.rounds * -(-args.prompts // args.batch_pairs)
     print(f"learning: {args.prompts} prompts x 2 samples, {args.max_new_tokens} new tokens, lr {args.lr} "

@@ -123,8 +123,9 @@ def time_prefdata(raw: Path, out: Path, tokenizer_path: str) -> float:
 
 def time_tokenize_only(rows: list[dict], tokenizer_path: str, batch_size: int = 1000) -> float:
     """prefdata's tokenize stage alone (PairTokenizer.tokenize_pairs on already-normalized pairs)."""
-    from prefdata.records import Pair
-    from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+    from prefdata.core.records import Pair
+    from prefdata.tokenize.pairs import PairTokenizer
+    from prefdata.tokenize.settings import TokenizeSettings
 
     tok = PairTokenizer(tokenizer_path, TokenizeSettings(max_length=MAX_LENGTH))
     tok.setup()

@@ -111,7 +111,7 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
     worker_writes = None if engine == "ray" else False  # None: the default (on with Ray)
     engine = engine.removesuffix("+driver-writes")
     sys.path.insert(0, str(REPO))
-    import prefdata.ingest as ingest
+    import prefdata.checks.stream as stream
     import prefdata.prepare as prepare_module
     import prefdata.prepare.shards as shards
     from prefdata.engine import select
@@ -135,7 +135,7 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
 
     prepare_module.select_engine = select_timed  # type: ignore[assignment]
     select.select_engine = select_timed  # type: ignore[assignment]  (validate imports it when it runs)
-    ingest.CheckChunk = _measured_stage(ingest.CheckChunk)  # type: ignore[misc]
+    stream.CheckChunk = _measured_stage(stream.CheckChunk)  # type: ignore[misc]
     shards.ScanGroup = _measured_stage(shards.ScanGroup)  # type: ignore[misc]  (worker writes: both passes)
     shards.WriteShard = _measured_stage(shards.WriteShard)  # type: ignore[misc]
     started, cpu_started = time.perf_counter(), time.process_time()

@@ -31,12 +31,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prefdata import flags as F  # noqa: E402
-from prefdata.checks.pair import apply_policy, text_flags  # noqa: E402
 from prefdata.checks.dataset import DatasetWideChecks  # noqa: E402
 from prefdata.checks.minhash import NearDuplicatePrompts  # noqa: E402
+from prefdata.checks.pair import apply_policy, text_flags  # noqa: E402
 from prefdata.checks.policy import Policy, load_policy  # noqa: E402
-from prefdata.records import Pair  # noqa: E402
+from prefdata.core import flags as F  # noqa: E402
+from prefdata.core.records import Pair  # noqa: E402
 
 RATES = {"duplicate": 0.02, "conflict": 0.005, "identical": 0.005, "whitespace": 0.005, "near_prompt": 0.02}
 
@@ -233,12 +233,11 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
     from prefdata.validate import command as V
     from prefdata.checks.dataset import DatasetWideChecks as _DWC
     from prefdata.checks.minhash import NearDuplicatePrompts as _NDP
-    from prefdata.report.builder import ReportBuilder
 
     captured: dict = {"dataset": []}
     original_clusters = _NDP.clusters
     original_init = _DWC.__init__
-    original_build = ReportBuilder.build
+    original_build = V.build_report
 
     def clusters(self):  # noqa: ANN001
         result = original_clusters(self)
@@ -250,13 +249,14 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
         original_init(self, *args, **kwargs)
         captured["dataset"].append(self)
 
-    def build(self, *args, **kwargs):  # noqa: ANN001
+    def build(builder, *args, **kwargs):  # noqa: ANN001
         captured["report_row_bytes"] = sum(
-            a.itemsize * len(a) for a in (self.file_index, self.line, self.pair_row, self.prompt_key, self.pair_key)
+            a.itemsize * len(a) for a in (builder.file_index, builder.line, builder.pair_row, builder.prompt_key,
+                                          builder.pair_key)
         )
-        return original_build(self, *args, **kwargs)
+        return original_build(builder, *args, **kwargs)
 
-    _NDP.clusters, _DWC.__init__, ReportBuilder.build = clusters, init, build
+    _NDP.clusters, _DWC.__init__, V.build_report = clusters, init, build
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     w0, c0 = time.perf_counter(), time.process_time()
     result = V.validate(path, format="json", output=report_path, progress=False)

@@ -14,7 +14,7 @@ Same rows, same processor, same process (the image set and processor are made fi
 Two rows say where the time goes (not comparisons):
   (c) pixel values alone: the processor on the same batches' images (twice per batch, for the chosen
       and rejected copies, as TRL's collator passes them).
-  (d) the hand-off's batches: `prefdata.trl_collator.ImagePairCollator` over OUT (the stored ids
+  (d) the hand-off's batches: `prefdata.trl.collator.ImagePairCollator` over OUT (the stored ids
       plus pixel values, the image processor once per batch), what `prefdata.trl.DPOTrainer` runs
       per batch at train time in place of (b).
 
@@ -146,7 +146,7 @@ def time_handoff(out: Path, processor_dir: Path, batch: int, max_length: int) ->
     import datasets
     from transformers import AutoProcessor
 
-    from prefdata.trl_collator import ImagePairCollator
+    from prefdata.trl.collator import ImagePairCollator
 
     processor = AutoProcessor.from_pretrained(str(processor_dir))
     dataset = datasets.load_from_disk(str(out)).select_columns(["prompt_ids", "chosen_ids", "rejected_ids", "images"])

@@ -14,11 +14,11 @@ import sys
 from typing import Any, Callable, NoReturn
 
 from prefdata import __version__
-from prefdata.config import load_settings
-from prefdata.errors import PrefdataError
-from prefdata.quiet import quiet_libraries, wants_quiet
-from prefdata.ranks import is_main_process, process_rank
+from prefdata.core.errors import PrefdataError
+from prefdata.core.quiet import quiet_libraries, wants_quiet
+from prefdata.core.ranks import is_main_process, process_rank
 from prefdata.settings.commands import COMMANDS as DECLARED, GROUP_ORDER, RUN, Command
+from prefdata.settings.config import load_settings
 from prefdata.settings.declare import RequiredInUsage, add_to_parser, declared, missing_required, names
 
 EPILOG = ("Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error (including an input none "
@@ -138,7 +138,7 @@ def _run_refs(args: argparse.Namespace) -> int:
     settings = _settings(args)
     engine, ray_address, workers = settings.pop("engine", "local"), settings.pop("ray_address", None), settings.pop("workers", None)
     if engine == "ray":
-        from prefdata.refs_ray import compute_refs_on_ray
+        from prefdata.refs.ray import compute_refs_on_ray
 
         settings.pop("progress", None)  # the actors report no progress bars
         result = compute_refs_on_ray(args.out, ray_address=ray_address, workers=workers, **settings)

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import require_pairs
 from prefdata.settings.commands import ShowSettings
 from prefdata.settings.declare import takes_settings

@@ -14,7 +14,7 @@ import pytest
 
 from prefdata.checks.policy import BUNDLED_POLICIES, DEFAULT_POLICY_TOML, load_policy
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 REPO = Path(__file__).resolve().parents[1]
 ROWS = [

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefdata.errors import PrefdataError, RecordError, UnknownShapeError
+from prefdata.core.errors import PrefdataError, RecordError, UnknownShapeError
 from prefdata.io.formats import normalize_record
 from prefdata.io.json_decode import MAX_RAW_TEXT
 from prefdata.io.readers import iter_raw_records

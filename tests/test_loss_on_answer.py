@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.schema import check_out
 from prefdata.io.handoff import describe, read_settings
 from prefdata.io.manifest import read_manifest, write_manifest
 from prefdata.prepare import prepare
 from prefdata.refs import compute_refs
-from prefdata.schema import check_out
 
 ROWS = [
     ("What is 2 + 2?", "<think>\nTwo and two make four.\n</think>\n\nThe answer is 4.", "<think>\nMaybe five?\n</think>\n\n5."),

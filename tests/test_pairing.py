@@ -1,4 +1,4 @@
-"""prefdata.pairing: each strategy's pairs, the margin, ties, seeds; property tests over random scores."""
+"""prefdata.sets.pairing: each strategy's pairs, the margin, ties, seeds; property tests over random scores."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata.errors import PrefdataError
-from prefdata.pairing import STRATEGIES, PairingSettings, choose_pairs, tied
+from prefdata.core.errors import PrefdataError
+from prefdata.sets.pairing import STRATEGIES, PairingSettings, choose_pairs, tied
 
 
 def pairs(scores, strategy="best-worst", key="g", **kw):

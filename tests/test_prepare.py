@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from datasets import load_from_disk
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.prepare import prepare
 
 REPO = Path(__file__).resolve().parents[1]

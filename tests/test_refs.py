@@ -18,11 +18,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from prefdata import flags as F
 from prefdata import refs as R
-from prefdata.refs import swap as refs_swap
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import read_manifest, tokenizer_fingerprint, write_manifest
+from prefdata.refs import swap as refs_swap
 
 REPO = Path(__file__).resolve().parents[1]
 N_ROWS = 24

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io import writer as W
 from prefdata.io.lock import LOCK_NAME, OutLock
 from prefdata.prepare import prepare
@@ -99,7 +99,7 @@ _HOLDER = """
 import os, sys, time
 from pathlib import Path
 from prefdata.io.lock import OutLock
-from prefdata.io.writer import prepare_output_dir
+from prefdata.io.out_dir import prepare_output_dir
 out = Path(sys.argv[1])
 OutLock(out, "prepare").acquire()  # what prepare does first
 staging = prepare_output_dir(out, overwrite=False)

@@ -1,4 +1,4 @@
-"""OUT's published contract (prefdata.schema): real outputs satisfy it, broken rows are named, and
+"""OUT's published contract (prefdata.core.schema): real outputs satisfy it, broken rows are named, and
 validate/refs/train refuse an OUT that breaks it."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import polars as pl
 import pyarrow as pyarrow
 import pytest
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.schema import PreparedPairs, ScoredPairs, ScoredTokenPairs, TokenPairs, check_out
 from prefdata.prepare import prepare
 from prefdata.refs import compute_refs
-from prefdata.schema import PreparedPairs, ScoredPairs, ScoredTokenPairs, TokenPairs, check_out
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pairs"
 

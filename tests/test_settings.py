@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from prefdata.cli import build_parser, main
-from prefdata.config import load_settings
 from prefdata.settings import tables
 from prefdata.settings.commands import COMMANDS, PrepareSettings
+from prefdata.settings.config import load_settings
 from prefdata.settings.declare import declared, names
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,8 +59,18 @@ def test_the_function_takes_exactly_the_declared_settings_with_the_declared_defa
         assert item.default == expected, f"{command} {item.name}: declared {item.default!r}, function {expected!r}"
 
 
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_settings_takes_the_declared_settings_object(command):
+    """`settings=` takes the command's declared class (prefdata.settings.commands), not another class
+    of the same name (generate's engine-level SamplingSettings once shadowed GenerateSettings)."""
+    function = _function(command)
+    assert function.settings_class is COMMANDS[command].settings
+    with pytest.raises(TypeError, match=f"takes settings={COMMANDS[command].settings.__name__}"):
+        function(*(["x"] * len(COMMANDS[command].positionals)), settings=object())
+
 def test_refs_on_ray_takes_the_settings_the_cli_routes_to_it():
-    from prefdata.refs_ray import compute_refs_on_ray
+    from prefdata.refs.ray import compute_refs_on_ray
 
     params = set(inspect.signature(compute_refs_on_ray).parameters)
     assert {"ray_address", "workers"} <= params

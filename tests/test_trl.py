@@ -21,7 +21,7 @@ pytest.importorskip("trl")
 import datasets  # noqa: E402
 import torch  # noqa: E402
 
-from prefdata.errors import PrefdataError  # noqa: E402
+from prefdata.core.errors import PrefdataError  # noqa: E402
 from prefdata.prepare import prepare  # noqa: E402
 from prefdata.refs import compute_refs  # noqa: E402
 

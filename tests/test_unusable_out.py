@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from prefdata.cli import main
-from prefdata.io.writer import MARKER, STAGING_PREFIX
+from prefdata.io.out_dir import MARKER, STAGING_PREFIX
 
 GOOD = [
     {"prompt": "What is two plus two?", "chosen": "Four, because two and two make four.", "rejected": "Five."},

@@ -5,20 +5,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from prefdata import flags as F
 from prefdata.checks.dataset import PromptLeakIndex
 from prefdata.checks.images import image_flags
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy, text_flags, token_flags
 from prefdata.checks.policy import Policy
-from prefdata.errors import RecordError
-from prefdata.io.scored import record_pairs
-from prefdata.pairing import PairingSettings
+from prefdata.core import flags as F
+from prefdata.core.errors import RecordError
+from prefdata.core.records import Pair, TokenizedPair
 from prefdata.io.readers import iter_raw_records
-from prefdata.records import Pair, TokenizedPair
+from prefdata.sets.pairing import PairingSettings
+from prefdata.sets.scored import record_pairs
 
 if TYPE_CHECKING:
-    from prefdata.checks.decontaminate import BenchmarkIndex
+    from prefdata.sets.decontaminate import BenchmarkIndex
 
 
 def build_leak_index(against: str | Path) -> PromptLeakIndex:

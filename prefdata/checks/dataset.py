@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from prefdata import flags as F
 from prefdata.checks.pair import completion_content, ids_mode, squeeze_whitespace
-from prefdata.records import Pair
+from prefdata.core import flags as F
+from prefdata.core.records import Pair
 
 _xxh = xxhash.xxh3_64_intdigest
 _U64 = np.uint64

@@ -8,8 +8,8 @@ than its images, is flagged; a row with none is left alone (its placeholders may
 
 from __future__ import annotations
 
-from prefdata import flags as F
-from prefdata.records import Pair, TokenizedPair
+from prefdata.core import flags as F
+from prefdata.core.records import Pair, TokenizedPair
 
 
 def image_flags(pair: Pair, tokenized: TokenizedPair | None) -> list[str]:

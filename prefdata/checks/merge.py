@@ -1,4 +1,4 @@
-"""The order-dependent step of ingest: dataset-wide checks, merged in input order.
+"""The order-dependent step of the checked-row stream (checks.stream): dataset-wide checks, merged in input order.
 
 Everything per pair (parse, normalize, tokenize, the pair's own flags, and the digests below) runs
 in the engine's workers, chunk by chunk, in any order. What depends on the rows before a row --
@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from prefdata import flags as F
 from prefdata.checks.dataset import _PACK3, DatasetWideChecks, _xxh, first_occurrences, pair_digests_and_key
 from prefdata.checks.minhash import NearDuplicatePrompts, prompt_digest, prompt_signatures
-from prefdata.records import Pair
+from prefdata.core import flags as F
+from prefdata.core.records import Pair
 
 NEAR_DUPLICATE_BATCH = 4096  # prompts hashed at a time on the row-at-a-time path
 

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from prefdata import flags as F
 from prefdata.checks.policy import SEVERITY_RANK, Policy, Severity
 from prefdata.checks.reasoning import has_reasoning_or_tools, reasoning_flags
 from prefdata.checks.reward import column_flags
 from prefdata.checks.similarity import at_least, similarity  # noqa: F401 (re-exported for callers)
-from prefdata.io.formats import message_text
-from prefdata.records import Message, Pair, TokenizedPair
+from prefdata.core import flags as F
+from prefdata.core.records import Message, Pair, TokenizedPair
+from prefdata.io.messages import message_text
 
 _ORDER = {flag: i for i, flag in enumerate(F.ALL_FLAGS)}
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from prefdata.checks.dataset import _PACK3, _stored_keys, _xxh, pair_digests_and_key
 from prefdata.checks.minhash import _mix, accept_threshold, jaccard_estimate, prompt_digest, prompt_signatures
-from prefdata.records import Pair
+from prefdata.core.records import Pair
 
 _U64 = np.uint64
 

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.io.images import DEFAULT_MAX_IMAGE_PIXELS
-from prefdata.pairing import ABOVE_MAX_PAIRS, DEFAULT_ABOVE_MAX_PAIRS, DEFAULT_MAX_PAIRS
+from prefdata.sets.pairing import ABOVE_MAX_PAIRS, DEFAULT_ABOVE_MAX_PAIRS, DEFAULT_MAX_PAIRS
 
 Severity = Literal["drop", "error", "warn", "info", "ignore"]
 SEVERITIES: tuple[str, ...] = get_args(Severity)

@@ -16,16 +16,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from prefdata import flags as F
 from prefdata.checks.tool_schema import Verdict, check_arguments, start_budget
-from prefdata.reasoning import (
+from prefdata.core import flags as F
+from prefdata.core.reasoning import (
     THINK_CLOSE,
     carries_reasoning_or_tools,
     message_answer,
     message_reasoning,
     split_reasoning,
 )
-from prefdata.records import Pair
+from prefdata.core.records import Pair
 
 def has_reasoning_or_tools(pair: Pair) -> bool:
     """Cheap test for whether `reasoning_flags` can find anything (most rows have neither)."""

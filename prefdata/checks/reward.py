@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from prefdata import flags as F
 from prefdata.checks.policy import Policy
+from prefdata.core import flags as F
 
 REWARD_COLUMNS = ("reward_chosen", "reward_rejected")
 GENERATED_MARKER = "chosen_sample"  # provenance column only generated pairs have

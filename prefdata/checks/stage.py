@@ -1,4 +1,5 @@
-"""`CheckChunk`: the per-record half of ingest as one engine stage (see prefdata.engine.local).
+"""`CheckChunk`: the per-record half of the checked-row stream (checks.stream) as one engine stage
+(see prefdata.engine.local).
 
 For one chunk of raw input: parse its records (JSON lines are parsed here, from their bytes),
 normalize and tokenize them (prefdata.tokenize.batch), the pair's own checks (text, tokens, prompt
@@ -14,17 +15,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from prefdata.checks.dataset import PromptLeakIndex
-from prefdata.checks.decontaminate import BenchmarkIndex
-from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.checker import pair_flags
+from prefdata.checks.dataset import PromptLeakIndex
+from prefdata.checks.merge import PairDigests, pair_digests
 from prefdata.checks.policy import Policy
+from prefdata.core.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data
-from prefdata.io.mix import SOURCE_COLUMN
-from prefdata.pairing import PairingSettings
-from prefdata.records import Pair, RawRecord, ScoredSummary, TokenizedPair
+from prefdata.sets.decontaminate import BenchmarkIndex
+from prefdata.sets.mix import SOURCE_COLUMN, sampled_positions
+from prefdata.sets.pairing import PairingSettings
 from prefdata.tokenize.batch import normalize_and_tokenize
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
 
 
 @dataclass
@@ -91,8 +93,8 @@ class CheckChunk:
             spans.append((offset, length))
         positions = range(len(raws))
         selection = chunk.selection
-        if selection is not None:  # a mixture: only the sampled records are input rows (prefdata.io.mix)
-            positions = np.flatnonzero(selection.mask(len(raws))).tolist()
+        if selection is not None:  # a mixture: only the sampled records are input rows (prefdata.sets.mix)
+            positions = sampled_positions(selection, len(raws))
             raws = [raws[i] for i in positions]
         records: list[RecordResult] = []
         pair_index: list[int] = []

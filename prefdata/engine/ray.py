@@ -22,7 +22,7 @@ import pickle
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 U = TypeVar("U")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 ENGINES = ("local", "ray")
 

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import RawRecord
 from prefdata.io.json_decode import _one_line
-from prefdata.records import RawRecord
 
 BATCH_ROWS = 1000  # rows converted to Python at a time from Arrow/Parquet
 # ...or fewer, so that one slice holds about this much Arrow data: image rows carry their encoded

@@ -19,17 +19,14 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Union
+from typing import BinaryIO, Union
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import RawRecord
 from prefdata.io.images import inline_image_bytes
 from prefdata.io.json_decode import _keys_big_floats, _open_binary, _string_colons
 from prefdata.io.json_lines import _broken_line, _Overlong, _read_lines, _Truncated, json_line_record
 from prefdata.io.readers import _iter_file, _kind, _parses, _sniff, list_input_files
-from prefdata.records import RawRecord
-
-if TYPE_CHECKING:
-    import numpy as np
 
 try:
     from orjson import loads as _fast_loads
@@ -54,7 +51,7 @@ class RangeChunk:
     path: str
     start: int
     end: int
-    selection: "RecordSelection | None" = None  # a mixture's sample of the chunk's records (io.mix)
+    selection: "RecordSelection | None" = None  # a mixture's sample of the chunk's records (sets.mix)
 
 
 @dataclass
@@ -82,21 +79,17 @@ Chunk = Union[RangeChunk, LinesChunk, RecordsChunk]
 
 @dataclass(frozen=True)
 class RecordSelection:
-    """Which records of a chunk a mixture samples (prefdata.io.mix), and the source they belong to.
+    """Which records of a chunk a mixture samples (prefdata.sets.mix), and the source they belong to.
 
     The chunk's records are positions `first`, `first + 1`, ... of their source; the sample keeps
-    those whose key (prefdata.sampling) is at or below `threshold`. Set by the main process, which
-    counted the records of the chunks before this one; the worker decides each record alone."""
+    those whose key (prefdata.sets.sampling) is at or below `threshold` (prefdata.sets.mix
+    `sampled_positions`). Set by the main process, which counted the records of the chunks before
+    this one; the worker decides each record alone."""
 
     source: str  # the mixture's name for the source: the `source` column
     base: int
     threshold: int
     first: int
-
-    def mask(self, count: int) -> "np.ndarray":
-        from prefdata.sampling import keep_mask
-
-        return keep_mask(self.base, self.threshold, self.first, count)
 
 
 def iter_chunks(

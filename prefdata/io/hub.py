@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from prefdata.core.errors import PrefdataError, first_line
+from prefdata.core.records import RawRecord
 from prefdata.io.chunks import RecordsChunk
-from prefdata.errors import PrefdataError, first_line
-from prefdata.records import RawRecord
 
 _HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?:(?P<split>[\w.-]+)$")
 

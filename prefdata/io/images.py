@@ -34,7 +34,7 @@ from typing import Any
 
 import xxhash
 
-from prefdata.errors import PrefdataError, RecordError, first_line
+from prefdata.core.errors import PrefdataError, RecordError, first_line
 
 IMAGE_COLUMNS = ("images", "image")  # TRL's `images`; a single `image` is a list of one
 

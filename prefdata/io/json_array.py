@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import RawRecord
 from prefdata.io.json_decode import (
     _DECODER,
     _GZIP_ERRORS,
@@ -25,7 +26,6 @@ from prefdata.io.json_decode import (
     _open_binary,
     _record,
 )
-from prefdata.records import RawRecord
 
 ARRAY_CHUNK = 1 << 20  # bytes read at a time from a JSON array file
 

@@ -14,8 +14,8 @@ import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from prefdata.errors import PrefdataError
-from prefdata.records import RawRecord
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import RawRecord
 
 MAX_RAW_TEXT = 64 * 1024  # raw_text kept per record (quarantine.jsonl must stay small)
 MAX_RECORD_BYTES = 256 * 1024 * 1024  # a longer line/item is a broken file, not a record

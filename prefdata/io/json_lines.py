@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from prefdata.core.records import RawRecord
 from prefdata.io.json_decode import (
     _GZIP_ERRORS,
     MAX_RAW_TEXT,
@@ -23,7 +24,6 @@ from prefdata.io.json_decode import (
     _open_binary,
     _record,
 )
-from prefdata.records import RawRecord
 
 READ_CHUNK = 1 << 20  # bytes read at a time
 NUL = b"\x00"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from prefdata.records import CheckedRow
+from prefdata.core.records import CheckedRow
 
 
 @dataclass

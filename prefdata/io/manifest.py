@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 MANIFEST_NAME = "manifest.json"
 

@@ -22,12 +22,12 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import RawRecord
 from prefdata.io.arrow import _iter_arrow, _iter_parquet
 from prefdata.io.json_array import _iter_json_array, _iter_json_document
 from prefdata.io.json_decode import _GZIP_ERRORS, MAX_RECORD_BYTES, _one_line, _open_binary
 from prefdata.io.json_lines import _iter_json_lines
-from prefdata.records import RawRecord
 
 log = logging.getLogger(__name__)
 

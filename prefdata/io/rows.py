@@ -13,7 +13,7 @@ from typing import Any
 
 import xxhash
 
-from prefdata.records import CheckedRow
+from prefdata.core.records import CheckedRow
 
 # Output columns prefdata owns; a pass-through column with one of these names is kept as raw_<name>.
 _RESERVED = frozenset(

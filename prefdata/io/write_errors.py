@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 # errno values that mean "this location cannot take the output", not "the code is wrong".
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG})

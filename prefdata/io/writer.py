@@ -1,8 +1,7 @@
-"""Writes OUT/: the Arrow dataset (datasets.save_to_disk layout), dropped.jsonl, quarantine.jsonl.
+"""Writes OUT/'s files: the Arrow dataset (datasets.save_to_disk layout), dropped.jsonl, quarantine.jsonl.
 
-Everything is written into a staging directory inside OUT first; `publish` swaps it in with
-renames, the manifest last, so a half-written OUT/ never looks complete.
-A directory is only ever deleted when prefdata's marker file says prefdata created it.
+They are written into the staging directory (prefdata.io.out_dir), which `publish` swaps in. The
+columns' Arrow types, and how a column of values becomes an array, are prefdata.io.columns.
 """
 
 from __future__ import annotations
@@ -10,183 +9,34 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from array import array
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
-import numpy as np
 import pyarrow as pa
 
-from prefdata.errors import PrefdataError
-from prefdata.io.formats import text_of
+from prefdata.io.columns import (
+    CORE_COLUMNS,
+    CORE_SCHEMA,
+    IMAGES_TYPE,
+    MESSAGE_COLUMNS,
+    MESSAGES_TYPE,
+    TEXT_COLUMNS,
+    _all_strings,
+    _column_array,
+    _content_parts,
+    _has_parts,
+    _is_messages_type,
+    _json_array,
+    _MESSAGE_NAMES,
+    _split_messages,
+    _wider_messages_type,
+)
 from prefdata.io.handoff import describe
-from prefdata.io.lock import LOCK_NAME
+from prefdata.io.messages import text_of
 
-MARKER = ".prefdata-output"  # present in every directory prefdata creates; guards deletion
-STAGING_PREFIX = ".prefdata-staging-"
-ID_TYPE = pa.list_(pa.int32())
-
-# Core columns and their fixed Arrow types (the output contract). Pass-through columns follow.
-CORE_SCHEMA = pa.schema(
-    [
-        ("prompt", pa.string()),
-        ("chosen", pa.string()),
-        ("rejected", pa.string()),
-        ("prompt_ids", ID_TYPE),
-        ("chosen_ids", ID_TYPE),
-        ("rejected_ids", ID_TYPE),
-        ("flags", pa.list_(pa.string())),
-        ("source_file", pa.string()),
-        ("source_line", pa.int64()),
-    ]
-)
-CORE_COLUMNS = frozenset(CORE_SCHEMA.names)
-# Conversational rows keep TRL's message format in the text columns (see `DatasetWriter`): role and
-# content, plus the other fields a chat template reads where the data has them (records.Message).
-_TOOL_CALL_TYPE = pa.struct(
-    [("id", pa.string()), ("type", pa.string()),
-     ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))]
-)
-MESSAGE_FIELD_TYPES: dict[str, pa.DataType] = {
-    "role": pa.string(),
-    "content": pa.string(),
-    "reasoning_content": pa.string(),
-    "tool_calls": pa.list_(_TOOL_CALL_TYPE),
-    "tool_call_id": pa.string(),
-    "name": pa.string(),
-}
-
-
-# Image pairs: content as TRL's list of parts ({"type": "text", "text"} / {"type": "image"}), and
-# the images as datasets.Image stores them (a list of {bytes, path}; `load_from_disk` decodes them).
-CONTENT_PARTS_TYPE = pa.list_(pa.struct([("type", pa.string()), ("text", pa.string())]))
-IMAGES_TYPE = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
-
-
-def messages_type(fields: Any = (), parts: bool = False) -> pa.DataType:
-    """The message-list type with role, content and the optional `fields`, in a fixed order (so that
-    parts written with different fields unify by adding null fields). `parts`: content is a list
-    of parts (a dataset with image pairs stores every content that way)."""
-    wanted = {"role", "content", *fields}
-    return pa.list_(pa.struct([
-        (name, CONTENT_PARTS_TYPE if parts and name == "content" else kind)
-        for name, kind in MESSAGE_FIELD_TYPES.items() if name in wanted
-    ]))
-
-
-def _has_parts(kind: pa.DataType) -> bool:
-    return any(f.name == "content" and f.type == CONTENT_PARTS_TYPE for f in kind.value_type)
-
-
-def _content_parts(values: list[Any]) -> list[Any] | None:
-    """A messages column's values with every content as a list of parts, when some message has
-    image parts; else None (the common case: one pass of type checks, nothing copied)."""
-    if not any(type(m.get("content")) is list for messages in values for m in messages or ()):
-        return None
-    return [None if messages is None else [_message_parts(m) for m in messages] for messages in values]
-
-
-def _message_parts(message: dict[str, Any]) -> dict[str, Any]:
-    content = message.get("content")
-    if type(content) is list:
-        return message
-    return {**message, "content": [] if content is None else [{"type": "text", "text": content}]}
-
-
-MESSAGES_TYPE = messages_type()
-
-
-def _message_fields(values: list[Any]) -> set[str]:
-    """The optional message fields used in a column's message lists (most rows have none)."""
-    found: set[str] = set()
-    for messages in values:
-        for message in messages or ():
-            if len(message) > 2:
-                found.update(message)
-    return found & MESSAGE_FIELD_TYPES.keys()
-
-
-def _is_messages_type(kind: pa.DataType) -> bool:
-    return pa.types.is_list(kind) and pa.types.is_struct(kind.value_type)
-
-
-def _wider_messages_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    return messages_type({f.name for f in a.value_type} | {f.name for f in b.value_type}, _has_parts(a) or _has_parts(b))
-TEXT_COLUMNS = ("prompt", "chosen", "rejected")
-MESSAGE_COLUMNS = {name: f"{name}_messages" for name in TEXT_COLUMNS}  # used by mixed datasets only
-_MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
-_ID_COLUMNS = frozenset({"prompt_ids", "chosen_ids", "rejected_ids"})
-_LOSS_START_COLUMNS = frozenset({"chosen_loss_start", "rejected_loss_start"})  # --loss-on answer
 # Rows in a single Arrow file before starting the next shard (keeps files a manageable size).
 ROWS_PER_SHARD = 500_000
-
-
-def is_prefdata_dir(path: Path) -> bool:
-    return (path / MARKER).is_file()
-
-
-def prepare_output_dir(out: Path, overwrite: bool) -> Path:
-    """Check OUT may be written; return a fresh staging directory inside it.
-
-    Everything is written into OUT/.prefdata-staging-PID/ (prefdata never writes outside OUT) and
-    published by `publish`; until then a previous output in OUT stays whole and untouched.
-    """
-    if out.exists():
-        if not out.is_dir():
-            raise PrefdataError(f"{out} exists and is not a directory")
-        if any(entry.name != LOCK_NAME for entry in out.iterdir()):  # the lock is the caller's own
-            if not overwrite and (out / "manifest.json").exists():
-                raise PrefdataError(f"{out} already exists; pass --overwrite to replace it")
-            if not is_prefdata_dir(out):
-                raise PrefdataError(
-                    f"{out} exists and was not created by prefdata; refusing to write into it"
-                    + (" even with --overwrite" if overwrite else "")
-                )
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("created by prefdata\n", encoding="utf-8")
-    _remove_stale_staging(out)
-    staging = out / f"{STAGING_PREFIX}{os.getpid()}"
-    staging.mkdir()
-    return staging
-
-
-def _remove_stale_staging(out: Path) -> None:
-    """Leftovers of killed runs are removed; they live inside OUT, which prefdata created."""
-    for candidate in out.glob(f"{STAGING_PREFIX}*"):
-        if candidate.is_dir():
-            shutil.rmtree(candidate, ignore_errors=True)
-
-
-def publish(staging: Path, out: Path) -> None:
-    """Replace OUT's contents with the staging directory's, the manifest last.
-
-    Order matters for a kill at any point: the old manifest goes first (OUT stops looking
-    finished), then the old files, then the new files are renamed in, and the new manifest last.
-    """
-    if not is_prefdata_dir(out):  # re-checked: never delete foreign data
-        raise PrefdataError(f"{out} was not created by prefdata; refusing to replace it")
-    (out / "manifest.json").unlink(missing_ok=True)
-    for entry in out.iterdir():
-        if entry == staging or entry.name in (MARKER, LOCK_NAME):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
-            entry.unlink()
-    for entry in staging.iterdir():
-        if entry.name not in ("manifest.json", MARKER):
-            os.replace(entry, out / entry.name)
-    if (staging / "manifest.json").exists():
-        os.replace(staging / "manifest.json", out / "manifest.json")
-    shutil.rmtree(staging)
-
-
-def abandon(staging: Path, out: Path) -> None:
-    """After a failure: drop the staging directory, and OUT itself if it holds nothing else."""
-    shutil.rmtree(staging, ignore_errors=True)
-    if out.is_dir() and [entry.name for entry in out.iterdir() if entry.name != LOCK_NAME] == [MARKER]:
-        shutil.rmtree(out, ignore_errors=True)
 
 
 def jsonl_line(record: dict[str, Any]) -> str:
@@ -220,51 +70,6 @@ class JsonlWriter:
 
     def close(self) -> None:
         self._handle.close()
-
-
-def _ids_array(values: list[Any]) -> pa.Array | None:
-    """list<int32> column straight from array('i') rows (what prepare's workers send): offsets and
-    one concatenated buffer, no per-id conversion. None when some row is not such an array."""
-    if not all(isinstance(v, array) and v.typecode == "i" for v in values):
-        return None
-    offsets = np.zeros(len(values) + 1, dtype=np.int32)
-    np.cumsum([len(ids) for ids in values], out=offsets[1:])
-    # One buffer of the final size, each row copied in once: growing it by extend() reallocates,
-    # and for one huge row (a 10 MB reasoning trace, 9 M ids) held two copies at once.
-    flat = np.empty(int(offsets[-1]), dtype=np.int32)
-    for i, ids in enumerate(values):
-        flat[offsets[i] : offsets[i + 1]] = np.frombuffer(ids, dtype=np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=ID_TYPE)
-
-
-def _column_array(name: str, values: list[Any]) -> pa.Array:
-    """Arrow array for a column; values Arrow cannot type consistently are kept as JSON text."""
-    if name in _ID_COLUMNS:
-        fast = _ids_array(values)
-        if fast is not None:
-            return fast
-    if (name in TEXT_COLUMNS and values and all(type(v) is list for v in values)) or name in _MESSAGE_NAMES:
-        parts = _content_parts(values)
-        if parts is not None:
-            return pa.array(parts, type=messages_type(_message_fields(parts), parts=True))
-        return pa.array(values, type=messages_type(_message_fields(values)))
-    if name == "images" and any(type(v) is list and v and type(v[0]) is dict and "bytes" in v[0] for v in values):
-        return pa.array(values, type=IMAGES_TYPE)
-    if name in CORE_COLUMNS:
-        return pa.array(values, type=CORE_SCHEMA.field(name).type)
-    if name in _LOSS_START_COLUMNS:
-        return pa.array(values, type=pa.int32())
-    try:
-        return pa.array(values)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-        return _json_array(values)
-
-
-def _json_array(values: list[Any]) -> pa.Array:
-    return pa.array(
-        [None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, default=str) for v in values],
-        type=pa.string(),
-    )
 
 
 class DatasetWriter:
@@ -480,21 +285,6 @@ def _final_schema(parts: list[Part], written: WrittenParts) -> pa.Schema:
                 fields[field.name] = pa.field(field.name, pa.string())
     ordered = list(CORE_SCHEMA.names) + sorted(set(fields) - CORE_COLUMNS)
     return pa.schema([fields[name] for name in ordered])
-
-
-def _split_messages(row: dict[str, Any]) -> dict[str, Any]:
-    """A mixed dataset's row: text columns as strings, messages (if any) in the *_messages columns."""
-    if type(row.get("prompt")) is not list:
-        return row
-    row = dict(row)
-    for name in TEXT_COLUMNS:
-        row[MESSAGE_COLUMNS[name]] = row[name]
-        row[name] = text_of(row[name], completion=name != "prompt")
-    return row
-
-
-def _all_strings(values: list[Any]) -> bool:
-    return all(v is None or isinstance(v, str) for v in values)
 
 
 def _try_cast(table: pa.Table, schema: pa.Schema) -> pa.Table | None:

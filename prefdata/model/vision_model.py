@@ -30,8 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError, first_line
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError, first_line
 from prefdata.model.attention import model_body
 from prefdata.model.mrope import rope_index
 from prefdata.model.vision_inputs import VisionInputs

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.reasoning import THINK_CLOSE, THINK_OPEN
 from prefdata.online.decode import Sample
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
-from prefdata.reasoning import THINK_CLOSE, THINK_OPEN
+from prefdata.online.sample_settings import SamplingSettings
+from prefdata.settings.commands import GenerateSettings
+from prefdata.settings.declare import takes_settings
 from prefdata.tokenize.template import (
     DEFAULT_TEMPLATE_DATE,
     TemplateSettings,
@@ -31,37 +34,8 @@ from prefdata.tokenize.template import (
     pinned_clock,
     template_messages,
 )
-from prefdata.settings.commands import GenerateSettings
-from prefdata.settings.declare import takes_settings
 
 GENERATIONS_FILE = "generations.jsonl"
-ENGINES = ("transformers", "vllm")
-
-
-@dataclass
-class GenerateSettings:
-    samples: int = 2
-    max_new_tokens: int = 128
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    batch_size: int = 8  # prompts per generate call (each yields `samples` sequences)
-    chat_template: bool = False
-    engine: str = "transformers"
-    device: str = "auto"
-    template: TemplateSettings = field(default_factory=TemplateSettings)  # as prepare renders
-
-    def __post_init__(self) -> None:
-        if self.samples < 1 or self.max_new_tokens < 1 or self.batch_size < 1:
-            raise PrefdataError("--samples, --max-new-tokens and --batch-size must be at least 1")
-        if self.temperature < 0:
-            raise PrefdataError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise PrefdataError(f"--top-p must be in (0, 1], got {self.top_p}")
-        if self.engine not in ENGINES:
-            raise PrefdataError(f"--engine must be one of {', '.join(ENGINES)}, not {self.engine!r}")
-
-
 @dataclass
 class GenerateResult:
     path: Path
@@ -110,7 +84,7 @@ def generate(
         raise PrefdataError(f"{path} exists (it may hold rewards already): pass --overwrite to replace it")
     template = TemplateSettings(parse_template_kwargs(template_kwargs),
                                 str(chat_template_file) if chat_template_file else None, date=template_date)
-    settings = GenerateSettings(samples, max_new_tokens, temperature, top_p, seed, batch_size, chat_template,
+    settings = SamplingSettings(samples, max_new_tokens, temperature, top_p, seed, batch_size, chat_template,
                                 engine, device, template)
     prompt_set = read_prompts(prompts)
     if prompt_set.first_problem:
@@ -125,7 +99,7 @@ def generate(
 def generate_rows(
     prompts: list[PromptRow],
     model: str | Path,
-    settings: GenerateSettings,
+    settings: SamplingSettings,
     *,
     progress: bool = True,
     trust_remote_code: bool = False,
@@ -224,7 +198,7 @@ def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
         raise PrefdataError(f"cannot load a tokenizer from {model_dir}: {str(exc).splitlines()[0]}") from None
 
 
-def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[list[int]], settings: GenerateSettings,
+def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[list[int]], settings: SamplingSettings,
                            progress: bool, trust_remote_code: bool,
                            keep: dict[int, str] | None = None, loaded: Any = None) -> list[list[Sample]]:
     """Batched sampling with a KV cache: left-padded prompts, `samples` sequences per prompt."""

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError, RecordError
-from prefdata.io.formats import ROLE_ALIASES, normalize_record
+from prefdata.core.errors import PrefdataError, RecordError
+from prefdata.core.records import Message, RawRecord
+from prefdata.io.formats import normalize_record
+from prefdata.io.messages import ROLE_ALIASES
 from prefdata.io.readers import iter_raw_records
-from prefdata.records import Message, RawRecord
 
 Prompt = str | list[Message]
 

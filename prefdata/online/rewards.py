@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
-from prefdata.records import Message
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import Message
 
 Completion = str | list[Message]
 

@@ -32,17 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.core.quiet import quiet_libraries, wants_quiet
 from prefdata.io.manifest import atomic_write_text
-from prefdata.online.generate import GenerateSettings, generate_rows
+from prefdata.online.generate import generate_rows
+from prefdata.online.sample_settings import SamplingSettings
 from prefdata.online.jsonl import read_jsonl, write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
 from prefdata.online.score import make_scorer, score_generations
-from prefdata.quiet import quiet_libraries, wants_quiet
-from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
-from prefdata.train.checkpoint import OPTIMIZER_DIR
 from prefdata.settings.commands import OnlineSettings
 from prefdata.settings.declare import takes_settings
+from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+from prefdata.train.checkpoint import OPTIMIZER_DIR
 
 ROUNDS_FILE = "rounds.jsonl"
 CONFIG_FILE = "online_config.json"
@@ -175,7 +176,7 @@ def run_online(
             atomic_write_text(policy, ONLINE_POLICY)
         scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
                              trust_remote_code=trust_remote_code)
-        generation = GenerateSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
+        generation = SamplingSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
                                       top_p=top_p, seed=seed, batch_size=batch_size, chat_template=chat_template,
                                       engine=engine, device=device, template=template)
         context = _Round(
@@ -284,7 +285,7 @@ class _Round:
     start_model: Path
     ref_model: Path
     scorer: Any
-    generation: GenerateSettings
+    generation: SamplingSettings
     prepare_kwargs: dict[str, Any]
     train_kwargs: dict[str, Any]
     device: str

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefdata.errors import PrefdataError, RecordError
+from prefdata.core.errors import PrefdataError, RecordError
+from prefdata.core.reasoning import REASONING_FIELDS, message_answer, split_reasoning
 from prefdata.io.formats import normalize_record
 from prefdata.io.readers import iter_raw_records
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.pairs import PairStats, make_pairs
 from prefdata.online.rewards import RewardFunctionScorer, RewardModelScorer
-from prefdata.reasoning import REASONING_FIELDS, message_answer, split_reasoning
 from prefdata.settings.commands import ScoreSettings
 from prefdata.settings.declare import takes_settings
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.online.decode import Sample
-
-if TYPE_CHECKING:
-    from prefdata.online.generate import GenerateSettings
+from prefdata.online.sample_settings import SamplingSettings
 
 
 def vllm_available() -> str | None:
@@ -25,7 +23,7 @@ def vllm_available() -> str | None:
     return None
 
 
-def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: GenerateSettings,
+def vllm_generate(model_dir: Path, prompt_ids: list[list[int]], settings: SamplingSettings,
                   trust_remote_code: bool,
                   decode: Callable[[list[int]], str] | None = None) -> list[list[Sample]]:
     """`samples` completions per prompt: text without the stop token, finished with EOS/stop, and the

@@ -2,7 +2,7 @@
 
 The recipe, top to bottom in `prepare`: check the arguments, load the policy and the tokenizer,
 then one of two write paths. Either this process writes every row (prefdata.prepare.written): it
-streams the checked rows (`prefdata.ingest.iter_checked_rows`, the core `validate` shares: workers
+streams the checked rows (`prefdata.checks.stream.iter_checked_rows`, the core `validate` shares: workers
 parse, normalize, tokenize and check chunks; the dataset-wide merge runs here in input order) into
 the dataset, dropped.jsonl or quarantine.jsonl. Or the workers write the shards themselves
 (`worker_writes`, prefdata.prepare.shards). Then the reports and, last, the manifest.
@@ -17,34 +17,37 @@ from pathlib import Path
 from typing import Any
 
 from prefdata import FORMAT_VERSION, __version__
-from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk
+from prefdata.checks.stream import iter_checked_rows, plan_input_mix
+from prefdata.core.errors import PrefdataError
 from prefdata.engine.local import default_workers
 from prefdata.engine.select import check_engine, select_engine
-from prefdata.errors import PrefdataError
-from prefdata.ingest import iter_checked_rows, plan_input_mix
 from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.images import ImageAccess, image_access
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import sha256_file, write_manifest
-from prefdata.io.mix import MixPlan, is_mix_file
+from prefdata.io.out_dir import abandon, prepare_output_dir, publish
 from prefdata.io.readers import list_input_files
-from prefdata.io.write_errors import write_problem
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
-from prefdata.pairing import DEFAULT_TOP_K, PairingSettings
-from prefdata.prepare.balance import check_target
+from prefdata.io.write_errors import write_problem
 from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
-from prefdata.templates import bundled_templates_for
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
-from prefdata.tokenize.select import select_pair_tokenizer
-from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+from prefdata.report.sections import build_report
+from prefdata.sets.balance import check_target
+from prefdata.sets.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
+from prefdata.sets.mix import MixPlan, is_mix_file
+from prefdata.sets.pairing import DEFAULT_TOP_K, PairingSettings
 from prefdata.settings.commands import PrepareSettings
 from prefdata.settings.declare import takes_settings
+from prefdata.templates import bundled_templates_for
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.select import select_pair_tokenizer
+from prefdata.tokenize.settings import TokenizeSettings
+from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 
 
 @dataclass
@@ -106,23 +109,16 @@ def prepare(
     stand for the keywords. How they combine: `balance_length` needs the two-pass write, so it turns
     `worker_writes` on (refusing an explicit False); `worker_writes` (default: on with Ray) implies
     `partitioned_checks`; `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
-    directory, a Hub id (`org/name:split`) or a mix file (prefdata.io.mix). Every engine and worker
+    directory, a Hub id (`org/name:split`) or a mix file (prefdata.sets.mix). Every engine and worker
     count gives the same OUT (same content hash).
     Image paths in rows are read only under the input file's directory (a directory input: that
     directory) or an `allowed_image_root`; anything else, and an image above the policy's
     `max_image_pixels`, is quarantined naming the path (prefdata.io.images)."""
-    from prefdata.io import writer as W
-
     started = time.time()
     check_engine(engine)
     workers = _check_numbers(batch_size, workers, engine)
-    if balance_length is not None:
-        balance_length = check_target(balance_length)
-        if worker_writes is False:
-            raise PrefdataError("--balance-length needs the two-pass write: leave out --no-worker-writes")
-        worker_writes = True  # the subsample needs the whole set's counts: decided between the two passes
-    worker_writes = engine == "ray" if worker_writes is None else worker_writes
-    partitioned_checks = partitioned_checks or worker_writes  # a worker writes a row once its flags are known
+    balance_length, worker_writes, partitioned_checks = _write_path(balance_length, worker_writes, partitioned_checks,
+                                                                    engine)
     raw_path, out_path = Path(raw), Path(out)
     mix = plan_input_mix(raw_path) if is_mix_file(raw_path) else None  # RAW may be a mix file
     hub = None if mix else parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
@@ -132,11 +128,8 @@ def prepare(
     benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
                                  completions=decontaminate_completions)
     index = benchmarks[0] if benchmarks else None
-    template = TemplateSettings(
-        kwargs=parse_template_kwargs(template_kwargs),
-        chat_template_file=str(chat_template_file) if chat_template_file else None,
-        date=template_date,
-    )
+    template = TemplateSettings(kwargs=parse_template_kwargs(template_kwargs), date=template_date,
+                                chat_template_file=str(chat_template_file) if chat_template_file else None)
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
                                 template=template, loss_on=loss_on,
                                 images=_image_access(raw_path, hub, mix, allowed_image_root, loaded_policy))
@@ -160,15 +153,9 @@ def prepare(
                                               loaded_policy, workers, engine, ray_address, batch_size, progress, config,
                                               report, balance, index, pairing_settings)
             else:
-                threshold = loaded_policy.near_duplicate_prompt_threshold
-                merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
-                rows = iter_checked_rows(
-                    mix or raw_path, policy=loaded_policy, settings=settings, batch_size=batch_size,
-                    progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
-                    engine=select_engine(engine, workers, ray_address), benchmarks=index, pairing=pairing_settings,
-                )
-                written = write_rows(rows, tmp, loaded_policy, batch_size, _handoff(config, pair_tokenizer), report)
-                written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+                written = _write_in_main(mix or raw_path, tmp, pair_tokenizer, settings, loaded_policy, workers, engine,
+                                         ray_address, batch_size, progress, config, report, partitioned_checks, index,
+                                         pairing_settings)
             if benchmarks is not None:
                 written.report.benchmarks = benchmarks[1]
             meta = {
@@ -179,14 +166,14 @@ def prepare(
                 # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
                 "bundled_templates": bundled_templates_for(pair_tokenizer.tokenizer.chat_template),
             }
-            built = _write_reports(tmp, written.report.build(written.accounting, meta))
+            built = _write_reports(tmp, build_report(written.report, written.accounting, meta))
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
             if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
                 manifest = _manifest(written, input_files, config, pair_tokenizer, hub, mix)
                 write_manifest(tmp, manifest)  # last: marks OUT finished
-            W.publish(tmp, out_path)
+            publish(tmp, out_path)
         except BaseException as exc:
-            W.abandon(tmp, out_path)
+            abandon(tmp, out_path)
             _raise_write_problem(exc, out_path)
             raise
     finally:
@@ -255,6 +242,40 @@ def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settin
     return config
 
 
+def _write_path(balance_length: float | None, worker_writes: bool | None, partitioned_checks: bool,
+                engine: str) -> tuple[float | None, bool, bool]:
+    """(balance target, worker writes, partitioned checks) as they combine: `balance_length` needs the
+    two-pass write (the subsample needs the whole set's counts: decided between the two passes);
+    worker writes default to on with Ray; a worker writes a row once its flags are known, so worker
+    writes partition the dataset-wide checks."""
+    if balance_length is not None:
+        balance_length = check_target(balance_length)
+        if worker_writes is False:
+            raise PrefdataError("--balance-length needs the two-pass write: leave out --no-worker-writes")
+        worker_writes = True
+    worker_writes = engine == "ray" if worker_writes is None else worker_writes
+    return balance_length, worker_writes, partitioned_checks or worker_writes
+
+
+def _write_in_main(
+    raw_path: Path | MixPlan, tmp: Path, pair_tokenizer: PairTokenizer, settings: TokenizeSettings, policy: Policy,
+    workers: int, engine: str, ray_address: str | None, batch_size: int, progress: bool, config: dict[str, Any],
+    report: ReportBuilder, partitioned_checks: bool, benchmarks: BenchmarkIndex | None, pairing: PairingSettings,
+) -> Written:
+    """This process writes every row (prefdata.prepare.written) of the checked-row stream, whose
+    workers parse, normalize, tokenize and check chunks; the dataset-wide merge runs here."""
+    threshold = policy.near_duplicate_prompt_threshold
+    merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
+    rows = iter_checked_rows(
+        raw_path, policy=policy, settings=settings, batch_size=batch_size,
+        progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
+        engine=select_engine(engine, workers, ray_address), benchmarks=benchmarks, pairing=pairing,
+    )
+    written = write_rows(rows, tmp, policy, batch_size, _handoff(config, pair_tokenizer), report)
+    written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
+    return written
+
+
 def _write_with_workers(
     raw_path: Path | MixPlan, hub: HubSource | None, input_files: list[Path], tmp: Path, pair_tokenizer: PairTokenizer,
     settings: TokenizeSettings, policy: Policy, workers: int, engine: str, ray_address: str | None, batch_size: int,
@@ -262,7 +283,7 @@ def _write_with_workers(
     benchmarks: BenchmarkIndex | None = None, pairing: PairingSettings | None = None,
 ) -> Written:
     """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
-    from prefdata import ingest
+    from prefdata.checks import stream
     from prefdata.engine.local import LocalEngine
     from prefdata.prepare import shards
 
@@ -270,9 +291,9 @@ def _write_with_workers(
     shard_bytes = shards.SHARD_BYTES  # a Hub split: its record chunks are grouped by count
     if not hub:
         input_bytes = sum(path.stat().st_size for path in input_files)
-        shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), ingest.CHUNK_BYTES)
+        shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), stream.CHUNK_BYTES)
     return shards.write_with_workers(
-        ingest.input_chunks(raw_path), tmp,
+        stream.input_chunks(raw_path), tmp,
         check=CheckChunk(pair_tokenizer, settings, policy, benchmarks=benchmarks, pairing=pairing or PairingSettings()),
         policy=policy, engine=runner,
         shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),
@@ -301,10 +322,9 @@ def _report_builder(policy: Policy, mix: MixPlan | None) -> ReportBuilder:
 
 
 def _staging_dir(out_path: Path, overwrite: bool) -> Path:
-    from prefdata.io import writer as W
 
     try:
-        return W.prepare_output_dir(out_path, overwrite)
+        return prepare_output_dir(out_path, overwrite)
     except BaseException as exc:
         _raise_write_problem(exc, out_path)
         raise

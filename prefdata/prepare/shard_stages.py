@@ -26,21 +26,21 @@ from typing import Any
 
 import numpy as np
 
-from prefdata import flags as F
 from prefdata.checks.checker import verdict
 from prefdata.checks.merge import dataset_flags
 from prefdata.checks.partitioned import DigestBlock, block_from_digests, join_blocks, member
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
+from prefdata.core import flags as F
+from prefdata.core.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.io.chunks import Chunk
+from prefdata.io.ledger import Ledger
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
-from prefdata.io.ledger import Ledger
-from prefdata.prepare.balance import pair_classes
 from prefdata.prepare.written import PendingRows
-from prefdata.records import CheckedRow, Pair, RawRecord, ScoredSummary
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 from prefdata.report.images import ImageFacts, ImageFactsCollector
+from prefdata.sets.balance import CHOSEN_LONGER, NOT_CHOSEN_LONGER, OWN_DROP
 
 _QUARANTINED = OUTCOMES.index("quarantined")
 _UNPAIRED = OUTCOMES.index("unpaired")
@@ -66,7 +66,7 @@ class ChunkCounts:
     pair_index: np.ndarray  # (p,) positions of its pairs (row ordinals of --balance-length's classes)
     known: np.ndarray  # positions of its rows that are preference data: pairs and unpaired rows (ShapeProbe)
     quarantined: list[tuple[int, int, str, bool]]  # (position, line within the chunk, error, unknown shape)
-    classes: np.ndarray | None = None  # with --balance-length: per pair, prepare.balance.pair_classes
+    classes: np.ndarray | None = None  # with --balance-length: per pair, pair_classes
 
 
 @dataclass
@@ -82,7 +82,7 @@ class ScanGroup:
 
     check: CheckChunk
     cache_dir: str
-    balance: bool = False  # also each pair's class for --balance-length (prefdata.prepare.balance)
+    balance: bool = False  # also each pair's class for --balance-length (prefdata.sets.balance)
 
     def setup(self) -> None:
         self.check.setup()
@@ -328,3 +328,21 @@ class RewritePart:
         src, dst, to_encode = job
         rewrite_part(src, dst, self.schema, to_encode)
         return dst.name
+
+
+def pair_classes(checked: CheckedChunk, policy: Policy) -> np.ndarray:
+    """Per pair of the chunk (in `pair_index` order): OWN_DROP when its own flags drop it, else
+    whether chosen is longer in tokens (before truncation; characters for an untokenized pair)."""
+    classes = np.empty(len(checked.pair_index), dtype=np.int8)
+    for at, position in enumerate(checked.pair_index.tolist()):
+        record = checked.records[position]
+        if verdict(record.flags, policy)[2] == "dropped":
+            classes[at] = OWN_DROP
+            continue
+        tok, pair = record.tokenized, record.pair
+        if tok is not None:
+            longer = tok.chosen_len_full > tok.rejected_len_full
+        else:
+            longer = len(pair.chosen) > len(pair.rejected)  # type: ignore[union-attr]
+        classes[at] = CHOSEN_LONGER if longer else NOT_CHOSEN_LONGER
+    return classes

@@ -31,18 +31,18 @@ import numpy as np
 from prefdata.checks.partitioned import PartitionedResult, shift_rows
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk
+from prefdata.checks.stream import ShapeProbe, partitioned_on, progress_bar
 from prefdata.engine.local import Engine
-from prefdata.ingest import ShapeProbe, partitioned_on, progress_bar
 from prefdata.io import writer as W
-from prefdata.io.ledger import Ledger, check_files
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
+from prefdata.io.ledger import Ledger, check_files
 from prefdata.prepare.shard_stages import (
     ChunkPlace, GroupScan, GroupUnit, RewritePart, ScanGroup, ShardUnit, ShardWritten, WriteShard,
 )
-from prefdata.prepare.balance import plan_balance
 from prefdata.prepare.written import Written
 from prefdata.report.builder import EXCERPT_ROWS, ReportBuilder
 from prefdata.report.compact import CompactRows
+from prefdata.sets.balance import plan_balance
 
 # A shard holds the records of up to this many input bytes (or SHARD_CHUNKS chunks read in this
 # process: gzip, JSON arrays, Parquet, the Hub) -- fewer when the input is small, so that every
@@ -94,7 +94,7 @@ def write_with_workers(
     """Both passes (see the module doc): OUT's dataset, dropped.jsonl, quarantine.jsonl and the
     report's rows, with the near-duplicate prompt groups already in the report. `report`: the
     builder to fill (default: a plain one). `balance`: (target, seed) of --balance-length: between
-    the passes prefdata.prepare.balance picks the pairs the second pass flags length_balance."""
+    the passes prefdata.sets.balance picks the pairs the second pass flags length_balance."""
     cache_dir = tmp / CACHE_DIR
     cache_dir.mkdir()
     groups, answers, classes = _first_pass(chunks, check, engine, cache_dir, shard_bytes, batch_size, input_name,
@@ -102,7 +102,7 @@ def write_with_workers(
     report = report or ReportBuilder(policy)
     drop_rows = np.zeros(0, dtype=np.int64)
     if balance is not None:
-        plan = plan_balance(*classes, answers.duplicate_rows, answers.conflicting_rows, policy, *balance)
+        plan = plan_balance(*classes, answers.duplicate_rows, answers.conflicting_rows, policy.severity, *balance)
         drop_rows = plan.drop_rows
         report.length_balance = plan.summary
         report.balance_dropped = plan.summary["dropped"]
@@ -117,7 +117,7 @@ def _first_pass(
     input_name: str, progress: bool, balance: bool = False,
 ) -> tuple[list[_Group], PartitionedResult, tuple[np.ndarray, np.ndarray]]:
     """Check and cache every group; number its lines and rows; the dataset-wide answers; with
-    `balance`, every pair's row ordinal and class (prefdata.prepare.balance.pair_classes)."""
+    `balance`, every pair's row ordinal and class (prefdata.prepare.shard_stages.pair_classes)."""
     put = getattr(engine, "put", lambda value: value)  # Ray: digests go to the object store at once
     probe = ShapeProbe(input_name, batch_size)
     lines = LineNumbers()

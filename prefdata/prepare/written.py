@@ -1,6 +1,6 @@
 """The main process writes every row: the local engine's write path (and `--no-worker-writes`).
 
-Rows come checked and in input order (prefdata.ingest.iter_checked_rows); each goes to exactly
+Rows come checked and in input order (prefdata.checks.stream.iter_checked_rows); each goes to exactly
 one of the dataset, dropped.jsonl and quarantine.jsonl, and to the report.
 """
 
@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from prefdata.checks.policy import Policy
+from prefdata.core.records import CheckedRow
 from prefdata.io import writer as W
 from prefdata.io.ledger import Ledger, check_files
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
-from prefdata.records import CheckedRow
 from prefdata.report.builder import ReportBuilder
 
 

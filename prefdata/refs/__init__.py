@@ -4,7 +4,8 @@ Flow (`compute_refs`, top to bottom): check the model's tokenizer against the ma
 length-sorted batches under a token budget -> compute them in shards (each saved to
 OUT/.refs-work/, so a killed run resumes) -> merge -> flag non-finite rows -> write the new dataset
 beside the old one and swap it in with renames -> update the manifest last. Under torchrun, rank r
-computes shards r, r+k, ...; rank 0 merges. Steps live in setup.py, shards.py, compute.py, swap.py.
+computes shards r, r+k, ...; rank 0 merges. Steps live in setup.py, shards.py, compute.py, swap.py;
+`--engine ray` runs the same shards on Ray actors (ray.py).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.io.lock import holding_out_lock, is_rank_zero
 from prefdata.io.manifest import read_manifest, require_pairs, write_manifest
 from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, batch_costs, compute_shards
@@ -150,21 +151,13 @@ def compute_refs(
     from prefdata.model.logprobs import plan_batches, plan_packed_batches
 
     out, model_dir = Path(out_dir), Path(model)
-    manifest = require_pairs(out, "refs")  # an unfinished or pair-less OUT is refused before anything is written
-    if not model_dir.is_dir():
-        raise PrefdataError(f"--model {model} is not a local model directory")
-    if batch_tokens <= 0:
-        raise PrefdataError("--batch-tokens must be positive")
-    env_rank, env_world, local_rank = distributed_env()
-    rank = env_rank if rank is None else rank
-    world_size = env_world if world_size is None else world_size
-    if world_size > 1 and "MASTER_ADDR" in os.environ:
-        init_process_group()
+    manifest = _checked_arguments(out, model, batch_tokens)
+    rank, world_size, local_rank = _ranks(rank, world_size)
 
     # 1. check the tokenizer (an image OUT: the processor), load the model, open the ids
     if rank == 0:
         _finish_swap(out)  # a previous run killed mid-swap
-    from prefdata.schema import LOSS_START_COLUMNS, check_out
+    from prefdata.core.schema import LOSS_START_COLUMNS, check_out
 
     check_out(out, tokens_only=True)  # the part of OUT's contract refs reads, before loading a model
     vision, tok_fp = checked_vision(out, model_dir, processor, manifest, trust_remote_code)
@@ -177,14 +170,7 @@ def compute_refs(
     held = None if recompute or fingerprint is None else held_refs(manifest, fingerprint, device_name.split(":")[0])
     if held is not None:  # a rerun would compute the same values again
         return _already_held(out, held, device_name, dtype_name, rank)
-    if loaded_model is not None and str(next(loaded_model.parameters()).dtype) != f"torch.{dtype_name}":
-        raise PrefdataError(f"loaded_model is {next(loaded_model.parameters()).dtype}, refs here run in {dtype_name}")
-    net = loaded_model if loaded_model is not None else load_reference_model(model_dir, dtype_name, device_name,
-                                                                             trust_remote_code, vision is not None)
-    if vision is not None:
-        from prefdata.model.vision_model import check_loaded_model
-
-        vision = check_loaded_model(net, vision, model_dir)
+    net, vision = _reference_model(loaded_model, model_dir, dtype_name, device_name, trust_remote_code, vision)
     layout = choose_layout(net, layout, vision)
     dataset, ids, lens = open_ids(out, images=vision is not None)
 
@@ -201,21 +187,12 @@ def compute_refs(
     }
     if vision is not None:  # the pixel values: the processor, and the images (OUT's content hash covers them)
         settings.update(processor=tok_fp, content_hash=manifest.get("content_hash"))
-    settings_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-    work = _work_dir(out, settings, settings_hash, rank, resume)
+    settings_hash, work = _work_dir(out, settings, rank, resume)
 
     # 3. compute this rank's shards that are not done yet
     mine = shards_for_rank(len(shards), rank, world_size)
     todo = [s for s in mine if not (resume and shard_path(work, s).is_file())]
-    # The bar counts what the summary counts, tokens put through the model: a shared prompt once,
-    # padding never (padding-free costs are exactly that; padded halves each carry the prompt).
-    row_tokens = np.asarray(costs, dtype=np.int64) if padding_free else (
-        2 * lens["prompt_ids"] + lens["chosen_ids"] + lens["rejected_ids"])
-    total_tokens = _shard_tokens(shards, mine, row_tokens)
-    from tqdm.auto import tqdm
-
-    bar = tqdm(total=total_tokens, initial=total_tokens - _shard_tokens(shards, todo, row_tokens), unit="tok",
-               unit_scale=True, desc="refs", disable=not progress or rank != 0, smoothing=0.1)  # rank 0 speaks for all
+    bar = _progress_bar(costs, padding_free, lens, shards, mine, todo, disable=not progress or rank != 0)
     start = time.perf_counter()
     tokens, _ = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar, vision)
     if device_name.startswith("cuda"):
@@ -239,23 +216,81 @@ def compute_refs(
     result.non_finite_rows = int(non_finite.sum())
     swap_dataset(out, with_ref_columns(dataset, merged, non_finite))
     manifest = read_manifest(out)  # fresh copy: keep every key other stages wrote
-    manifest["refs"] = {
-        "model": {"path": str(model_dir.resolve()), **fingerprint},
-        "settings": {"device": device_name, "dtype": dtype_name, "batch_tokens": batch_tokens, "layout": layout,
-                     "loss_on": "answer" if LOSS_START_COLUMNS[0] in ids else "all",
-                     "world_size": world_size, "settings_hash": settings_hash,
-                     "prefix_sharing": {"shared_pairs": shared_pairs, "pairs": num_rows}},
-        "tokenizer_fingerprint_checked": tok_fp,
-        **({"processor_fingerprint_checked": tok_fp} if vision is not None else {}),
-        "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "rows": num_rows,
-        "non_finite_rows": result.non_finite_rows,
-        "columns": list(REF_COLUMNS),
-    }
+    manifest["refs"] = _refs_record(
+        model_dir, fingerprint, tok_fp, vision is not None, result, batch_tokens, world_size, settings_hash,
+        loss_on="answer" if LOSS_START_COLUMNS[0] in ids else "all",
+    )
     manifest["shards"] = data_shards(out)  # the swap renamed (and may have re-cut) the data files
     write_manifest(out, manifest)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     return result
+
+
+def _checked_arguments(out: Path, model: str, batch_tokens: int) -> dict[str, Any]:
+    """OUT's manifest; an unfinished or pair-less OUT is refused before anything is written."""
+    manifest = require_pairs(out, "refs")
+    if not Path(model).is_dir():
+        raise PrefdataError(f"--model {model} is not a local model directory")
+    if batch_tokens <= 0:
+        raise PrefdataError("--batch-tokens must be positive")
+    return manifest
+
+
+def _ranks(rank: int | None, world_size: int | None) -> tuple[int, int, int]:
+    """(rank, world size, local rank): torchrun's unless given; its process group joined."""
+    env_rank, env_world, local_rank = distributed_env()
+    rank = env_rank if rank is None else rank
+    world_size = env_world if world_size is None else world_size
+    if world_size > 1 and "MASTER_ADDR" in os.environ:
+        init_process_group()
+    return rank, world_size, local_rank
+
+
+def _reference_model(loaded_model: Any, model_dir: Path, dtype_name: str, device_name: str, trust_remote_code: bool,
+                     vision: Any) -> tuple[Any, Any]:
+    """The reference model (`loaded_model` when given, in the dtype refs run in), and for an image
+    OUT its pixel-input settings checked against it."""
+    if loaded_model is not None and str(next(loaded_model.parameters()).dtype) != f"torch.{dtype_name}":
+        raise PrefdataError(f"loaded_model is {next(loaded_model.parameters()).dtype}, refs here run in {dtype_name}")
+    net = loaded_model if loaded_model is not None else load_reference_model(model_dir, dtype_name, device_name,
+                                                                             trust_remote_code, vision is not None)
+    if vision is not None:
+        from prefdata.model.vision_model import check_loaded_model
+
+        vision = check_loaded_model(net, vision, model_dir)
+    return net, vision
+
+
+def _progress_bar(costs: Any, padding_free: bool, lens: dict[str, np.ndarray], shards: list[list[list[int]]],
+                  mine: list[int], todo: list[int], disable: bool) -> Any:
+    """The bar counts what the summary counts, tokens put through the model: a shared prompt once,
+    padding never (padding-free costs are exactly that; padded halves each carry the prompt). Rank 0
+    speaks for all."""
+    from tqdm.auto import tqdm
+
+    row_tokens = np.asarray(costs, dtype=np.int64) if padding_free else (
+        2 * lens["prompt_ids"] + lens["chosen_ids"] + lens["rejected_ids"])
+    total_tokens = _shard_tokens(shards, mine, row_tokens)
+    return tqdm(total=total_tokens, initial=total_tokens - _shard_tokens(shards, todo, row_tokens), unit="tok",
+                unit_scale=True, desc="refs", disable=disable, smoothing=0.1)
+
+
+def _refs_record(model_dir: Path, fingerprint: dict[str, Any], tok_fp: str, images: bool, result: RefsResult,
+                 batch_tokens: int, world_size: int, settings_hash: str, loss_on: str) -> dict[str, Any]:
+    """The manifest's `refs` section: the model, the settings that decided the values, what was checked."""
+    return {
+        "model": {"path": str(model_dir.resolve()), **fingerprint},
+        "settings": {"device": result.device, "dtype": result.dtype, "batch_tokens": batch_tokens,
+                     "layout": result.layout, "loss_on": loss_on, "world_size": world_size,
+                     "settings_hash": settings_hash,
+                     "prefix_sharing": {"shared_pairs": result.shared_pairs, "pairs": result.rows}},
+        "tokenizer_fingerprint_checked": tok_fp,
+        **({"processor_fingerprint_checked": tok_fp} if images else {}),
+        "computed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "rows": result.rows,
+        "non_finite_rows": result.non_finite_rows,
+        "columns": list(REF_COLUMNS),
+    }
 
 
 def _already_held(out: Path, held: dict[str, Any], device: str, dtype: str, rank: int) -> RefsResult:
@@ -268,8 +303,10 @@ def _already_held(out: Path, held: dict[str, Any], device: str, dtype: str, rank
     )
 
 
-def _work_dir(out: Path, settings: dict[str, Any], settings_hash: str, rank: int, resume: bool) -> Path:
-    """OUT/.refs-work/<settings hash>/: shards computed under other settings are removed (rank 0)."""
+def _work_dir(out: Path, settings: dict[str, Any], rank: int, resume: bool) -> tuple[str, Path]:
+    """(settings hash, OUT/.refs-work/<settings hash>/): the work directory is keyed by everything that
+    decides the values; shards computed under other settings are removed (rank 0)."""
+    settings_hash = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     work = out / WORK_DIR / settings_hash
     if rank == 0:
         for stale in (out / WORK_DIR).glob("*") if (out / WORK_DIR).is_dir() else []:
@@ -279,7 +316,7 @@ def _work_dir(out: Path, settings: dict[str, Any], settings_hash: str, rank: int
             shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     (work / "settings.json").write_text(json.dumps(settings, indent=2, sort_keys=True), encoding="utf-8")
-    return work
+    return settings_hash, work
 
 
 def _shard_tokens(shards: list[list[list[int]]], shard_ids: list[int], row_tokens: np.ndarray) -> int:

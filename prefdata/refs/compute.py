@@ -21,8 +21,8 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
     `ids` holds loss starts; with the images of `ids["images"]` through `vision` for image pairs)."""
     import pyarrow as pa
 
+    from prefdata.core.schema import LOSS_START_COLUMNS
     from prefdata.model.pairs import pair_logps
-    from prefdata.schema import LOSS_START_COLUMNS
 
     rows, chosen, rejected, chosen_count, rejected_count, chosen_public, rejected_public = [], [], [], [], [], [], []
     tokens = shared = 0

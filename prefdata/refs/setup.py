@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from prefdata.errors import PrefdataError
-from prefdata.refs.swap import REF_COLUMNS
+from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import sha256_file, tokenizer_fingerprint
+from prefdata.refs.swap import REF_COLUMNS
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
@@ -34,7 +34,7 @@ def model_fingerprint(model_dir: Path, config: Any, dtype: str) -> dict[str, Any
 def ids_digest(table: Any) -> str:
     """Hash of the token-id columns and loss starts (what refs reads), so resumed shards belong to the
     same data."""
-    from prefdata.schema import LOSS_START_COLUMNS
+    from prefdata.core.schema import LOSS_START_COLUMNS
 
     digest = hashlib.sha256()
     for name in ("prompt_ids", "chosen_ids", "rejected_ids"):
@@ -162,7 +162,7 @@ def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict
     import datasets
     import pyarrow.compute as pc
 
-    from prefdata.schema import LOSS_START_COLUMNS, has_loss_starts
+    from prefdata.core.schema import LOSS_START_COLUMNS, has_loss_starts
 
     try:
         dataset = datasets.load_from_disk(str(out))

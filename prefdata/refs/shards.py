@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 SHARD_BATCHES = 8  # batches per resumable shard: small enough to lose little work on a kill
 

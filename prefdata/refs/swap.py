@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from prefdata import flags as F
+from prefdata.core import flags as F
 from prefdata.refs.shards import ShardValues
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps", "chosen_token_count", "rejected_token_count",

@@ -4,8 +4,8 @@
 unpaired record of scored completions); `add_compact`
 takes a run of rows checked elsewhere in bulk. Memory stays flat apart from compact per-row hash
 arrays (8-byte prompt and pair hashes plus a location, for the exact-duplicate sections) and small
-bounded samples. `build()` hands the collected state to report.sections, which lays out report.json
-(documented in docs/report-schema.md).
+bounded samples. report.sections lays report.json out from the collected state
+(`build_report(builder, accounting, meta)`; documented in docs/report-schema.md).
 
 The report is deterministic: the same input gives the same dict apart from `generated_at`.
 """
@@ -32,14 +32,13 @@ from prefdata.report.distributions import IntDistribution
 from prefdata.report.images import ImageStats
 from prefdata.report.length_bias import compare, count_bias
 from prefdata.report.scored import ScoredStats
-from prefdata.report.sections import LINES_PER_GROUP, TOP_GROUPS, build_report
 from prefdata.report.similarity import SimilaritySample
 from prefdata.report.sources import SourceTally
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from prefdata.records import CheckedRow
+    from prefdata.core.records import CheckedRow
 
 EXAMPLES_PER_FLAG = 5
 MAX_QUARANTINE_REASONS = 50  # distinct quarantine reasons kept; the rest are counted as "other reasons"
@@ -47,6 +46,8 @@ LINES_PER_REASON = 10
 EXCERPT_ROWS = 20_000  # prompt excerpts kept for the first rows only (bounded memory)
 MAX_FLAGGED_ROWS = 200_000  # content hashes of flagged rows kept for baseline comparison
 LENGTH_FLUSH_ROWS = 8192  # rows whose character lengths are counted together (numpy, not per row)
+TOP_GROUPS = 10  # duplicate-prompt / duplicate-pair / near-duplicate groups listed in the report
+LINES_PER_GROUP = 5
 
 
 class ReportBuilder:
@@ -62,12 +63,12 @@ class ReportBuilder:
         sources: Mapping[str, str] | None = None,
     ) -> None:
         self.policy = policy
-        # A mixture: each input file's source (io.mix.MixPlan.file_sources); the report gets a
+        # A mixture: each input file's source (sets.mix.MixPlan.file_sources); the report gets a
         # per-source section (report.sources). `source_plans`: the mix's own numbers, by source name.
         self.file_sources = dict(sources) if sources else None
         self.by_source: dict[str, SourceTally] = {}
         self.source_plans: dict[str, dict[str, Any]] = {}
-        # --balance-length: what the subsample did (prepare.balance), and the pairs it dropped (they
+        # --balance-length: what the subsample did (sets.balance), and the pairs it dropped (they
         # do not count against max_dropped_share: the user asked for them to go).
         self.length_balance: dict[str, Any] | None = None
         self.balance_dropped = 0
@@ -118,7 +119,7 @@ class ReportBuilder:
         # measured them with the bounded method; the report names them.
         self.bounded_rows = 0
         self.bounded_examples: list[dict[str, Any]] = []
-        # --decontaminate-against: the benchmarks (a checks.decontaminate.BenchmarkCatalog, set by the
+        # --decontaminate-against: the benchmarks (a sets.decontaminate.BenchmarkCatalog, set by the
         # command) and, per flagged pair, (file id, line, outcome, BenchmarkMatch); counted in full.
         self.benchmarks: Any = None
         self.benchmark_matches: list[tuple[int, int, str, Any]] = []
@@ -201,7 +202,7 @@ class ReportBuilder:
             self._add_bounded(rows.source_file, int(rows.lines[int(pairs[at])]))
         self._pending_chars.frombytes(np.ascontiguousarray(rows.lengths, dtype=np.int64).tobytes())
         if len(self._pending_chars) >= 3 * LENGTH_FLUSH_ROWS:
-            self._flush_lengths()
+            self.flush_lengths()
         if rows.tokens is not None:
             self._add_token_array(rows.tokens)
         if rows.images is not None:
@@ -349,7 +350,7 @@ class ReportBuilder:
         pending.append(len(pair.chosen))
         pending.append(len(pair.rejected))
         if len(pending) >= 3 * LENGTH_FLUSH_ROWS:
-            self._flush_lengths()
+            self.flush_lengths()
         kept = row.outcome == "kept"
         if kept:
             self.bias_kept["chars"][compare(len(pair.chosen), len(pair.rejected))] += 1
@@ -388,7 +389,7 @@ class ReportBuilder:
             self.truncated[name] += int(cut[:, column].sum())
         self.truncated["any"] += int(cut.any(axis=1).sum())
 
-    def _flush_lengths(self) -> None:
+    def flush_lengths(self) -> None:
         """Move the pending character lengths into the distributions and the length-bias counts."""
         import numpy as np
 
@@ -428,19 +429,12 @@ class ReportBuilder:
             {"size": len(c), "rows": [_as_location(lookup(i)) for i in c[:LINES_PER_GROUP]]} for c in sized[:TOP_GROUPS]
         ]
 
-    # ------------------------------------------------------------------ build
-
     def file_names(self) -> list[str]:
         """Source file names by file id (the order files were first seen)."""
         names = [""] * len(self.files)
         for name, index in self.files.items():
             names[index] = name
         return names
-
-    def build(self, accounting: Mapping[str, int] | None = None, meta: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The report.json dict; `accounting` and `meta` (command, input, tokenizer, ...) come from the caller."""
-        self._flush_lengths()
-        return build_report(self, accounting, meta)
 
 
 def _as_location(value: Any) -> dict[str, Any]:

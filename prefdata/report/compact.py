@@ -10,14 +10,14 @@ import xxhash
 
 from prefdata.checks.dataset import pair_digests_and_key
 from prefdata.checks.pair import completion_content, ids_mode, similarity
-from prefdata.records import Pair, ScoredSummary
+from prefdata.core.records import Pair, ScoredSummary
 from prefdata.report.images import ImageFacts
 from prefdata.report.similarity import LazySimilarity
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from prefdata.records import CheckedRow
+    from prefdata.core.records import CheckedRow
 
 EXCERPT_CHARS = 100
 OUTCOMES = ("kept", "dropped", "quarantined", "unpaired")  # codes of CompactRows.outcome
@@ -102,7 +102,7 @@ class CompactRows:
     excerpts: list[str] | None = None  # excerpt(prompt) per row ("" when quarantined), while needed
     # One row per tokenized pair, in order: its `token_row` (the TokenLengths fields), shape (k, 6).
     tokens: "np.ndarray | None" = None
-    # (position, summary) of each record of scored completions, on its first row (prefdata.pairing).
+    # (position, summary) of each record of scored completions, on its first row (prefdata.sets.pairing).
     scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)
     # The images of its pairs that have some (report.images); None when none has.
     images: ImageFacts | None = None

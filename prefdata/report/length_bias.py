@@ -2,7 +2,7 @@
 
 A preference set whose chosen half is mostly the longer one teaches length, not quality (the share
 of pairs where chosen is longer, in tokens and in characters, overall and per source; prepare's
-`--balance-length` subsamples to a target share: prefdata.prepare.balance).
+`--balance-length` subsamples to a target share: prefdata.sets.balance).
 """
 
 from __future__ import annotations

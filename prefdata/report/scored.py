@@ -1,4 +1,4 @@
-"""The report's scored-completions section: what pairing made of each record (prefdata.pairing).
+"""The report's scored-completions section: what pairing made of each record (prefdata.sets.pairing).
 
 Per prompt: completions, pairs made, ties (unordered pairs of completions with equal scores), as
 distributions; the records that made no pair, by reason, with example lines; the records capped at
@@ -16,7 +16,7 @@ from array import array
 from collections import Counter
 from typing import Any
 
-from prefdata.records import ScoredSummary
+from prefdata.core.records import ScoredSummary
 from prefdata.report.distributions import QUANTILES, IntDistribution, _nice_width
 
 MARGIN_BINS = 12

@@ -7,29 +7,27 @@ from __future__ import annotations
 
 import time
 from array import array
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from prefdata import __version__
 from prefdata.checks.similarity import BOUNDED_METHOD, EXACT_LIMIT
+from prefdata.report.builder import LINES_PER_GROUP, TOP_GROUPS, ReportBuilder
 from prefdata.report.hints import chat_template_hint, dropped_share_hint, template_hint
 from prefdata.report.length_bias import bias_dict
 from prefdata.report.sources import sources_section
 
-if TYPE_CHECKING:
-    from prefdata.report.builder import ReportBuilder
-
 SCHEMA_VERSION = 1
-TOP_GROUPS = 10  # duplicate-prompt / duplicate-pair / near-duplicate groups listed in the report
-LINES_PER_GROUP = 5
 # A record that cannot be read fails `validate` (a PR must not bring one in); `prepare` sets it aside
 # in quarantine.jsonl and goes on, so there it is a warning.
 QUARANTINE_SEVERITY = {"validate": "error", "prepare": "warn"}
 
 
 def build_report(
-    builder: "ReportBuilder", accounting: Mapping[str, int] | None = None, meta: Mapping[str, Any] | None = None
+    builder: ReportBuilder, accounting: Mapping[str, int] | None = None, meta: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """report.json as a dict, from everything `builder` collected (its pending lengths flushed)."""
+    """report.json as a dict, from everything `builder` collected; `accounting` and `meta` (command,
+    input, tokenizer, ...) come from the caller."""
+    builder.flush_lengths()
     meta = dict(meta or {})
     policy = builder.policy
     q_severity = builder.quarantine_severity or QUARANTINE_SEVERITY.get(meta.get("command") or "", "error")

@@ -1,6 +1,6 @@
-"""The report's per-source section for a mixture (prefdata.io.mix): each source's rows in, kept,
+"""The report's per-source section for a mixture (prefdata.sets.mix): each source's rows in, kept,
 dropped and quarantined, its flags, the length bias of chosen vs rejected, and its lengths. A source
-of scored completions (prefdata.io.scored) also counts its records apart from its rows (a record may
+of scored completions (prefdata.sets.scored) also counts its records apart from its rows (a record may
 make several pair rows, or one `unpaired` row): `records_in` is what the mixture sampled.
 
 `SourceTally` counts one source, row by row (`add_row`) or a run of rows in bulk (`add_arrays`,
@@ -19,7 +19,7 @@ from prefdata.report.length_bias import bias_dict, compare, count_bias, share
 if TYPE_CHECKING:
     import numpy as np
 
-    from prefdata.records import CheckedRow
+    from prefdata.core.records import CheckedRow
 
 _PARTS = ("prompt", "chosen", "rejected")
 

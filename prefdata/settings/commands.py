@@ -1,6 +1,6 @@
 """Every command's settings, declared once: name (Python keyword and TOML key), type, default, help, flag.
 
-The CLI (prefdata.cli), the config loader (prefdata.config), `--help` and the docs' flag tables
+The CLI (prefdata.cli), the config loader (prefdata.settings.config), `--help` and the docs' flag tables
 (docs/cli.md, the README's tables) are made from these classes. Each command's function takes the same
 names as keywords, or the whole object as `settings=` (tests/test_settings.py keeps both in step).
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prefdata.pairing import DEFAULT_TOP_K, STRATEGIES
+from prefdata.sets.pairing import DEFAULT_TOP_K, STRATEGIES
 from prefdata.settings.declare import Settings, setting
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE
 

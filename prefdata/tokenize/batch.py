@@ -1,8 +1,9 @@
 """Normalize a batch of raw records and tokenize their pairs in one batched tokenizer call.
 
-The per-record half of ingest (it runs in the engine's workers): a record either becomes a pair
-with its final token ids, or carries the one-line reason it must be quarantined. A record of scored
-completions (prefdata.io.scored) becomes one result per pair it makes, or one unpaired result.
+The per-record half of the checked-row stream (prefdata.checks.stream), run in the engine's workers:
+a record either becomes a pair with its final token ids, or carries the one-line reason it must be
+quarantined. A record of scored completions (prefdata.sets.scored) becomes one result per pair it
+makes, or one unpaired result.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ from array import array
 from dataclasses import dataclass
 from typing import Sequence
 
-from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.core.errors import RecordError, UnknownShapeError
+from prefdata.core.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.io.images import load_pair_images
-from prefdata.io.scored import record_pairs
-from prefdata.pairing import PairingSettings
-from prefdata.records import Pair, RawRecord, ScoredSummary, TokenizedPair
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, truncate_pair
+from prefdata.sets.pairing import PairingSettings
+from prefdata.sets.scored import record_pairs
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
+from prefdata.tokenize.truncate import truncate_pair
 
 
 @dataclass

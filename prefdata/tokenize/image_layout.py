@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefdata.errors import PrefdataError, first_line
+from prefdata.core.errors import PrefdataError, first_line
 from prefdata.tokenize.image_scheme import processor_ids
 
 # (width, height), odd and different: a small one (a tile or none), a non-square one and a wide

@@ -26,7 +26,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Sequence
 
-from prefdata.errors import PrefdataError, first_line
+from prefdata.core.errors import PrefdataError, first_line
 
 # Odd, different sizes: a grid that depends on the size shows a different count for each.
 PROBE_SIZES = ((37, 23), (61, 90))

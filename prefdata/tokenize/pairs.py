@@ -1,4 +1,5 @@
-"""Pairs to token ids: chat templates, BOS/EOS, the prompt/completion boundary, truncation.
+"""Pairs to token ids: chat templates, BOS/EOS, the prompt/completion boundary, then truncation
+(prefdata.tokenize.truncate).
 
 What a tokenized pair looks like (TRL's convention, completion ids exclude the prompt):
 
@@ -30,185 +31,23 @@ from __future__ import annotations
 
 import os
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError, RecordError, first_line
-from prefdata.io.images import ImageAccess
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError, RecordError, first_line
+from prefdata.core.reasoning import carries_reasoning_or_tools, reasoning_end
+from prefdata.core.records import Message, Pair, TokenizedPair
 from prefdata.io.manifest import tokenizer_fingerprint
-from prefdata.reasoning import carries_reasoning_or_tools, reasoning_end
-from prefdata.records import Message, Pair, TokenizedPair
 from prefdata.tokenize.pieces import HUGE_TEXT_CHARS, count_tokens_before, encode_ids
-from prefdata.tokenize.template import (
-    Rendered,
-    TemplateSettings,
-    lost_fields,
-    pinned_clock,
-    template_fingerprint,
-    template_messages,
-)
+from prefdata.tokenize.settings import TokenizeSettings
+from prefdata.tokenize.template import Rendered, lost_fields, pinned_clock, template_fingerprint, template_messages
+from prefdata.tokenize.tokenizer import leading_special_ids, load_tokenizer, pick_anchor
+from prefdata.tokenize.truncate import truncate_pair
 
 # Characters of prompt and of completion on each side of the boundary that the boundary check
 # re-tokenizes (see `_boundary_mismatches`).
 BOUNDARY_WINDOW_CHARS = 48
-
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
-LOSS_ON = ("all", "answer")
-
-
-@dataclass
-class TokenizeSettings:
-    """How pairs are tokenized and truncated.
-
-    max_length: prompt + completion, per half. max_prompt_length: the prompt alone.
-    chat_template: render plain-string rows through the chat template (one user + one assistant turn).
-    template: template variables, a replacement template and the pinned date (tokenize.template).
-    loss_on: "all" completion tokens, or only the "answer" (a leading reasoning block stays in the
-    sequence, out of the loss: TokenizedPair.*_loss_start).
-    """
-
-    max_length: int | None = None
-    max_prompt_length: int | None = None
-    chat_template: bool = False
-    template: TemplateSettings = field(default_factory=TemplateSettings)
-    loss_on: str = "all"
-    images: ImageAccess = field(default_factory=ImageAccess)  # where image paths may be read from
-
-    def __post_init__(self) -> None:
-        if self.loss_on not in LOSS_ON:
-            raise PrefdataError(f"--loss-on must be one of {', '.join(LOSS_ON)}, got {self.loss_on!r}")
-        for name in ("max_length", "max_prompt_length"):
-            value = getattr(self, name)
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise PrefdataError(f"{name} must be a positive integer, got {value!r}")
-        if (
-            self.max_length is not None
-            and self.max_prompt_length is not None
-            and self.max_prompt_length >= self.max_length
-        ):
-            raise PrefdataError(
-                f"max_prompt_length ({self.max_prompt_length}) must be smaller than max_length "
-                f"({self.max_length}) so that completions keep at least one token"
-            )
-
-
-def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
-    """Load a fast Hugging Face tokenizer from a local directory (or a name already in the HF cache)."""
-    path = str(path)
-    if os.path.isfile(path):  # e.g. tok/vocab.json: the files come as a set, from their directory
-        parent = os.path.dirname(path) or "."
-        raise PrefdataError(f"--tokenizer takes the tokenizer's directory, not one of its files: pass {parent} instead of {path}")
-    if os.path.isdir(path):
-        if not any(os.path.exists(os.path.join(path, name)) for name in _TOKENIZER_FILES):
-            raise PrefdataError(f"no tokenizer files ({', '.join(_TOKENIZER_FILES)}) in {path}")
-    elif os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1:
-        raise PrefdataError(f"tokenizer directory not found: {path}")
-    try:
-        from transformers import AutoTokenizer
-
-        # A name that is not a local directory is only looked up in the local HF cache: preparing
-        # data never downloads anything.
-        local_only = not os.path.isdir(path)
-        tokenizer = AutoTokenizer.from_pretrained(
-            str(path), trust_remote_code=trust_remote_code, local_files_only=local_only
-        )
-    except Exception as exc:  # any loading failure is a usage error: one line, no traceback
-        if _interrupted(exc):  # transformers' lazy imports wrap a Ctrl-C in RuntimeError
-            raise KeyboardInterrupt from None
-        first = first_line(exc)
-        raise PrefdataError(f"cannot load tokenizer from {path}: {first}") from None
-    if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "_tokenizer", None) is None:
-        raise PrefdataError(
-            f"tokenizer at {path} has no fast (Rust) version; prefdata needs a tokenizer.json-backed tokenizer"
-        )
-    return tokenizer
-
-
-def _interrupted(exc: BaseException) -> bool:
-    """Whether a KeyboardInterrupt is somewhere in the chain of causes of `exc`."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, KeyboardInterrupt):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def truncate_pair(
-    prompt_ids: Sequence[int],
-    chosen_ids: Sequence[int],
-    rejected_ids: Sequence[int],
-    settings: TokenizeSettings,
-    eos_token_id: int | None = None,
-    image_spans: Sequence[tuple[int, int]] | None = None,
-) -> TokenizedPair:
-    """Truncate one pair and set the truncation flags. Pure; also used for pre-tokenized rows.
-
-    `image_spans`: [start, end) of each image's expanded tokens in the prompt ids (image pairs).
-    A left cut that would reach into one leaves the whole pair uncut instead (every image stays fully
-    visible next to its placeholder; the pair is longer than max_length) and flags only
-    `image_truncated` (dropped by default): TRL-style truncation would train it half-visible.
-
-    The prompt is cut from the LEFT (its end, with the assistant turn header, survives), first to
-    max_prompt_length, then to max_length. Completions are cut from the RIGHT so that
-    prompt + completion <= max_length. Both halves keep the very same prompt ids.
-
-    A prompt that alone fills max_length keeps max_length tokens and leaves 0 completion tokens:
-    the pair is flagged `no_completion_tokens` (dropped by the default policy) rather than cut to a
-    1-token completion, which would carry almost no preference signal. Every half that lost tokens
-    from its end (its EOS first) is flagged `completion_truncated`.
-
-    eos_token_id is what the completions end with when untruncated; truncation never re-appends it
-    (the trainer must see that the answer was cut, not a fake end).
-    """
-    del eos_token_id  # documented above; the flags only depend on what was cut
-    prompt, chosen, rejected = _own_ids(prompt_ids), _own_ids(chosen_ids), _own_ids(rejected_ids)
-    lens_full = (len(prompt), len(chosen), len(rejected))
-    result_flags: list[str] = []
-
-    prompt_limit = settings.max_prompt_length
-    if settings.max_length is not None:
-        prompt_limit = settings.max_length if prompt_limit is None else min(prompt_limit, settings.max_length)
-    if prompt_limit is not None and len(prompt) > prompt_limit:
-        cut = len(prompt) - prompt_limit
-        if image_spans and any(start < cut for start, _end in image_spans):
-            # Left whole: a pair that cannot fit without cutting an image is not cut at all.
-            return TokenizedPair(prompt, chosen, rejected, *lens_full, flags=[F.IMAGE_TRUNCATED])
-        prompt = prompt[cut:]
-
-    if settings.max_length is not None:
-        budget = settings.max_length - len(prompt)
-        if len(chosen) > budget or len(rejected) > budget:
-            result_flags.append(F.COMPLETION_TRUNCATED)
-            chosen_cut, rejected_cut = chosen[:budget], rejected[:budget]
-            if chosen_cut == rejected_cut and chosen != rejected:
-                result_flags.append(F.IDENTICAL_AFTER_TRUNCATION)
-            chosen, rejected = chosen_cut, rejected_cut
-
-    if not chosen or not rejected:
-        result_flags.append(F.NO_COMPLETION_TOKENS)
-
-    return TokenizedPair(
-        prompt_ids=prompt,
-        chosen_ids=chosen,
-        rejected_ids=rejected,
-        prompt_len_full=lens_full[0],
-        chosen_len_full=lens_full[1],
-        rejected_len_full=lens_full[2],
-        flags=result_flags,
-    )
-
-
-def _own_ids(ids: Sequence[int]) -> Sequence[int]:
-    """The ids as the pair keeps them: a copy as a list, or an array('i') taken as it is (a huge
-    text's ids, which the tokenizer made for this pair: as Python ints they would cost 9x the
-    memory, and a copy would be one more of the largest thing the run holds)."""
-    return ids if isinstance(ids, array) else list(ids)
 
 
 @dataclass
@@ -282,9 +121,9 @@ class PairTokenizer:
         self.tokenizer = tokenizer
         self._backend = tokenizer._tokenizer  # the Rust tokenizer: batched, no Python per-token work
         self._eos_id = int(tokenizer.eos_token_id)
-        self._prefix_ids = _leading_special_ids(tokenizer)
+        self._prefix_ids = leading_special_ids(tokenizer)
         self._special_strings = tuple(sorted(tokenizer.get_added_vocab(), key=len, reverse=True))
-        self._anchor = _pick_anchor(tokenizer)
+        self._anchor = pick_anchor(tokenizer)
         self._render_kwargs = template.render_kwargs()
         self._day = template.day()
 
@@ -593,39 +432,6 @@ def _rendered(prompt: str, full_chosen: str, full_rejected: str) -> Rendered:
     if not (full_chosen.startswith(prompt) and full_rejected.startswith(prompt)):
         cut = len(os.path.commonprefix([prompt, full_chosen, full_rejected]))
     return Rendered(prompt, (full_chosen, full_rejected), cut)
-
-
-def _pick_anchor(tokenizer: Any) -> str:
-    """A special token that splits the text without eating neighbouring whitespace (no lstrip or
-    rstrip) and encodes to exactly one id; the EOS when it qualifies. '' when none does."""
-    backend = tokenizer._tokenizer
-    candidates = sorted(
-        tokenizer.added_tokens_decoder.values(),
-        key=lambda t: (t.content != tokenizer.eos_token, t.content),
-    )
-    for token in candidates:
-        if not token.special or token.lstrip or token.rstrip or token.normalized:
-            continue
-        ids = backend.encode(token.content + "x", add_special_tokens=False).ids
-        if len(ids) >= 2 and ids[0] == tokenizer.convert_tokens_to_ids(token.content):
-            return token.content
-    return ""
-
-
-def _leading_special_ids(tokenizer: Any) -> list[int]:
-    """The ids the tokenizer's post-processor puts before a single text (BOS where it adds one).
-
-    Trailing ones (an EOS some tokenizers append) are not put after a prompt: the prompt continues
-    with the completion, which gets its own EOS.
-    """
-    backend = tokenizer._tokenizer
-    probe = "prefdata probe"
-    bare = backend.encode(probe, add_special_tokens=False).ids
-    full = backend.encode(probe, add_special_tokens=True).ids
-    for start in range(len(full) - len(bare) + 1):
-        if full[start : start + len(bare)] == bare:
-            return list(full[:start])
-    return []
 
 
 def _take(ids: list[Sequence[int]], index: int, drop: int) -> Sequence[int]:

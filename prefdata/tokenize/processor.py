@@ -17,9 +17,9 @@ import json
 import os
 from typing import Any
 
-from prefdata.errors import PrefdataError, first_line
+from prefdata.core.errors import PrefdataError, first_line
 from prefdata.io.images import pillow
-from prefdata.tokenize.pairs import _interrupted
+from prefdata.tokenize.tokenizer import interrupted
 
 _PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
 _CLASS_FILES = ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json")
@@ -40,7 +40,7 @@ def load_processor(path: str, trust_remote_code: bool = False) -> Any:
 
         processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     except Exception as exc:  # one line, no traceback
-        if _interrupted(exc):
+        if interrupted(exc):
             raise KeyboardInterrupt from None
         processor = _without_video_processor(path, trust_remote_code)
         if processor is None:
@@ -76,7 +76,7 @@ def _without_video_processor(path: str, trust_remote_code: bool) -> Any | None:
     except ImportError as exc:  # a package the class itself needs (SmolVLM: num2words): name it
         raise PrefdataError(f"cannot load processor from {path}: {first_line(exc)}") from None
     except Exception as exc:
-        if _interrupted(exc):
+        if interrupted(exc):
             raise KeyboardInterrupt from None
         return None
 

@@ -6,8 +6,9 @@ exclude each other: given both, it is not clear which tokenizer the user meant.
 
 from __future__ import annotations
 
-from prefdata.errors import PrefdataError
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.core.errors import PrefdataError
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
 
 BOTH_GIVEN = "--tokenizer and --processor exclude each other: give --processor PATH for image pairs (it holds its tokenizer), else --tokenizer PATH"
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from prefdata.errors import PrefdataError
-from prefdata.reasoning import REASONING_FIELDS, message_answer, message_reasoning
+from prefdata.core.errors import PrefdataError
+from prefdata.core.reasoning import REASONING_FIELDS, message_answer, message_reasoning
+from prefdata.core.records import Message
 from prefdata.templates import bundled_template_names, bundled_template_text
-from prefdata.records import Message
 
 DEFAULT_TEMPLATE_DATE = "2026-01-01"  # what `strftime_now` and `date_string` read unless --template-date says
 

@@ -30,10 +30,10 @@ import hashlib
 import json
 from typing import Any, Sequence
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError, RecordError, first_line
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError, RecordError, first_line
+from prefdata.core.records import Message, Pair
 from prefdata.io.images import LoadedImage
-from prefdata.records import Message, Pair
 from prefdata.tokenize.image_layout import SizedLayout, learn_sized_layout
 from prefdata.tokenize.image_scheme import (
     ImageScheme,
@@ -42,8 +42,9 @@ from prefdata.tokenize.image_scheme import (
     learn_image_scheme,
     template_unit,
 )
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, _Texts
+from prefdata.tokenize.pairs import PairTokenizer, _Texts
 from prefdata.tokenize.processor import holds_processor, load_processor
+from prefdata.tokenize.settings import TokenizeSettings
 
 __all__ = ["VisionPairTokenizer", "holds_processor", "load_processor", "processor_fingerprint"]
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.train.runtime import set_rng_state
 
 CHECKPOINT_DIR = "checkpoints"

@@ -11,13 +11,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
+from prefdata.core.ranks import is_main_process
 from prefdata.io.manifest import read_manifest, require_pairs, tokenizer_fingerprint
 from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
 from prefdata.model.vision_model import is_image_out, refuse_mismatched_rows
-from prefdata.ranks import is_main_process
 
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")  # for --ld-alpha
@@ -77,9 +77,9 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     import pyarrow.compute as pc
 
     require_pairs(out_dir, "train")  # an unfinished or pair-less OUT: one line, before anything is written
-    from prefdata.schema import LOSS_START_COLUMNS, check_out, has_loss_starts
+    from prefdata.core.schema import LOSS_START_COLUMNS, check_out, has_loss_starts
 
-    check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.schema)
+    check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.core.schema)
     try:
         manifest = read_manifest(out_dir)
         dataset = datasets.load_from_disk(str(out_dir))

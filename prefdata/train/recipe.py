@@ -24,9 +24,11 @@ from typing import Any
 
 import torch
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.model.losses import DEFAULT_SIMPO_GAMMA, REFERENCE_FREE_LOSSES
 from prefdata.model.pairs import choose_layout
+from prefdata.settings.commands import TrainSettings
+from prefdata.settings.declare import takes_settings
 from prefdata.train.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -51,8 +53,6 @@ from prefdata.train.runtime import (
 )
 from prefdata.train.stall import StallDetector
 from prefdata.train.step import PairForward, run_eval, zero_margin_loss
-from prefdata.settings.commands import TrainSettings
-from prefdata.settings.declare import takes_settings
 
 __all__ = ["TrainResult", "train"]
 
@@ -120,50 +120,23 @@ def train(
 
     check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tokens, batch_pairs, grad_accum,
                    warmup_ratio, log_every, save_every, stall_steps, eval_every, ld_alpha)
-    if lr_schedule not in LR_SCHEDULES:
-        raise PrefdataError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, not {lr_schedule!r}")
-    if schedule_steps is not None and schedule_steps < 1:
-        raise PrefdataError(f"schedule_steps must be >= 1, got {schedule_steps}")
+    _check_schedule(lr_schedule, schedule_steps)
     out_dir, output = Path(out_dir), Path(output)
     rank, world_size, created_group = init_distributed(device)  # torchrun: every rank plans the same batches
     torch_device = resolve_device(device)
 
     # 1. data
-    need_refs = loss not in REFERENCE_FREE_LOSSES
-    need_public = ld_alpha is not None
-    data = load_pairs(out_dir, need_refs=need_refs, need_public_refs=need_public)
-    eval_data = (load_pairs(Path(eval_dir), need_refs=need_refs, need_public_refs=need_public)
-                 if eval_dir is not None else None)
+    data, eval_data = _load_data(out_dir, eval_dir, loss, ld_alpha)
 
     # 2. policy and tokenizer (an image OUT: the processor, whose tokenizer made its ids)
-    vision, image_processor = _checked_vision(out_dir, Path(model), processor, data, trust_remote_code)
-    tokenizer = (image_processor.tokenizer if vision is not None
-                 else load_checked_tokenizer(model, data.manifest, out_dir, trust_remote_code))
+    vision, image_processor, tokenizer = _processing(out_dir, Path(model), processor, data, trust_remote_code)
     if eval_data is not None:
-        check_same_tokenizer(data.manifest, eval_data.manifest, out_dir, Path(eval_dir))
-        if eval_data.loss_on_answer != data.loss_on_answer:
-            raise PrefdataError(f"{out_dir} and {eval_dir} were prepared with different --loss-on: prepare both alike")
+        _check_eval_data(data, eval_data, out_dir, Path(eval_dir))  # type: ignore[arg-type]
     seed_everything(seed)
-    if loaded_policy is not None and lora:
-        raise PrefdataError("loaded_policy and lora do not go together: pass the model directory")
     policy = _load_policy(transformers, model, lora, torch_device, trust_remote_code, loaded_policy, vision is not None)
-    # The forward calls the decoder body and output head directly, so it gets the plain transformers
-    # model (for LoRA: the base model with the adapter layers injected).
-    forward_model = policy.get_base_model() if lora else policy
-    if vision is not None:
-        from prefdata.model.vision_model import check_loaded_model
-
-        vision = check_loaded_model(forward_model, vision, model)
-    layout = _pair_layout(forward_model, layout, vision)
-    for part in (data, eval_data):
-        if part is not None:
-            part.use_layout(forward_model, layout)
-    fwd = PairForward(
-        model=forward_model, layout=layout, pad_token_id=pad_token_id(data.manifest, tokenizer), device=torch_device,
-        loss_kwargs={"loss_type": loss, "beta": beta, "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma},
-        autocast=torch.autocast("cuda", dtype=torch.bfloat16) if torch_device.type == "cuda" else nullcontext(),
-        ld_alpha=ld_alpha, vision=vision,
-    )
+    fwd = _pair_forward(policy, model, lora, layout, vision, data, eval_data, tokenizer, torch_device,
+                        {"loss_type": loss, "beta": beta, "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma},
+                        ld_alpha)
 
     # 3. batch plan
     schedule = Schedule(batch_pairs=batch_pairs, batch_tokens=batch_tokens, grad_accum=grad_accum, seed=seed,
@@ -174,20 +147,10 @@ def train(
     # 4. optimizer and schedule
     params = [p for p in policy.parameters() if p.requires_grad]
     span = schedule_steps if schedule_steps is not None else total_steps
-    # An online run (schedule_steps given) keeps TRL's warmup; see warmup_steps_for.
-    warmup = warmup_steps_for(warmup_ratio, span) if schedule_steps is None else math.ceil(warmup_ratio * span)
-    optimizer, scheduler, warmup_steps = _optimizer(params, lr, lr_schedule, warmup, span, torch_device)
-    if optimizer_from is not None:
-        load_optimizer_state(Path(optimizer_from), optimizer, scheduler, torch_device)
+    optimizer, scheduler, warmup_steps = _optimizer(params, lr, lr_schedule, warmup_ratio, span, schedule_steps is not None,
+                                                    optimizer_from, torch_device)
     settings = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
-    config = {
-        **settings, "out_dir": str(out_dir), "model": str(model), "layout": layout,
-        "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
-        "total_steps": total_steps, "warmup_steps": warmup_steps, "schedule_steps": span,
-        "optimizer_from": None if optimizer_from is None else str(optimizer_from), "train_pairs": len(data.rows),
-        "loss_on": "answer" if data.loss_on_answer else "all",
-        "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
-    }
+    config = _run_config(settings, out_dir, model, fwd.layout, data, total_steps, warmup_steps, span, optimizer_from, eval_dir)
 
     # 5. resume or start clean, then the loop
     metrics_path = output / METRICS_FILE
@@ -196,11 +159,7 @@ def train(
                          resumed_from_step=step if resume and step else None)
     if rank == 0:
         _start_output(output, metrics_path, step, config)
-    stall = StallDetector(
-        steps=stall_steps, zero_margin_loss=zero_margin_loss(loss, beta, label_smoothing, simpo_gamma),
-        flag_counts=dict(data.manifest.get("flag_counts") or {}), identical_pairs=data.identical_pairs,
-        num_pairs=len(data.rows),
-    )
+    stall = _stall_detector(stall_steps, loss, beta, label_smoothing, simpo_gamma, data)
     loop = Loop(policy=policy, fwd=fwd, optimizer=optimizer, scheduler=scheduler, params=params, data=data,
                 eval_data=eval_data, schedule=schedule, stall=stall, output=output, metrics_path=metrics_path,
                 config=config, max_grad_norm=max_grad_norm, log_every=log_every, eval_every=eval_every,
@@ -214,12 +173,81 @@ def train(
                                        world_size=world_size, step=step, epoch=result.epochs, metrics_path=metrics_path)
     result.model = policy
     if rank == 0:
-        save_final_model(policy, image_processor if vision is not None else tokenizer, output, lora)
-        if save_optimizer:
-            save_optimizer_state(output, optimizer, scheduler)
+        _save(output, policy, image_processor if vision is not None else tokenizer, lora, save_optimizer, optimizer, scheduler)
     if world_size > 1:
         _leave_distributed(created_group)
     return result
+
+
+def _check_schedule(lr_schedule: str, schedule_steps: int | None) -> None:
+    if lr_schedule not in LR_SCHEDULES:
+        raise PrefdataError(f"--lr-schedule must be one of {', '.join(LR_SCHEDULES)}, not {lr_schedule!r}")
+    if schedule_steps is not None and schedule_steps < 1:
+        raise PrefdataError(f"schedule_steps must be >= 1, got {schedule_steps}")
+
+
+def _load_data(out_dir: Path, eval_dir: str | Path | None, loss: str, ld_alpha: float | None) -> tuple[Any, Any]:
+    """OUT's pairs and the eval OUT's (None without one), with the refs the loss reads."""
+    need_refs = loss not in REFERENCE_FREE_LOSSES
+    need_public = ld_alpha is not None
+    data = load_pairs(out_dir, need_refs=need_refs, need_public_refs=need_public)
+    eval_data = (load_pairs(Path(eval_dir), need_refs=need_refs, need_public_refs=need_public)
+                 if eval_dir is not None else None)
+    return data, eval_data
+
+
+def _check_eval_data(data: Any, eval_data: Any, out_dir: Path, eval_dir: Path) -> None:
+    """The eval OUT was prepared as OUT was: the same tokenizer, the same --loss-on."""
+    check_same_tokenizer(data.manifest, eval_data.manifest, out_dir, eval_dir)
+    if eval_data.loss_on_answer != data.loss_on_answer:
+        raise PrefdataError(f"{out_dir} and {eval_dir} were prepared with different --loss-on: prepare both alike")
+
+
+def _pair_forward(policy: Any, model: str | Path, lora: bool, layout: str, vision: Any, data: Any, eval_data: Any,
+                  tokenizer: Any, device: torch.device, loss_kwargs: dict[str, Any],
+                  ld_alpha: float | None) -> PairForward:
+    """The pair forward over the policy: its layout chosen for the model (and set on the data), an
+    image OUT's pixel-input settings checked against the loaded model."""
+    # The forward calls the decoder body and output head directly, so it gets the plain transformers
+    # model (for LoRA: the base model with the adapter layers injected).
+    forward_model = policy.get_base_model() if lora else policy
+    if vision is not None:
+        from prefdata.model.vision_model import check_loaded_model
+
+        vision = check_loaded_model(forward_model, vision, model)
+    layout = _pair_layout(forward_model, layout, vision)
+    for part in (data, eval_data):
+        if part is not None:
+            part.use_layout(forward_model, layout)
+    return PairForward(
+        model=forward_model, layout=layout, pad_token_id=pad_token_id(data.manifest, tokenizer), device=device,
+        loss_kwargs=loss_kwargs,
+        autocast=torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext(),
+        ld_alpha=ld_alpha, vision=vision,
+    )
+
+
+def _run_config(settings: dict[str, Any], out_dir: Path, model: str | Path, layout: str, data: Any, total_steps: int,
+                warmup_steps: int, span: int, optimizer_from: str | Path | None,
+                eval_dir: str | Path | None) -> dict[str, Any]:
+    """train_config.json: the settings as given, and what the run made of them."""
+    return {
+        **settings, "out_dir": str(out_dir), "model": str(model), "layout": layout,
+        "prefix_sharing": {"shared_pairs": data.shared_pairs, "pairs": len(data.rows)},
+        "total_steps": total_steps, "warmup_steps": warmup_steps, "schedule_steps": span,
+        "optimizer_from": None if optimizer_from is None else str(optimizer_from), "train_pairs": len(data.rows),
+        "loss_on": "answer" if data.loss_on_answer else "all",
+        "skipped_non_finite_refs": data.skipped_non_finite, "eval_dir": None if eval_dir is None else str(eval_dir),
+    }
+
+
+def _stall_detector(stall_steps: int, loss: str, beta: float, label_smoothing: float, simpo_gamma: float,
+                    data: Any) -> StallDetector:
+    return StallDetector(
+        steps=stall_steps, zero_margin_loss=zero_margin_loss(loss, beta, label_smoothing, simpo_gamma),
+        flag_counts=dict(data.manifest.get("flag_counts") or {}), identical_pairs=data.identical_pairs,
+        num_pairs=len(data.rows),
+    )
 
 
 # Settings recorded as given in train_config.json (and compared on resume, see checkpoint.py).
@@ -238,20 +266,29 @@ def warmup_steps_for(warmup_ratio: float, span: int) -> int:
     return steps if steps >= 2 else 0
 
 
-def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, warmup_steps: int,
-               span: int, device: torch.device) -> tuple[torch.optim.Optimizer, Any, int]:
-    """AdamW (no weight decay) with `warmup_steps` of linear warmup, then the schedule over `span` steps."""
+def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, warmup_ratio: float, span: int,
+               continued: bool, optimizer_from: str | Path | None,
+               device: torch.device) -> tuple[torch.optim.Optimizer, Any, int]:
+    """AdamW (no weight decay) with linear warmup, then the schedule over `span` steps; the state of
+    `optimizer_from` continued where given. `continued` (an online run's schedule, schedule_steps
+    given) keeps TRL's warmup; see warmup_steps_for."""
     if not params:
         raise PrefdataError("the policy has no trainable parameters")
+    warmup_steps = math.ceil(warmup_ratio * span) if continued else warmup_steps_for(warmup_ratio, span)
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                                   fused=device.type == "cuda")
-    return optimizer, make_scheduler(optimizer, lr_schedule, warmup_steps, span), warmup_steps
+    scheduler = make_scheduler(optimizer, lr_schedule, warmup_steps, span)
+    if optimizer_from is not None:
+        load_optimizer_state(Path(optimizer_from), optimizer, scheduler, device)
+    return optimizer, scheduler, warmup_steps
 
 
 def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch.device, trust_remote_code: bool,
                  loaded: Any = None, vision: bool = False):
     """fp32 master weights (bf16 only inside autocast on CUDA), no KV cache, in train mode (`vision`:
     a vision-language model, for an image OUT)."""
+    if loaded is not None and lora:
+        raise PrefdataError("loaded_policy and lora do not go together: pass the model directory")
     if loaded is not None:
         policy = loaded
     elif vision:
@@ -272,14 +309,17 @@ def _load_policy(transformers: Any, model: str | Path, lora: bool, device: torch
     return policy
 
 
-def _checked_vision(out_dir: Path, model: Path, processor: str | Path | None, data: Any,
-                    trust_remote_code: bool) -> tuple[Any, Any]:
-    """For an image OUT: its pixel-input settings and the processor
-    (prefdata.model.vision_model.checked_processor); (None, None) for a text OUT."""
+def _processing(out_dir: Path, model: Path, processor: str | Path | None, data: Any,
+                trust_remote_code: bool) -> tuple[Any, Any, Any]:
+    """(pixel-input settings, processor, tokenizer): for an image OUT the processor it was prepared
+    with (prefdata.model.vision_model.checked_processor) and its tokenizer; for a text OUT (None,
+    None, the model's tokenizer, which must be the one OUT was prepared with)."""
     from prefdata.model.vision_model import checked_processor
 
     checked = checked_processor(out_dir, model, processor, data.manifest, trust_remote_code)
-    return (None, None) if checked is None else (checked[0], checked[1])
+    if checked is None:
+        return None, None, load_checked_tokenizer(model, data.manifest, out_dir, trust_remote_code)
+    return checked[0], checked[1], checked[1].tokenizer
 
 
 def _pair_layout(model: Any, layout: str, vision: Any = None) -> str:
@@ -297,6 +337,13 @@ def _add_lora(policy):
     config = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
     return get_peft_model(policy, config)
 
+
+def _save(output: Path, policy: Any, processing_class: Any, lora: bool, save_optimizer: bool, optimizer: Any,
+          scheduler: Any) -> None:
+    """The final model with its tokenizer (or processor); the optimizer state for a next run on request."""
+    save_final_model(policy, processing_class, output, lora)
+    if save_optimizer:
+        save_optimizer_state(output, optimizer, scheduler)
 
 
 def _start_output(output: Path, metrics_path: Path, step: int, config: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.model.losses import LOSS_TYPES
 
 

@@ -3,44 +3,36 @@
 Exit codes: 0 no finding at error severity; 1 findings at error severity (flags the policy makes
 errors, quarantined records, an exceeded dataset limit) -- with a baseline, only regressions;
 2 usage or input error (PrefdataError). Writes nothing but `output` and $GITHUB_STEP_SUMMARY.
+
+The recipe is `validate`, top to bottom; raw input is checked in prefdata.validate.raw, a prepared
+OUT/ in prefdata.validate.prepared, and the report goes out through prefdata.validate.output.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
-from prefdata.io.formats import text_of
-from prefdata.io.hub import parse_hub_id
-from prefdata.io.manifest import MANIFEST_NAME, atomic_write_text, read_manifest
-from prefdata.checks.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
-from prefdata.io.mix import MixPlan, is_mix_file
 from prefdata.checks.policy import Policy, load_policy
+from prefdata.core.errors import PrefdataError
+from prefdata.io.hub import parse_hub_id
+from prefdata.io.manifest import MANIFEST_NAME, read_manifest
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
-from prefdata.templates import bundled_templates_for
-from prefdata.report.sections import SCHEMA_VERSION
-from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
+from prefdata.report.sections import build_report
+from prefdata.sets.decontaminate import DEFAULT_NGRAM, load_benchmarks
+from prefdata.sets.mix import MixPlan, is_mix_file
 from prefdata.settings.commands import ValidateSettings
 from prefdata.settings.declare import takes_settings
-
-if TYPE_CHECKING:
-    from prefdata.checks.merge import DatasetMerge
-    from prefdata.checks.partitioned import PartitionedMerge
-    from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.templates import bundled_templates_for
+from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
+from prefdata.validate.output import emit, load_baseline
+from prefdata.validate.prepared import check_prepared, image_token_counter, is_prepared_dir
+from prefdata.validate.raw import check_raw
 
 FORMATS = ("text", "json", "markdown", "github", "html")
-# Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
-# re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
-_STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
-_STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION, F.TIED_REWARD, F.REWARD_DISAGREES)
 
 
 @dataclass
@@ -51,16 +43,10 @@ class ValidateResult:
     problem: str = ""  # one line when no record was readable or max_dropped_share was exceeded; the CLI prints it on stderr
 
 
-def is_prepared_dir(path: str | Path) -> bool:
-    """A directory written by `prefdata prepare`: a manifest next to a save_to_disk dataset."""
-    p = Path(path)
-    return p.is_dir() and (p / MANIFEST_NAME).is_file() and (p / "state.json").is_file()
-
-
 def _refuse_unfinished_out(path: Path) -> None:
     """A directory prefdata created but never finished (no manifest) is not raw input: reading its
     leftovers as data would pass or fail for the wrong reason. One line saying what happened."""
-    from prefdata.io.writer import STAGING_PREFIX, is_prefdata_dir
+    from prefdata.io.out_dir import STAGING_PREFIX, is_prefdata_dir
 
     if not path.is_dir() or not is_prefdata_dir(path) or (path / MANIFEST_NAME).is_file():
         return
@@ -125,36 +111,21 @@ def validate(
     checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
     `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
     `pairing`, `pairing_seed`, `min_score_margin`, `rating`, `top_k`: how records of scored
-    completions become pairs, as in `prepare` (prefdata.pairing).
+    completions become pairs, as in `prepare` (prefdata.sets.pairing).
     `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
-    INPUT may be a mix file (prefdata.io.mix): the same sampled records `prepare` reads from it, and
+    INPUT may be a mix file (prefdata.sets.mix): the same sampled records `prepare` reads from it, and
     the report's per-source section.
     Image paths in rows are read only under the input file's directory (a directory input: that
     directory) or an `allowed_image_root` (none by default); anything else, and an image above the
     policy's `max_image_pixels`, is quarantined naming the path, never opened (prefdata.io.images).
     """
-    if format not in FORMATS:
-        raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
-    if tokenizer and processor:
-        raise PrefdataError(BOTH_GIVEN)
-    input_path = Path(input)
-    hub = parse_hub_id(input)  # `org/name:split`: a Hub dataset split, streamed (prefdata.io.hub)
-    if not input_path.exists() and hub is None:
-        raise PrefdataError(f"{input_path}: no such file or directory")
-    loaded_policy = load_policy(policy)
-    base = _load_baseline(baseline) if baseline is not None else None
-    if against is not None and not Path(against).exists():
-        raise PrefdataError(f"--against {against}: no such file or directory")
-    if output is not None and Path(output).resolve().is_relative_to(input_path.resolve()):
-        raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
-    if workers is not None and workers < 1:
-        raise PrefdataError("--workers must be at least 1")
-    from prefdata.pairing import PairingSettings
+    input_path, hub, loaded_policy, base = _arguments(input, format, tokenizer, processor, policy, baseline, against,
+                                                      output, workers)
+    from prefdata.engine.select import check_engine
+    from prefdata.sets.pairing import PairingSettings
 
     pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k,
                                        loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
-    from prefdata.engine.select import check_engine
-
     check_engine(engine)
     _refuse_unfinished_out(input_path)
     benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
@@ -163,42 +134,112 @@ def validate(
     prepared = is_prepared_dir(input_path)
     mix = None
     if not prepared and is_mix_file(input_path):
-        from prefdata.ingest import plan_input_mix
+        from prefdata.checks.stream import plan_input_mix
 
         mix = plan_input_mix(input_path)
-    builder = ReportBuilder(loaded_policy, truncation_known=not prepared, sources=mix.file_sources() if mix else None)
+    builder = _report_builder(loaded_policy, prepared, mix, benchmarks)
     pair_tokenizer = None
-    builder.benchmarks = benchmarks[1] if benchmarks else None
-    if mix is not None:
-        builder.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
     if prepared:
-        from prefdata.schema import check_out
+        from prefdata.core.schema import check_out
 
         check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
-        _check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
-                        benchmarks=index, image_tokens=_image_token_counter(processor, input_path, trust_remote_code))
+        check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
+                       benchmarks=index, image_tokens=image_token_counter(processor, input_path, trust_remote_code))
     else:
-        from prefdata.io.images import image_access
-        from prefdata.tokenize.pairs import TokenizeSettings
-        from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
-
-        template = TemplateSettings(
-            kwargs=parse_template_kwargs(template_kwargs),
-            chat_template_file=str(chat_template_file) if chat_template_file else None,
-            date=template_date or DEFAULT_TEMPLATE_DATE,
-        )
-        settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
-                                    chat_template=chat_template, template=template,
-                                    images=image_access(None if hub else (input_path.parent if mix else input_path),
-                                                        mix is not None, allowed_image_root,
-                                                        loaded_policy.max_image_pixels))
+        settings = _tokenize_settings(input_path, hub, mix, loaded_policy, max_length, max_prompt_length, chat_template,
+                                      template_kwargs, chat_template_file, template_date, allowed_image_root)
         pair_tokenizer = select_pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
-        _check_raw(
+        check_raw(
             mix or input_path, builder, loaded_policy, settings, pair_tokenizer=pair_tokenizer, against=against,
             progress=progress, batch_size=batch_size, workers=workers, engine=engine,
             ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index, pairing=pairing_settings,
         )
 
+    meta = _meta(input, input_path, prepared, mix, tokenizer, processor, against, pair_tokenizer,
+                 {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
+                  "chat_template_file": str(chat_template_file) if chat_template_file else None})
+    report = build_report(builder, None, meta)
+    if base is not None:
+        apply_baseline(report, base)
+        exit_code = 1 if report["baseline"]["regressions"] else 0
+    else:
+        exit_code = 1 if report["errors"] or report["limits_exceeded"] else 0
+    rendered = emit(report, format, output)
+    # The one failure line for too many dropped pairs (main cause, setting that keeps them), unless
+    # a baseline already had it.
+    exceeded_before = base is not None and "max_dropped_share" not in report["baseline"]["new_thresholds_exceeded"]
+    problem = "" if exceeded_before else dropped_share_problem(report)
+    unreadable = nothing_read_problem(report, input, "the report") if not prepared else ""
+    if unreadable:  # an input error, as in prepare (exit 2), whatever a baseline says; the report shows why
+        exit_code, problem = 2, unreadable
+    return ValidateResult(exit_code=exit_code, report=report, rendered=rendered, problem=problem)
+
+
+def _arguments(
+    input: str | Path, format: str, tokenizer: str | None, processor: str | None, policy: str | Path | None,
+    baseline: str | Path | None, against: str | Path | None, output: str | Path | None, workers: int | None,
+) -> tuple[Path, Any, Policy, dict[str, Any] | None]:
+    """The arguments checked in this order (the first problem is the one reported), and what they
+    load: INPUT's path, its Hub id (`org/name:split`, streamed: prefdata.io.hub), the policy, the
+    baseline report."""
+    if format not in FORMATS:
+        raise PrefdataError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if tokenizer and processor:
+        raise PrefdataError(BOTH_GIVEN)
+    input_path = Path(input)
+    hub = parse_hub_id(input)
+    if not input_path.exists() and hub is None:
+        raise PrefdataError(f"{input_path}: no such file or directory")
+    loaded_policy = load_policy(policy)
+    base = load_baseline(baseline) if baseline is not None else None
+    if against is not None and not Path(against).exists():
+        raise PrefdataError(f"--against {against}: no such file or directory")
+    if output is not None and Path(output).resolve().is_relative_to(input_path.resolve()):
+        raise PrefdataError(f"--output {output} is INPUT or inside it; validate never writes into its input")
+    if workers is not None and workers < 1:
+        raise PrefdataError("--workers must be at least 1")
+    return input_path, hub, loaded_policy, base
+
+
+def _report_builder(policy: Policy, prepared: bool, mix: MixPlan | None, benchmarks: Any) -> ReportBuilder:
+    """The report's accumulator: a mixture's sources, the benchmarks decontamination read."""
+    builder = ReportBuilder(policy, truncation_known=not prepared, sources=mix.file_sources() if mix else None)
+    builder.benchmarks = benchmarks[1] if benchmarks else None
+    if mix is not None:
+        builder.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
+    return builder
+
+
+def _tokenize_settings(
+    input_path: Path, hub: Any, mix: MixPlan | None, policy: Policy, max_length: int | None,
+    max_prompt_length: int | None, chat_template: bool, template_kwargs: dict[str, Any] | list[str] | None,
+    chat_template_file: str | Path | None, template_date: str | None,
+    allowed_image_root: str | Path | list[str | Path] | None,
+) -> Any:
+    """How raw INPUT is rendered and tokenized, as `prepare` would; image paths are read under
+    INPUT's directory (a mixture's: the mix file's) or an allowed root."""
+    from prefdata.io.images import image_access
+    from prefdata.tokenize.settings import TokenizeSettings
+    from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+
+    template = TemplateSettings(
+        kwargs=parse_template_kwargs(template_kwargs),
+        chat_template_file=str(chat_template_file) if chat_template_file else None,
+        date=template_date or DEFAULT_TEMPLATE_DATE,
+    )
+    return TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
+                            chat_template=chat_template, template=template,
+                            images=image_access(None if hub else (input_path.parent if mix else input_path),
+                                                mix is not None, allowed_image_root,
+                                                policy.max_image_pixels))
+
+
+def _meta(
+    input: str | Path, input_path: Path, prepared: bool, mix: MixPlan | None, tokenizer: str | None,
+    processor: str | None, against: str | Path | None, pair_tokenizer: Any, settings: dict[str, Any],
+) -> dict[str, Any]:
+    """What the report says about the run: the input and its kind, the tokenizer, the settings; for
+    a prepared OUT/, what its manifest recorded."""
     meta: dict[str, Any] = {
         "command": "validate",
         "input": str(input),
@@ -208,8 +249,7 @@ def validate(
         "against": str(against) if against is not None else None,
         # Rows of a directory input name their file relative to it; annotations need the full path.
         "source_root": str(input) if input_path.is_dir() and not prepared else (str(input_path.parent) if mix else None),
-        "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
-                             "chat_template_file": str(chat_template_file) if chat_template_file else None},
+        "settings": settings,
         "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template) if pair_tokenizer is not None else None,
         # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
         "bundled_templates": bundled_templates_for(pair_tokenizer.tokenizer.chat_template) if pair_tokenizer is not None else [],
@@ -221,305 +261,4 @@ def validate(
         raw = (manifest.get("config") or {}).get("raw")
         meta["source_root"] = raw if raw and Path(raw).is_dir() else None
         meta["note"] = "re-checked the stored rows; token-level checks use the stored (already truncated) ids"
-    report = builder.build(None, meta)
-    if base is not None:
-        apply_baseline(report, base)
-        exit_code = 1 if report["baseline"]["regressions"] else 0
-    else:
-        exit_code = 1 if report["errors"] or report["limits_exceeded"] else 0
-    rendered = _emit(report, format, output)
-    # The one failure line for too many dropped pairs (main cause, setting that keeps them), unless
-    # a baseline already had it.
-    exceeded_before = base is not None and "max_dropped_share" not in report["baseline"]["new_thresholds_exceeded"]
-    problem = "" if exceeded_before else dropped_share_problem(report)
-    unreadable = nothing_read_problem(report, input, "the report") if not prepared else ""
-    if unreadable:  # an input error, as in prepare (exit 2), whatever a baseline says; the report shows why
-        exit_code, problem = 2, unreadable
-    return ValidateResult(exit_code=exit_code, report=report, rendered=rendered, problem=problem)
-
-
-def _check_prepared(
-    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int,
-    benchmarks: BenchmarkIndex | None = None, image_tokens: Callable[[list[Any]], list[int]] | None = None,
-) -> None:
-    from prefdata.checks.merge import DatasetMerge
-
-    merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
-    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge,
-                              benchmarks=benchmarks, image_tokens=image_tokens)
-    _accumulate(rows, builder, merge)
-
-
-def _image_token_counter(processor: str | None, out: Path, trust_remote_code: bool) -> Callable[[list[Any]], list[int]] | None:
-    """With --processor on a prepared OUT/: each stored image's tokens, counted by the processor, which
-    must be the one OUT was prepared with (another one's counts would not describe OUT's ids)."""
-    if not processor:
-        return None
-    from prefdata.tokenize.pairs import TokenizeSettings
-
-    try:
-        recorded = read_manifest(out).get("processor") or {}
-    except OSError:  # an OUT that kept no pair has no manifest: nothing to count against
-        recorded = {}
-    if not recorded:
-        raise PrefdataError(f"--processor was given but {out} was not prepared with one (it holds no image pairs)")
-    vision = select_pair_tokenizer(None, processor, TokenizeSettings(), trust_remote_code)
-    found, expected = vision.fingerprint(), str(recorded.get("fingerprint") or "")
-    if found != expected:
-        raise PrefdataError(
-            f"the processor at {processor} ({found[:19]}) differs from the one {out} was prepared with "
-            f"({recorded.get('path')}, {expected[:19]}): its image token counts would not describe OUT's ids"
-        )
-    return vision.image_token_counts  # type: ignore[union-attr]
-
-
-def _check_raw(
-    input_path: "Path | MixPlan",
-    builder: ReportBuilder,
-    policy: Policy,
-    settings: Any,
-    *,
-    pair_tokenizer: "PairTokenizer | None",
-    against: str | Path | None,
-    progress: bool,
-    batch_size: int,
-    workers: int | None,
-    engine: str = "local",
-    ray_address: str | None = None,
-    partitioned_checks: bool = False,
-    benchmarks: BenchmarkIndex | None = None,
-    pairing: Any = None,
-) -> None:
-    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (ingest)
-    through `pair_tokenizer` (--tokenizer or --processor).
-    On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
-    from prefdata.checks.merge import DatasetMerge
-    from prefdata.checks.partitioned import PartitionedMerge
-    from prefdata.engine.local import default_workers
-    from prefdata.engine.select import select_engine
-
-    if workers is None:
-        workers = 0 if engine == "ray" else default_workers()
-    runner = select_engine(engine, workers, ray_address)
-    # The bulk text path reads plain files in byte ranges (not a Hub split, not a mixture's samples).
-    byte_ranges = not isinstance(input_path, MixPlan) and parse_hub_id(input_path) is None
-    if pair_tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks and byte_ranges:
-        from prefdata.validate.merge import check_raw_text
-
-        check_raw_text(
-            input_path, builder, policy=policy, settings=settings, against=against,
-            batch_size=batch_size, progress=progress, workers=workers, engine=runner, benchmarks=benchmarks,
-            pairing=pairing,
-        )
-        return
-    from prefdata.ingest import iter_checked_rows
-
-    threshold = policy.near_duplicate_prompt_threshold
-    merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
-    rows = iter_checked_rows(
-        input_path, pair_tokenizer=pair_tokenizer, policy=policy, settings=settings, batch_size=batch_size,
-        progress=progress, against=against, workers=workers, merge=merge,
-        engine=runner, benchmarks=benchmarks, pairing=pairing,
-    )
-    _accumulate(rows, builder, merge)
-
-
-def _accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: "DatasetMerge | PartitionedMerge") -> None:
-    """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
-    rows' ordinals are the report's: builder.location() resolves them)."""
-    for row in rows:
-        builder.add(row)
-    builder.add_near_duplicate_prompts(merge.near_duplicate_clusters(), builder.location)
-
-
-# ----------------------------------------------------------------------------- prepared OUT/
-
-
-def iter_prepared_rows(
-    out_dir: str | Path,
-    *,
-    policy: Policy,
-    against: str | Path | None = None,
-    progress: bool = True,
-    batch_size: int = 1000,
-    merge: DatasetMerge | None = None,
-    benchmarks: BenchmarkIndex | None = None,
-    image_tokens: Callable[[list[Any]], list[int]] | None = None,
-) -> Iterator[Any]:
-    """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
-
-    Image pairs: the stored images are read (their headers only: sizes, not pixels) and their bytes
-    count in the duplicate checks as in `prepare`; `image_tokens` (a processor's
-    VisionPairTokenizer.image_token_counts) gives each image's tokens for the report.
-
-    Each row is rebuilt as Pair + TokenizedPair from its columns and goes through the same checks as
-    in `prepare`: text flags, token flags on the stored ids, dataset-wide duplicates, prompt leaks,
-    non-finite reference log-probs. Flags that need the original tokenization are taken as stored."""
-    import datasets
-
-    from prefdata.checks.checker import PairChecker
-    from prefdata.records import CheckedRow
-    from prefdata.records import Pair, RawRecord, TokenizedPair
-
-    try:
-        dataset = datasets.load_from_disk(str(out_dir))
-    except Exception as exc:  # a damaged OUT/ is an input error, not a crash
-        raise PrefdataError(f"{out_dir}: cannot load the prepared dataset ({type(exc).__name__}: {exc})") from None
-    missing = {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "source_file", "source_line"} - set(
-        dataset.column_names
-    )
-    if missing:
-        raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
-    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge, benchmarks)
-    # Image pairs: the images' bytes straight from the Arrow table, never decoded by `datasets`.
-    images = dataset.data.column("images") if "images" in dataset.column_names else None
-    if images is not None:
-        dataset = dataset.remove_columns("images")
-    has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
-    batches = dataset.iter(batch_size=batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
-    ordinal = 0  # the row's index: what near-duplicate prompt clusters report
-    for batch in batches:
-        stored_batch = images.slice(ordinal, len(batch["prompt"])).to_pylist() if images is not None else None
-        for i in range(len(batch["prompt"])):
-            stored = batch["flags"][i] if "flags" in batch else []
-            prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
-            # Conversational rows are message lists: checked as the text `prepare` checked.
-            prompt = text_of(batch["prompt"][i], completion=False)
-            chosen, rejected = text_of(batch["chosen"][i], completion=True), text_of(batch["rejected"][i], completion=True)
-            text_less = not (prompt or chosen or rejected)
-            pair = Pair(
-                source_file=batch["source_file"][i],
-                source_line=batch["source_line"][i],
-                prompt=prompt,
-                chosen=chosen,
-                rejected=rejected,
-                # Ids on the Pair only when there is no text: the text checks then compare ids.
-                prompt_ids=prompt_ids if text_less else None,
-                chosen_ids=chosen_ids if text_less else None,
-                rejected_ids=rejected_ids if text_less else None,
-                flags=[f for f in stored if f in _STORED_PAIR_FLAGS],
-            )
-            tokenized = TokenizedPair(
-                prompt_ids=prompt_ids,
-                chosen_ids=chosen_ids,
-                rejected_ids=rejected_ids,
-                prompt_len_full=len(prompt_ids),
-                chosen_len_full=len(chosen_ids),
-                rejected_len_full=len(rejected_ids),
-                flags=[f for f in stored if f in _STORED_TOKEN_FLAGS],
-            )
-            non_finite = has_refs and not all(
-                v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
-            )
-            extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
-            if stored_batch is not None and stored_batch[i]:
-                pair.image_data = _stored_images(stored_batch[i], pair, out_dir, policy.max_image_pixels)
-                tokenized.image_tokens = image_tokens(pair.image_data) if image_tokens is not None else None
-            kept, severity, outcome = checker.check(pair, tokenized, extra, ordinal=ordinal)
-            ordinal += 1
-            raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
-            yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
-
-
-def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path, max_pixels: int) -> list[Any]:
-    from prefdata.errors import RecordError
-    from prefdata.io.images import stored_images
-
-    try:
-        return stored_images(values, max_pixels)
-    except RecordError as exc:  # a damaged OUT/ is an input error
-        raise PrefdataError(f"{out_dir}: the row from {pair.source_file}:{pair.source_line}: {exc}") from None
-
-
-def _leak_index(against: str | Path) -> Any:
-    """Prompts of OTHER: a prepared OUT/ (its prompt column) or raw data (read like INPUT)."""
-    if is_prepared_dir(against):
-        import datasets
-
-        from prefdata.checks.dataset import PromptLeakIndex
-
-        dataset = datasets.load_from_disk(str(against))
-
-        def prompts() -> Iterator[Any]:
-            for batch in dataset.select_columns(["prompt", "prompt_ids"]).iter(batch_size=4096):
-                for text, ids in zip(batch["prompt"], batch["prompt_ids"]):
-                    text = text_of(text, completion=False)
-                    yield text if text else ids
-
-        return PromptLeakIndex(prompts())
-    from prefdata.checks.checker import build_leak_index
-
-    return build_leak_index(against)
-
-
-# ----------------------------------------------------------------------------- baseline / output
-
-
-def _load_baseline(path: str | Path) -> dict[str, Any]:
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise PrefdataError(f"--baseline {p}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PrefdataError(f"--baseline {p}: not a JSON report ({exc})") from None
-    if not isinstance(data, dict) or "schema_version" not in data or "flagged_rows" not in data:
-        raise PrefdataError(f"--baseline {p}: not a prefdata report.json (no schema_version / flagged_rows)")
-    if not isinstance(data["schema_version"], int) or data["schema_version"] > SCHEMA_VERSION:
-        raise PrefdataError(
-            f"--baseline {p}: report schema {data['schema_version']!r} is newer than this prefdata reads ({SCHEMA_VERSION})"
-        )
-    return data
-
-
-def _render(report: dict[str, Any], fmt: str) -> str:
-    from prefdata.report.render_html import render_html
-    from prefdata.report.render_markdown import render_markdown
-    from prefdata.report.render_text import render_text
-
-    if fmt == "json":
-        return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    if fmt == "markdown":
-        return render_markdown(report)
-    if fmt == "html":
-        return render_html(report)
-    return render_text(report)
-
-
-def _emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
-    from prefdata.report.render_github import github_annotations, write_step_summary
-    from prefdata.report.render_markdown import render_markdown
-    from prefdata.report.render_text import render_text
-
-    if fmt == "github":
-        annotations = github_annotations(report)
-        text = "".join(line + "\n" for line in annotations)
-        sys.stdout.write(text)  # GitHub reads workflow commands from stdout only
-        sys.stdout.write(render_text(report))
-        write_step_summary(render_markdown(report))
-        if output is not None:
-            suffix = Path(output).suffix.lower()
-            file_format = {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
-            _write(output, _render(report, file_format))
-        return text
-    rendered = _render(report, fmt)
-    if output is not None:
-        _write(output, rendered)
-        if fmt != "text":
-            sys.stdout.write(render_text(report))  # still say what happened on the terminal
-    else:
-        sys.stdout.write(rendered)
-    return rendered
-
-
-def _write(path: str | Path, text: str) -> None:
-    p = Path(path)
-    if p.is_dir():
-        raise PrefdataError(f"--output {p} is a directory")
-    if not p.parent.exists():
-        raise PrefdataError(f"--output {p}: directory {p.parent} does not exist")
-    atomic_write_text(p, text)
+    return meta

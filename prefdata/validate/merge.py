@@ -8,7 +8,7 @@ vectorized per chunk. The few rows the report describes one by one
 (flagged or quarantined) are re-read from the chunk in the main process. At most a few chunks are
 in flight, so memory stays flat apart from the hash tables.
 
-The report equals the one `ingest.iter_checked_rows` + `ReportBuilder.add` give (a test compares
+The report equals the one `checks.stream.iter_checked_rows` + `ReportBuilder.add` give (a test compares
 them), and input errors are the same one-line PrefdataErrors, raised at the same point.
 """
 
@@ -20,24 +20,24 @@ from typing import BinaryIO
 
 import numpy as np
 
-from prefdata import flags as F
-from prefdata.report import builder as R
-from prefdata.checks.pair import apply_policy
-from prefdata.errors import PrefdataError
-from prefdata.io.scored import record_pairs
-from prefdata.pairing import PairingSettings
 from prefdata.checks.checker import build_leak_index
-from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import DatasetMerge
-from prefdata.engine.local import Engine, LocalEngine
-from prefdata.ingest import progress_bar
-from prefdata.records import CheckedRow
+from prefdata.checks.pair import apply_policy
 from prefdata.checks.policy import Policy
+from prefdata.checks.stream import progress_bar
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import CheckedRow
+from prefdata.engine.local import Engine, LocalEngine
+from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk, exact_record, iter_chunks
+from prefdata.report import builder as R
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, CompactRows
-from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk, exact_record, iter_chunks
+from prefdata.sets.decontaminate import BenchmarkIndex
+from prefdata.sets.pairing import PairingSettings
+from prefdata.sets.scored import record_pairs
+from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.validate.scan import FLAG_BIT, ChunkScan, MeasureSimilarity, ScanChunks, ScanSettings, ScanUnit, flags_of
-from prefdata.tokenize.pairs import TokenizeSettings
 
 _DUPLICATE, _CONFLICTING = FLAG_BIT[F.DUPLICATE_PAIR], FLAG_BIT[F.CONFLICTING_PAIR]
 _KEPT, _DROPPED, _QUARANTINED, _UNPAIRED = (OUTCOMES.index(o) for o in ("kept", "dropped", "quarantined", "unpaired"))

@@ -19,22 +19,23 @@ from typing import Any
 
 import numpy as np
 
-from prefdata import flags as F
 from prefdata.checks.checker import pair_flags
-from prefdata.checks.pair import similarity
 from prefdata.checks.dataset import PromptLeakIndex, pair_digests_and_key
-from prefdata.checks.decontaminate import BenchmarkIndex
-from prefdata.errors import RecordError, UnknownShapeError
-from prefdata.io.images import load_pair_images
-from prefdata.io.scored import record_pairs
-from prefdata.pairing import PairingSettings
 from prefdata.checks.merge import PairDigests, pair_digests
+from prefdata.checks.pair import similarity
 from prefdata.checks.policy import Policy
-from prefdata.records import Pair, ScoredSummary
+from prefdata.core import flags as F
+from prefdata.core.errors import RecordError, UnknownShapeError
+from prefdata.core.records import Pair, ScoredSummary
+from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
+from prefdata.io.images import load_pair_images
 from prefdata.report.compact import excerpt, sample_halves, token_row
 from prefdata.report.images import ImageFacts, ImageFactsCollector
-from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, line_count, range_data
-from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair
+from prefdata.sets.decontaminate import BenchmarkIndex
+from prefdata.sets.pairing import PairingSettings
+from prefdata.sets.scored import record_pairs
+from prefdata.tokenize.settings import TokenizeSettings
+from prefdata.tokenize.truncate import truncate_pair
 
 FLAG_BIT = {flag: 1 << i for i, flag in enumerate(F.ALL_FLAGS)}
 

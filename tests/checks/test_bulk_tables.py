@@ -10,10 +10,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags as F
 from prefdata.checks.dataset import DatasetWideChecks, U64Table, _PACK3, _xxh, pair_digests_and_key
 from prefdata.checks.minhash import NearDuplicatePrompts, prompt_digest, prompt_signatures
-from prefdata.records import Pair
+from prefdata.core import flags as F
+from prefdata.core.records import Pair
 
 
 @settings(max_examples=50, deadline=None)

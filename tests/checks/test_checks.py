@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags as F
 from prefdata.checks.pair import (
     apply_policy,
     normalize_whitespace,
@@ -18,7 +17,8 @@ from prefdata.checks.pair import (
     token_flags,
 )
 from prefdata.checks.policy import load_policy
-from prefdata.records import Pair, TokenizedPair
+from prefdata.core import flags as F
+from prefdata.core.records import Pair, TokenizedPair
 
 POLICY = load_policy()
 

@@ -6,10 +6,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags as F
-from prefdata.checks.pair import normalize_whitespace
 from prefdata.checks.dataset import DatasetWideChecks, PromptLeakIndex, U64Table, text_digest
-from prefdata.records import Pair
+from prefdata.checks.pair import normalize_whitespace
+from prefdata.core import flags as F
+from prefdata.core.records import Pair
 
 
 def pair(prompt, chosen, rejected, line=1, source="a.jsonl", **kw) -> Pair:

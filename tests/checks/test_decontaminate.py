@@ -12,16 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags as F
-from prefdata.checks.decontaminate import (
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import Pair
+from prefdata.sets.decontaminate import (
     MIN_SHORT_WORDS,
     build_benchmarks,
     normalize_words,
     run_hashes,
     text_run_hashes,
 )
-from prefdata.errors import PrefdataError
-from prefdata.records import Pair
 
 GSM = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
        "How many clips did Natalia sell altogether in April and May?")

@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 
-from prefdata import flags as F
 from prefdata.checks.merge import DatasetMerge, dataset_flags, pair_digests
-from prefdata.records import Pair
+from prefdata.core import flags as F
+from prefdata.core.records import Pair
 
 WORDS = "the quick brown fox jumps over a lazy dog while seven wizards quietly hex".split()
 

@@ -10,7 +10,7 @@ import pytest
 from prefdata.checks.dataset import DatasetWideChecks
 from prefdata.checks.minhash import NearDuplicatePrompts
 from prefdata.checks.partitioned import digest_block, groups_from_edges, partitioned_dataset_checks
-from prefdata.records import Pair
+from prefdata.core.records import Pair
 
 WORDS = "the a plant light water sun leaf root grow green food energy cell make how why does what".split()
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
 from prefdata.checks.policy import DEFAULT_POLICY_TOML, dataset_limit_findings, load_policy
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 
+from prefdata.checks import stream
 from prefdata.checks.policy import load_policy
 from prefdata.checks.stage import CheckChunk
-from prefdata import ingest
-from prefdata.ingest import iter_checked_rows
+from prefdata.checks.stream import iter_checked_rows
 from prefdata.io.chunks import iter_chunks
 from prefdata.io.readers import iter_raw_records
-from prefdata.tokenize.pairs import TokenizeSettings
+from prefdata.tokenize.settings import TokenizeSettings
 
 
 def _write(path, lines: list[str]) -> None:
@@ -37,7 +37,7 @@ def test_chunk_records_match_the_reader(tmp_path, monkeypatch) -> None:
     assert sum(c.line_count for c in checked) == len(rows)
 
     expected = {record.source_line: record for record in iter_raw_records(path)}
-    monkeypatch.setattr(ingest, "CHUNK_BYTES", 200)  # the merge places the lines of many chunks
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 200)  # the merge places the lines of many chunks
     got = list(iter_checked_rows(path, progress=False, workers=2))
     assert [row.raw.source_line for row in got] == list(expected)
     for row in got:

@@ -127,8 +127,8 @@ class CopyingEngine:
 
 
 def test_prepare_stages_run_unchanged_on_another_engine(tmp_path, monkeypatch) -> None:
-    from prefdata import ingest
-    from prefdata.ingest import iter_checked_rows
+    from prefdata.checks import stream
+    from prefdata.checks.stream import iter_checked_rows
 
     rows = [json.dumps({"prompt": f"q{i % 7}", "chosen": f"a{i}", "rejected": f"b{i % 5}"}) for i in range(300)]
     rows[40] = "{oops"
@@ -141,5 +141,5 @@ def test_prepare_stages_run_unchanged_on_another_engine(tmp_path, monkeypatch) -
             for row in iter_checked_rows(path, progress=False, **kwargs)
         ]
 
-    monkeypatch.setattr(ingest, "CHUNK_BYTES", 1000)  # many chunks
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1000)  # many chunks
     assert checked(engine=CopyingEngine()) == checked(workers=2) == checked(workers=1)

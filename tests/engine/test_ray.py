@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 ray = pytest.importorskip("ray", reason='Ray is not installed (pip install "prefdata[ray]")')
 pytest.importorskip("ray.data", reason='Ray Data is not installed (pip install "prefdata[ray]")')
@@ -58,7 +58,7 @@ def _rows() -> list[str]:
 @pytest.fixture
 def small_chunks(monkeypatch) -> None:
     """Chunks of ~1 KiB, so the small input spreads over many units and both nodes."""
-    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 1024)
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 1024)
     monkeypatch.setattr("prefdata.io.chunks.CHUNK_BYTES", 1024)
 
 
@@ -273,7 +273,7 @@ def test_refs_on_ray_equal_local_refs_and_survive_a_killed_worker(cluster, raw, 
 
     from prefdata.prepare import prepare
     from prefdata.refs import compute_refs
-    from prefdata.refs_ray import KILL_ONCE_ENV, compute_refs_on_ray
+    from prefdata.refs.ray import KILL_ONCE_ENV, compute_refs_on_ray
 
     prepare(raw, tmp_path / "a", tokenizer=tiny_model_dir, workers=1, progress=False)
     shutil.copytree(tmp_path / "a", tmp_path / "b")

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags
-from prefdata.errors import RecordError, UnknownShapeError
+from prefdata.core import flags
+from prefdata.core.errors import RecordError, UnknownShapeError
+from prefdata.core.records import RawRecord
 from prefdata.io.formats import normalize_record, split_hh
 from prefdata.io.readers import iter_raw_records
-from prefdata.records import RawRecord
 
 
 def _pair(value):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.hub import HubSource, parse_hub_id
 from prefdata.prepare import prepare
 
@@ -75,7 +75,7 @@ def test_prepare_reads_a_hub_split_and_records_where_it_came_from(hub_repo, tiny
 
 def test_worker_writes_read_a_hub_split_the_same_way(hub_repo, tiny_model_dir, monkeypatch):
     """The Hub's record chunks go through the workers' two passes too (one chunk per shard here)."""
-    monkeypatch.setattr("prefdata.ingest.CHUNK_LINES", 2)
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_LINES", 2)
     monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", 1)
     here = prepare("org/name:train_prefs", hub_repo / "here", tokenizer=tiny_model_dir, progress=False, workers=1)
     split = prepare("org/name:train_prefs", hub_repo / "split", tokenizer=tiny_model_dir, progress=False, workers=2,

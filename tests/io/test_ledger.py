@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 
 from prefdata.checks.checker import pair_flags, verdict
 from prefdata.checks.policy import load_policy
+from prefdata.core.records import CheckedRow, RawRecord
 from prefdata.io.ledger import Ledger
-from prefdata.pairing import STRATEGIES, PairingSettings
-from prefdata.records import CheckedRow, RawRecord
+from prefdata.sets.pairing import STRATEGIES, PairingSettings
 from prefdata.tokenize.batch import normalize_and_tokenize
-from prefdata.tokenize.pairs import TokenizeSettings
+from prefdata.tokenize.settings import TokenizeSettings
 
 POLICY = load_policy(None)
 

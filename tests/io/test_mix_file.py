@@ -1,4 +1,4 @@
-"""Mix files (prefdata.io.mix) and the seeded sampling behind them (prefdata.sampling): exact sample
+"""Mix files (prefdata.sets.mix) and the seeded sampling behind them (prefdata.sets.sampling): exact sample
 sizes, samples that do not depend on how the records are cut into chunks, one-line errors."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.chunks import iter_chunks, record_count
-from prefdata.io.mix import is_mix_file, plan_mix, read_mix
-from prefdata.sampling import TAKE_ALL, keep_mask, keys_of, sample_base, threshold_for, threshold_of_range
+from prefdata.sets.mix import is_mix_file, plan_mix, read_mix
+from prefdata.sets.sampling import TAKE_ALL, keep_mask, keys_of, sample_base, threshold_for, threshold_of_range
 
 
 @settings(max_examples=60, deadline=None)

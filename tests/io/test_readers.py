@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.json_decode import MAX_RAW_TEXT
 from prefdata.io.readers import iter_raw_records, list_input_files
 

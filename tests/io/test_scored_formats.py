@@ -1,13 +1,13 @@
-"""prefdata.io.scored: each scored-completions shape detected per row, its scores read, its pairs made."""
+"""prefdata.sets.scored: each scored-completions shape detected per row, its scores read, its pairs made."""
 
 from __future__ import annotations
 
 import pytest
 
-from prefdata.errors import RecordError, UnknownShapeError
-from prefdata.io.scored import is_scored, record_pairs
-from prefdata.pairing import PairingSettings
-from prefdata.records import RawRecord
+from prefdata.core.errors import RecordError, UnknownShapeError
+from prefdata.core.records import RawRecord
+from prefdata.sets.pairing import PairingSettings
+from prefdata.sets.scored import is_scored, record_pairs
 
 
 def made(row, **kw):

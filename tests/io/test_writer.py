@@ -7,8 +7,9 @@ import json
 import pytest
 from datasets import load_from_disk
 
-from prefdata.errors import PrefdataError
-from prefdata.io.writer import MARKER, DatasetWriter, abandon, prepare_output_dir, publish
+from prefdata.core.errors import PrefdataError
+from prefdata.io.out_dir import MARKER, abandon, prepare_output_dir, publish
+from prefdata.io.writer import DatasetWriter
 
 
 def _row(i: int, **extra):

@@ -40,7 +40,7 @@ def shapes(prompts, completions, **kwargs):
 
 @pytest.fixture(scope="session")
 def reward_model_dir(tmp_path_factory) -> str:
-    from prefdata.online.tiny import build_tiny_reward_model
+    from prefdata.tiny.reward import build_tiny_reward_model
 
     path = tmp_path_factory.mktemp("tiny-reward-model")
     build_tiny_reward_model(path)

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.online.generate import Sample, _decode, generate, render_prompts
 from prefdata.online.prompts import PromptRow, read_prompts
 
@@ -53,8 +53,9 @@ def test_one_line_per_sample_with_provenance(tmp_path, tiny_model_dir):
 def test_prompt_ids_are_the_ids_prepare_trains_on(tiny_model_dir):
     from transformers import AutoTokenizer
 
-    from prefdata.records import Pair
-    from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+    from prefdata.core.records import Pair
+    from prefdata.tokenize.pairs import PairTokenizer
+    from prefdata.tokenize.settings import TokenizeSettings
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a color."}]

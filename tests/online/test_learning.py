@@ -100,14 +100,15 @@ def test_the_learning_case_learns_over_seeds(tmp_path):
     samples rises over 4 rounds, on average over three seeds. One seed is not enough: its gain
     depends on the machine's float rounding, which sampling amplifies (seed 0 gave +0.057 on the
     development machine and +0.018 on CI's); at lr 5e-2 five seeds gave +0.003 .. +0.180, mean +0.056."""
-    from prefdata.online.generate import GenerateSettings, generate_rows
-    from prefdata.online.learning_case import build_learning_case, first_half_share
+    from prefdata.online.generate import generate_rows
+    from prefdata.online.sample_settings import SamplingSettings
     from prefdata.online.prompts import read_prompts
+    from prefdata.tiny.learning_case import build_learning_case, first_half_share
 
     case = build_learning_case(tmp_path / "case", prompts=16)
 
     def mean_reward(policy) -> float:
-        settings = GenerateSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
+        settings = SamplingSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
         rows = generate_rows(read_prompts(case["prompts"]).rows, policy, settings, progress=False)
         return statistics.fmean(first_half_share([], [row["completion"] for row in rows]))
 

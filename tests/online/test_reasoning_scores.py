@@ -144,7 +144,7 @@ def test_generated_think_tags_survive_decoding(tiny_tokenizer_dir, special):
 
 
 def test_online_records_score_reasoning_and_resumes_older_runs(tmp_path):
-    from prefdata.errors import PrefdataError
+    from prefdata.core.errors import PrefdataError
     from prefdata.online.rounds import CONFIG_FILE, _start_or_resume
 
     out = tmp_path / "run"

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from prefdata import flags as F
 from prefdata.checks.pair import text_flags
 from prefdata.checks.policy import load_policy
 from prefdata.checks.reward import column_flags
-from prefdata.records import Pair
+from prefdata.core import flags as F
+from prefdata.core.records import Pair
 
 POLICY = load_policy()
 

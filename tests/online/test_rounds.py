@@ -7,7 +7,7 @@ import json
 import pytest
 
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.online import rounds as R
 from prefdata.online.rounds import run_online
 

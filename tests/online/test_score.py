@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from prefdata import flags as F
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.online.pairs import make_pairs
 from prefdata.online.score import score
 from prefdata.prepare import prepare

@@ -36,7 +36,7 @@ def case(tmp_path_factory) -> dict[str, Path]:
     prompts of equal token length."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from prefdata.online.learning_case import build_learning_case
+    from prefdata.tiny.learning_case import build_learning_case
 
     work = tmp_path_factory.mktemp("trl-oracle")
     paths = build_learning_case(work / "case", prompts=N)

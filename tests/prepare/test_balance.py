@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.prepare import prepare
-from prefdata.prepare.balance import balanced_counts
+from prefdata.sets.balance import balanced_counts
 
 
 @settings(max_examples=300, deadline=None)
@@ -99,7 +99,7 @@ def test_balance_reaches_the_target_and_accounts_every_dropped_pair(tmp_path, ti
 
 
 def test_same_seed_same_pairs_whatever_the_workers_other_seed_other_pairs(tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
-    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 1024)
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 1024)
     raw = _raw(tmp_path / "raw.jsonl", 300, 0.75, seed=3)
     seen = {}
     for name, options in (("a", {"workers": 1, "seed": 4}), ("b", {"workers": 2, "seed": 4, "batch_size": 9}),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.prepare import prepare
 from prefdata.validate.command import validate
 
@@ -113,7 +113,7 @@ def test_per_source_report_equals_counts_from_out(sources, tmp_path, tiny_tokeni
 
 
 def test_same_seed_same_out_whatever_the_workers_and_write_path(sources, tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
-    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 700)  # many chunks: the samples are decided chunk by chunk
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 700)  # many chunks: the samples are decided chunk by chunk
     mix = _mix(sources, seed=5)
     hashes = set()
     for i, options in enumerate(({"workers": 1}, {"workers": 2}, {"workers": 2, "worker_writes": True}, {"workers": 1, "batch_size": 7})):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from prefdata import flags as F
+from prefdata.core import flags as F
 from prefdata.prepare import prepare
 
 GSM = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -62,7 +62,7 @@ def _lines(path: Path) -> list[dict]:
 def test_scored_source_in_a_mix_with_decontamination_and_length_balance(tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
     import datasets
 
-    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 700)  # many chunks: samples and pairs decided chunk by chunk
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 700)  # many chunks: samples and pairs decided chunk by chunk
     _scored(tmp_path / "uf.jsonl")
     _plain(tmp_path / "hh.jsonl")
     bench = _write(tmp_path / "gsm8k.jsonl", [{"question": "What is 2 + 2?"}, {"question": GSM}])

@@ -113,7 +113,7 @@ def test_every_record_and_pair_is_accounted_for(raw, tmp_path, tiny_tokenizer_di
 
 
 def test_same_out_whatever_the_workers_batch_size_and_write_path(raw, tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
-    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 700)  # many chunks: pairs of one record never split
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 700)  # many chunks: pairs of one record never split
     monkeypatch.setattr("prefdata.io.chunks.CHUNK_BYTES", 700)
     runs = {
         "one": dict(workers=1),
@@ -197,7 +197,7 @@ def test_validate_pairs_scored_records_on_both_text_paths(raw) -> None:
     from prefdata.validate.command import validate
 
     reports = []
-    for workers in (1, 2):  # 1: row by row (ingest); 2: the bulk text path (validate.merge)
+    for workers in (1, 2):  # 1: row by row (checks.stream); 2: the bulk text path (validate.merge)
         with contextlib.redirect_stdout(io.StringIO()):
             reports.append(validate(raw, format="json", progress=False, workers=workers, pairing="all-pairs",
                                     min_score_margin=0.5).report)
@@ -224,7 +224,7 @@ def test_pairing_flags_are_on_prepare_and_validate(capsys) -> None:
 
 def test_scored_records_lend_their_prompts_to_against(raw) -> None:
     from prefdata.checks.checker import build_leak_index
-    from prefdata.records import Pair
+    from prefdata.core.records import Pair
 
     index = build_leak_index(raw)
     for prompt in ("Question 3: name a colour.", "All equal", "Alone"):  # paired or not

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.chunks import RangeChunk, RecordsChunk
 from prefdata.prepare import prepare
 from prefdata.prepare.shards import group_chunks, shard_bytes_for
@@ -48,7 +48,7 @@ def _rows(n: int = 60) -> list[str]:
 @pytest.fixture
 def small_shards(monkeypatch) -> None:
     """~1 KiB chunks and shards of two chunks: a small input spreads over many shards."""
-    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 1024)
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 1024)
     monkeypatch.setattr("prefdata.prepare.shards.SHARD_BYTES", 2048)
     monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", 2)
 
@@ -155,7 +155,7 @@ _row = st.fixed_dictionaries({
 def test_worker_writes_equal_the_main_process_for_any_rows_and_shard_size(
     rows, shard_chunks, tmp_path_factory, tiny_tokenizer_dir, monkeypatch
 ) -> None:
-    monkeypatch.setattr("prefdata.ingest.CHUNK_BYTES", 256)
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 256)
     monkeypatch.setattr("prefdata.prepare.shards.SHARD_BYTES", 1 << 30)
     monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", shard_chunks)
     tmp = tmp_path_factory.mktemp("prop")

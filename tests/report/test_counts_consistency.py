@@ -9,13 +9,14 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags as F
 from prefdata.checks.policy import load_policy
+from prefdata.core import flags as F
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.render_github import github_annotations
 from prefdata.report.render_html import render_html
 from prefdata.report.render_markdown import render_markdown
 from prefdata.report.render_text import render_text
+from prefdata.report.sections import build_report
 from tests.report.test_report import quarantined, row
 
 POLICIES = {"default": load_policy(None), "pr": load_policy("checks/pr.toml")}
@@ -62,7 +63,7 @@ def test_every_rendering_prints_the_counts_of_report_json_and_its_table(flag_lis
         builder.add(row(line, f"p{line}", f"a{line}", f"b{line}", flags, policy=policy))
     for extra in range(quarantines):
         builder.add(quarantined(1000 + extra))
-    report = json.loads(json.dumps(builder.build({}, {"input": "data", "command": command})))
+    report = json.loads(json.dumps(build_report(builder, {}, {"input": "data", "command": command})))
 
     # The definition, computed here from the input: rows with at least one flag of that severity.
     kept_flags = [[f for f in flags if policy.severity(f) != "ignore"] for flags in flag_lists]

@@ -7,14 +7,15 @@ from html.parser import HTMLParser
 
 import pytest
 
-from prefdata import flags as F
 from prefdata.checks.policy import load_policy
+from prefdata.core import flags as F
 from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.render_github import STEP_SUMMARY_LIMIT, github_annotations, truncate_utf8, write_step_summary
 from prefdata.report.render_html import render_html
 from prefdata.report.render_markdown import render_markdown
 from prefdata.report.render_text import render_text
+from prefdata.report.sections import build_report
 from tests.report.test_report import quarantined, row, tok
 
 ANNOTATION = re.compile(r"^::(error|warning|notice) ((?:[a-z]+=[^,:]*)(?:,[a-z]+=[^,:]*)*)::(.+)$")
@@ -31,7 +32,7 @@ def report():
         builder.add(row(i, f"clean prompt {i}", "a fine answer " * (i % 9 + 1), "meh", policy=pr, tokenized=tok(5, i % 40 + 1, 3)))
     builder.add(quarantined(200))
     builder.add_near_duplicate_prompts([[31, 32, 33]], builder.location)
-    return builder.build({}, {"input": "data/train.jsonl", "command": "validate", "tokenizer": "tiny"})
+    return build_report(builder, {}, {"input": "data/train.jsonl", "command": "validate", "tokenizer": "tiny"})
 
 
 def test_text_summary_has_counts_flags_and_lines(report):
@@ -81,7 +82,7 @@ def test_html_is_self_contained_and_parses(report):
 
 
 def test_html_renders_an_empty_report():
-    page = render_html(ReportBuilder(load_policy(None)).build({}, {"input": "nothing"}))
+    page = render_html(build_report(ReportBuilder(load_policy(None)), {}, {"input": "nothing"}))
     assert "No row carries a flag." in page and "</html>" in page
 
 
@@ -109,7 +110,7 @@ def test_github_annotation_escaping(monkeypatch, tmp_path):
     builder = ReportBuilder(load_policy(None))
     builder.add(row(7, "a: b, c\nd 100%", "x", "x", [F.IDENTICAL], file=str(tmp_path / "data" / "my,file.jsonl")))
     # The one pair is dropped, so max_dropped_share's annotation comes too; the row's is the one escaped.
-    (line,) = [a for a in github_annotations(builder.build({}, {})) if "title=prefdata%3A identical" in a]
+    (line,) = [a for a in github_annotations(build_report(builder, {}, {})) if "title=prefdata%3A identical" in a]
     assert line.startswith("::warning file=data/my%2Cfile.jsonl,line=7,title=prefdata%3A identical::")
     assert "\n" not in line and "100%25" in line
 
@@ -120,7 +121,7 @@ def test_github_annotations_with_baseline_only_new(report):
     for i in range(1, 120):
         builder.add(row(i, f"clean prompt {i}", "answer", "reply", policy=pr))
     builder.add(row(500, "brand new", "dup", "dup", [F.IDENTICAL], policy=pr))
-    head = apply_baseline(builder.build({}, {}), report)
+    head = apply_baseline(build_report(builder, {}, {}), report)
     lines = github_annotations(head)
     assert lines == [
         "::notice title=prefdata::FAIL (1 row with errors, 0 rows with warnings, 1 limit exceeded)",
@@ -161,7 +162,7 @@ def test_truncate_utf8_respects_limit_and_lines():
 
 def test_every_flag_has_a_meaning_in_the_reports():
     """A flag row with an empty meaning column tells a user nothing (image_mismatch once had none)."""
-    from prefdata import flags as F
+    from prefdata.core import flags as F
     from prefdata.report.render_common import FLAG_MEANINGS
 
     assert [flag for flag in F.ALL_FLAGS if not FLAG_MEANINGS.get(flag, "").strip()] == []

@@ -7,15 +7,15 @@ import random
 
 import pytest
 
-from prefdata import flags as F
-from prefdata.records import CheckedRow
 from prefdata.checks.policy import load_policy
-from prefdata.records import Pair, RawRecord, TokenizedPair
+from prefdata.core import flags as F
+from prefdata.core.records import CheckedRow
+from prefdata.core.records import Pair, RawRecord, TokenizedPair
 from prefdata.report.baseline import apply_baseline, compare_to_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.compact import content_hash
 from prefdata.report.distributions import IntDistribution
-from prefdata.report.sections import SCHEMA_VERSION
+from prefdata.report.sections import SCHEMA_VERSION, build_report
 from prefdata.report.similarity import SimilaritySample
 
 FILE = "data/train.jsonl"
@@ -45,7 +45,7 @@ def build(rows, policy=None, **kwargs):
     builder = ReportBuilder(policy or load_policy(None), **kwargs)
     for r in rows:
         builder.add(r)
-    return builder, builder.build({}, {"input": "data", "command": "validate"})
+    return builder, build_report(builder, {}, {"input": "data", "command": "validate"})
 
 
 def test_outcomes_flag_counts_and_examples_with_lines():
@@ -152,14 +152,14 @@ def test_near_duplicate_prompt_clusters_from_minhash_ids():
     for i in range(1, 7):
         builder.add(row(i * 10, f"prompt number {i}"))
     builder.add_near_duplicate_prompts([[4, 5], [0, 2, 3], [1]], builder.location)
-    near = builder.build({}, {})["dataset"]["near_duplicate_prompts"]
+    near = build_report(builder, {}, {})["dataset"]["near_duplicate_prompts"]
     assert near["computed"] and near["threshold"] == 0.8 and near["method"] == "minhash"
     assert near["clusters"] == 2 and near["rows"] == 5  # singletons are not clusters
     assert near["top"][0]["size"] == 3
     assert near["top"][0]["rows"][0] == {"source_file": FILE, "source_line": 10, "excerpt": "prompt number 1"}
     # The prepare pipeline hands (file, line) tuples; a dict works as well.
     builder.add_near_duplicate_prompts([[7, 8]], {7: ("a.jsonl", 3), 8: ("a.jsonl", 9)})
-    near = builder.build({}, {})["dataset"]["near_duplicate_prompts"]
+    near = build_report(builder, {}, {})["dataset"]["near_duplicate_prompts"]
     assert near["top"][0]["rows"] == [{"source_file": "a.jsonl", "source_line": 3}, {"source_file": "a.jsonl", "source_line": 9}]
 
 
@@ -257,7 +257,7 @@ def test_similarity_sample_is_bounded_uniform_and_order_independent():
         builder.similarity = SimilaritySample(k=50)
         for i in order:
             builder.add(row(i + 1, *pairs[i]))
-        return builder.build({}, {})["similarity"]
+        return build_report(builder, {}, {})["similarity"]
 
     forward = measure(range(400))
     shuffled = list(range(400))
@@ -280,7 +280,7 @@ def test_similarity_sample_holds_each_distinct_pair_once(monkeypatch):
     rows += [row(300 + i, f"p{i}", f"a{i}", f"b{i}") for i in range(3)]
     for r in rows:
         builder.add(r)
-    sim = builder.build({}, {})["similarity"]
+    sim = build_report(builder, {}, {})["similarity"]
     assert sim["rows_measured"] == 4 and sim["rows_total"] == 203
     assert len(calls) == 4
 
@@ -291,7 +291,7 @@ def test_report_is_deterministic_apart_from_generated_at():
         rows.append(quarantined(61))
         builder, report = build(rows)
         builder.add_near_duplicate_prompts([[3, 8], [1, 2, 9]], builder.location)
-        report = builder.build({}, {"input": "x"})
+        report = build_report(builder, {}, {"input": "x"})
         report.pop("generated_at")
         return json.dumps(report, sort_keys=True)
 
@@ -369,7 +369,7 @@ def test_quarantine_is_a_warning_in_prepare_reports():
     builder = ReportBuilder(load_policy(None))
     for r in (row(1), quarantined(2)):
         builder.add(r)
-    prepared = builder.build({}, {"command": "prepare"})
+    prepared = build_report(builder, {}, {"command": "prepare"})
     assert prepared["quarantine"]["severity"] == "warn" and prepared["errors"] == 0 and prepared["status"] == "warn"
-    validated = builder.build({}, {"command": "validate"})
+    validated = build_report(builder, {}, {"command": "validate"})
     assert validated["errors"] == 1 and validated["flagged_rows"][0]["severity"] == "error"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.templates import bundled_template_names, bundled_template_text
 from prefdata.tokenize.template import TemplateSettings
 

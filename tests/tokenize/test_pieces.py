@@ -10,10 +10,11 @@ from array import array
 
 import pytest
 
-from prefdata.records import Pair
+from prefdata.core.records import Pair
 from prefdata.tokenize import pairs as pairs_module
 from prefdata.tokenize import pieces
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
 
 WORDS = ("the a of and to in is it that was for on are with as I his they be at one have this from or had by "
          "word but what some we can out other were all there when up use your how said an each she which").split()

@@ -13,7 +13,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from prefdata import flags as F
+from prefdata.core import flags as F
 from prefdata.prepare import prepare
 from prefdata.tiny import REASONING_TEMPLATE, build_tiny_tokenizer
 
@@ -441,9 +441,10 @@ def _completion_render(tokenizer, prompt, completion, tools=None) -> str:
 
 def _lost_fields(tokenizer_dir: str, row: dict, chat_template_file: str | None = None) -> list[str]:
     """prefdata's judgement, field by field, for one row."""
+    from prefdata.core.records import RawRecord
     from prefdata.io.formats import normalize_record
-    from prefdata.records import RawRecord
-    from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+    from prefdata.tokenize.pairs import PairTokenizer
+    from prefdata.tokenize.settings import TokenizeSettings
     from prefdata.tokenize.template import TemplateSettings
 
     settings = TokenizeSettings(template=TemplateSettings(chat_template_file=chat_template_file))

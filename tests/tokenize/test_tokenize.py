@@ -10,10 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError, RecordError
-from prefdata.records import Pair
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings, load_tokenizer, truncate_pair
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError, RecordError
+from prefdata.core.records import Pair
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
+from prefdata.tokenize.tokenizer import load_tokenizer
+from prefdata.tokenize.truncate import truncate_pair
 
 TEMPLATED = ["qwen2.5-instruct", "mistral-7b-instruct-v0.3", "phi-3-mini-4k-instruct", "smollm2-135m-instruct"]
 ALL_REAL = TEMPLATED + ["gpt2"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.train.recipe import train
 
 FAST = dict(lr=3e-3, batch_pairs=4, warmup_ratio=0.0, progress=False, device="cpu", shuffle=False)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import tokenizer_fingerprint, write_manifest
-from prefdata.train.stall import StallDetector, TrainingStalled
 from prefdata.train.recipe import train
+from prefdata.train.stall import StallDetector, TrainingStalled
 
 PROMPTS = [f"Question {i}: what should I do about {topic}?" for i, topic in enumerate(
     ["the sea", "a cat", "German", "numbers", "code", "sleep", "water", "a walk", "spiders", "Paris",

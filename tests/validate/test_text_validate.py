@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from prefdata.report import builder as R
-from prefdata.io import chunks as text_chunks
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
+from prefdata.io import chunks as text_chunks
 from prefdata.io.readers import iter_raw_records
+from prefdata.report import builder as R
 from prefdata.validate.command import validate
 
 REPO = Path(__file__).resolve().parents[2]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from prefdata import flags as F
 from prefdata.cli import main
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.validate.command import validate
 
 REPO = Path(__file__).resolve().parents[2]

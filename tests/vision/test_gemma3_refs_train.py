@@ -198,7 +198,7 @@ def test_a_prefix_lm_that_reads_token_types_otherwise_is_refused():
         pytest.skip("this transformers has no PaliGemma")
     from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration
 
-    from prefdata.errors import PrefdataError
+    from prefdata.core.errors import PrefdataError
     from prefdata.model.vision_model import image_type_ids_key
 
     config = PaliGemmaConfig(

@@ -24,7 +24,7 @@ if not hasattr(transformers, "Idefics3ForConditionalGeneration"):
 import datasets  # noqa: E402
 
 from prefdata import refs as R  # noqa: E402
-from prefdata.errors import PrefdataError  # noqa: E402
+from prefdata.core.errors import PrefdataError  # noqa: E402
 from prefdata.model import vision_inputs as VI  # noqa: E402
 from prefdata.model.vision_inputs import decode_image  # noqa: E402
 from vision_helpers import (  # noqa: E402

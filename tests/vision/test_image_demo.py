@@ -1,4 +1,4 @@
-"""`python -m prefdata.demo --images`: the README's image walk-through runs on CPU and ends with a
+"""`python -m prefdata.tiny.demo --images`: the README's image walk-through runs on CPU and ends with a
 trained model, every stage accounts for the example's bad rows, and it writes under WORK/images/,
 leaving the text demo's WORK/prepared/ (the README's `show demo-out/prepared --row 0`) as it was."""
 
@@ -18,7 +18,7 @@ def test_the_image_demo_runs_every_stage_and_names_the_bad_rows(tmp_path):
     for path, text in text_demo.items():
         path.parent.mkdir(parents=True)
         path.write_text(text)
-    done = subprocess.run([sys.executable, "-m", "prefdata.demo", "--images", "--work", str(work), "--max-steps", "4"],
+    done = subprocess.run([sys.executable, "-m", "prefdata.tiny.demo", "--images", "--work", str(work), "--max-steps", "4"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "13 rows in · 9 kept · 2 dropped · 2 quarantined" in done.stdout

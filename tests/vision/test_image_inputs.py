@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("PIL", reason="image pairs need Pillow (the [vision] extra)")
 
-from prefdata.errors import RecordError  # noqa: E402
+from prefdata.core.errors import RecordError  # noqa: E402
+from prefdata.core.records import RawRecord  # noqa: E402
 from prefdata.io.formats import normalize_record  # noqa: E402
 from prefdata.io.images import ImageAccess, ImageRef, image_refs, load_images  # noqa: E402
 from prefdata.prepare import prepare  # noqa: E402
-from prefdata.records import RawRecord  # noqa: E402
 from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
 
 

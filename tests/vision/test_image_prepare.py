@@ -9,9 +9,10 @@ import pytest
 
 pytest.importorskip("PIL", reason="image pairs need Pillow (the [vision] extra)")
 
-from prefdata import flags as F  # noqa: E402
+from prefdata.core import flags as F  # noqa: E402
 from prefdata.prepare import prepare  # noqa: E402
-from prefdata.tokenize.pairs import TokenizeSettings, truncate_pair  # noqa: E402
+from prefdata.tokenize.settings import TokenizeSettings  # noqa: E402
+from prefdata.tokenize.truncate import truncate_pair  # noqa: E402
 from vision_helpers import image_row, png_bytes, write_jsonl  # noqa: E402
 
 IMAGE_TOKENS = 4  # the tiny processor: 28px crops, 14px patches
@@ -179,7 +180,7 @@ def test_explicit_string_rows_take_their_images_with_the_models_placeholder_text
     from prefdata.tiny import build_tiny_tokenizer
 
     build_tiny_tokenizer(tmp_path / "tok")
-    from prefdata.errors import PrefdataError
+    from prefdata.core.errors import PrefdataError
 
     with pytest.raises(PrefdataError, match="row has images: prepare image pairs with --processor"):
         prepare(tmp_path / "data" / "pairs.jsonl", tmp_path / "text-out", tokenizer=str(tmp_path / "tok"),

@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 import datasets  # noqa: E402
 
 from prefdata import refs as R  # noqa: E402
-from prefdata.errors import PrefdataError  # noqa: E402
+from prefdata.core.errors import PrefdataError  # noqa: E402
 from prefdata.io.manifest import read_manifest  # noqa: E402
 from vision_helpers import (  # noqa: E402
     assert_policy_equals_refs, assert_refs_equal, assert_starts_at_the_reference, completion_logp_sum, copy_out,

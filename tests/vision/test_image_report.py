@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("PIL", reason="image pairs need Pillow (the [vision] extra)")
 
-from prefdata import flags as F  # noqa: E402
 from prefdata.cli import main  # noqa: E402
-from prefdata.errors import PrefdataError  # noqa: E402
+from prefdata.core import flags as F  # noqa: E402
+from prefdata.core.errors import PrefdataError  # noqa: E402
 from prefdata.prepare import prepare  # noqa: E402
 from prefdata.report.images import ImageStats  # noqa: E402
 from prefdata.report.render_html import render_html  # noqa: E402

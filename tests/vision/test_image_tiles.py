@@ -13,11 +13,11 @@ import datasets
 import pytest
 from vision_helpers import assert_cuts, dropped, image_row, prepare_rows, processor_prompt_ids, write_pngs
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 from prefdata.tokenize import image_layout
-from prefdata.tokenize.pairs import TokenizeSettings
 from prefdata.tokenize.processor import load_processor
+from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.tokenize.vision import VisionPairTokenizer
 
 # (width, height) -> (rows, cols) under the tiny processor (longest edge 84 px, 28-px tiles)

@@ -26,7 +26,7 @@ if not all(hasattr(transformers, name) for name in _NEEDS):
 import datasets  # noqa: E402
 
 from prefdata import refs as R  # noqa: E402
-from prefdata.errors import PrefdataError  # noqa: E402
+from prefdata.core.errors import PrefdataError  # noqa: E402
 from prefdata.model.vision_inputs import decode_image  # noqa: E402
 from prefdata.tokenize.processor import load_processor  # noqa: E402
 from vision_helpers import (  # noqa: E402
@@ -191,7 +191,7 @@ def test_a_missing_num2words_is_named_in_one_line(smolvlm_processor_dir, monkeyp
     """num2words is not in the [vision] extra (Pillow only): a SmolVLM user without it is told what to install."""
     import importlib
 
-    from prefdata.errors import PrefdataError
+    from prefdata.core.errors import PrefdataError
     from prefdata.tokenize.processor import load_processor
 
     module = importlib.import_module("transformers.models.smolvlm.processing_smolvlm")

@@ -18,7 +18,7 @@ pytest.importorskip("trl")
 import datasets  # noqa: E402
 import torch  # noqa: E402
 
-from prefdata.errors import PrefdataError  # noqa: E402
+from prefdata.core.errors import PrefdataError  # noqa: E402
 from vision_helpers import (  # noqa: E402
     as_content_parts, dpo_config, first_batch_token_logps, image_row, kept, prepare_all, raw_image_dataset,
     write_jsonl, write_pngs
@@ -304,7 +304,7 @@ def test_trl_vision_internals_the_hand_off_relies_on(llava_processor_dir):
     from trl.trainer import dpo_trainer
 
     from prefdata.trl import DPOTrainer
-    from prefdata.trl_collator import ImagePairCollator
+    from prefdata.trl.collator import ImagePairCollator
 
     init = inspect.getsource(trl.DPOTrainer.__init__)
     assert 'self._is_vision_dataset = "image" in dataset_sample or "images" in dataset_sample' in init

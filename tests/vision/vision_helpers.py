@@ -247,7 +247,7 @@ def assert_cuts(base: Path, row: dict, processor: str | Path, ids: list[int], cu
     marked False must keep ids[cut:] unflagged."""
     import datasets
 
-    from prefdata import flags as F
+    from prefdata.core import flags as F
 
     for cut, truncated in cuts:
         keep = len(ids) - cut

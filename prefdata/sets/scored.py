@@ -1,5 +1,5 @@
 """Scored completions: one record with a prompt and several completions, each with a score or a
-rank, turned into preference pairs by a pairing strategy (prefdata.pairing).
+rank, turned into preference pairs by a pairing strategy (prefdata.sets.pairing).
 
 Shapes, detected per row (no `chosen`/`rejected`; a list under `completions`, `generations` or
 `candidates_completions`):
@@ -35,8 +35,10 @@ from typing import Any
 
 import xxhash
 
-from prefdata.errors import RecordError
-from prefdata.io.formats import (
+from prefdata.core.errors import RecordError
+from prefdata.core.records import Message, Pair, RawRecord, ScoredSummary
+from prefdata.io.formats import normalize_record
+from prefdata.io.messages import (
     _completion_text,
     _messages,
     _render,
@@ -44,10 +46,8 @@ from prefdata.io.formats import (
     _tools,
     _type_error,
     _type_name,
-    normalize_record,
 )
-from prefdata.pairing import PairingSettings, choose_pairs
-from prefdata.records import Message, Pair, RawRecord, ScoredSummary
+from prefdata.sets.pairing import PairingSettings, choose_pairs
 
 COMPLETION_LISTS = ("completions", "generations", "candidates_completions")
 SCORE_LISTS = ("scores", "rewards", "ratings")

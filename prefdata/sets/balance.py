@@ -6,7 +6,7 @@ flags drop it and which half is longer (tokens before truncation, as the report'
 between the passes, with the dataset-wide flags known, this module counts the pairs the policy
 keeps -- C with chosen longer, R with rejected longer or equal -- and picks the pairs to remove from
 the over-represented side so that the share C'/(C'+R') is the closest an integer count gets to the
-target. Which pairs go is seeded and coordination-free (prefdata.sampling: the ones whose keys,
+target. Which pairs go is seeded and coordination-free (prefdata.sets.sampling: the ones whose keys,
 from the seed and the pair's row ordinal, are largest), so every engine removes the same pairs. The
 second pass flags them `length_balance` (drop in the default policy): they land in dropped.jsonl
 with that flag, in input order, and in the report like any dropped pair.
@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from prefdata import flags as F
-from prefdata.checks.checker import verdict
-from prefdata.checks.policy import Policy
-from prefdata.checks.stage import CheckedChunk
-from prefdata.errors import PrefdataError
-from prefdata.sampling import keys_of, sample_base, threshold_for
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
+from prefdata.sets.sampling import keys_of, sample_base, threshold_for
 
-# Per-pair classes the first pass reports (ChunkCounts.classes).
+# Per-pair classes the first pass reports (ChunkCounts.classes; prefdata.prepare.shard_stages.pair_classes).
 OWN_DROP, CHOSEN_LONGER, NOT_CHOSEN_LONGER = 0, 1, 2
 DEFAULT_TARGET = 0.5
 
@@ -37,24 +34,6 @@ def check_target(target: float) -> float:
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0.0 <= float(target) <= 1.0:
         raise PrefdataError(f"--balance-length {target!r}: the target share of chosen-longer pairs must be in [0, 1]")
     return float(target)
-
-
-def pair_classes(checked: CheckedChunk, policy: Policy) -> np.ndarray:
-    """Per pair of the chunk (in `pair_index` order): OWN_DROP when its own flags drop it, else
-    whether chosen is longer in tokens (before truncation; characters for an untokenized pair)."""
-    classes = np.empty(len(checked.pair_index), dtype=np.int8)
-    for at, position in enumerate(checked.pair_index.tolist()):
-        record = checked.records[position]
-        if verdict(record.flags, policy)[2] == "dropped":
-            classes[at] = OWN_DROP
-            continue
-        tok, pair = record.tokenized, record.pair
-        if tok is not None:
-            longer = tok.chosen_len_full > tok.rejected_len_full
-        else:
-            longer = len(pair.chosen) > len(pair.rejected)  # type: ignore[union-attr]
-        classes[at] = CHOSEN_LONGER if longer else NOT_CHOSEN_LONGER
-    return classes
 
 
 def balanced_counts(chosen_longer: int, others: int, target: float) -> tuple[int, int, bool]:
@@ -95,14 +74,15 @@ class BalancePlan:
 
 def plan_balance(
     ordinals: np.ndarray, classes: np.ndarray, duplicate_rows: np.ndarray, conflicting_rows: np.ndarray,
-    policy: Policy, target: float, seed: int,
+    severity: Callable[[str], str | None], target: float, seed: int,
 ) -> BalancePlan:
     """The pairs to remove so the kept pairs reach `target` (see the module doc). `ordinals` and
     `classes`: every pair's row ordinal and first-pass class; `duplicate_rows`/`conflicting_rows`:
-    the rows the dataset-wide checks flag (their severities decide whether those pairs stay)."""
+    the rows the dataset-wide checks flag; `severity`: the policy's severity of a flag (it decides
+    whether those pairs stay, and whether `length_balance` removes)."""
     kept = classes != OWN_DROP
     for rows, flag in ((duplicate_rows, F.DUPLICATE_PAIR), (conflicting_rows, F.CONFLICTING_PAIR)):
-        if policy.severity(flag) in ("drop", "error") and len(rows):
+        if severity(flag) in ("drop", "error") and len(rows):
             kept &= ~np.isin(ordinals, rows)
     longer = kept & (classes == CHOSEN_LONGER)
     other = kept & (classes == NOT_CHOSEN_LONGER)
@@ -115,7 +95,7 @@ def plan_balance(
     threshold = threshold_for(keys, keep)
     drop = np.sort(candidates[keys > np.uint64(threshold)]) if threshold >= 0 else np.sort(candidates)
     after = keep_c + keep_r
-    removes = policy.severity(F.LENGTH_BALANCE) in ("drop", "error")
+    removes = severity(F.LENGTH_BALANCE) in ("drop", "error")
     summary = {
         "target": target,
         "seed": seed,

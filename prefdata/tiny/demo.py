@@ -1,4 +1,4 @@
-"""`python -m prefdata.demo`: the whole pipeline on the shipped example, on CPU, in about a minute.
+"""`python -m prefdata.tiny.demo`: the whole pipeline on the shipped example, on CPU, in about a minute.
 
 Builds a tiny tokenizer (real ChatML template) and a tiny random Qwen2 model from code, then runs
 prepare -> validate -> refs -> train on examples/pairs/ (several input shapes, a few bad rows).
@@ -14,12 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
     """prepare -> validate -> refs -> train on text pairs, with a tiny random Qwen2."""
-    from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
+    from prefdata.tiny.text import build_tiny_model, build_tiny_tokenizer
 
     work.mkdir(parents=True, exist_ok=True)
     tokenizer_dir, model_dir = work / "tiny-tokenizer", work / "tiny-model"
@@ -39,7 +39,7 @@ def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
 
 def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
     """prepare --processor -> validate -> refs -> train on image pairs, with a tiny random LLaVA."""
-    from prefdata.tiny import build_tiny_llava_model, build_tiny_llava_processor
+    from prefdata.tiny.vision import build_tiny_llava_model, build_tiny_llava_processor
 
     work = work / "images"  # apart from the text demo's prepared/ and checkpoint/, which the README shows
     work.mkdir(parents=True, exist_ok=True)
@@ -89,7 +89,7 @@ def _stages(work: Path, examples: Path, model_dir: Path, max_steps: int, reader:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefdata.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m prefdata.tiny.demo", description=__doc__)
     parser.add_argument("--work", default=str(REPO / "demo-out"), help="where everything is written (--images: its images/ folder)")
     parser.add_argument("--examples", default=None,
                         help="the input (default: examples/pairs, or examples/images/pairs.jsonl with --images)")
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", action="store_true",
                         help="image preference pairs with a tiny LLaVA and its processor (the [vision] extra)")
     args = parser.parse_args(argv)
-    from prefdata.quiet import quiet_libraries
+    from prefdata.core.quiet import quiet_libraries
 
     with quiet_libraries(True):  # the demo prints its own lines; library bars would bury them
         if args.images:

@@ -15,7 +15,7 @@
 
 Every source gives a `weight` (a share of the mixture's records; weights need not sum to 1) or
 every source gives `rows` (exactly that many records). A source's records are sampled without
-replacement before any check: the `k` records whose keys are smallest (prefdata.sampling, keys from
+replacement before any check: the `k` records whose keys are smallest (prefdata.sets.sampling, keys from
 the seed, the source's name and the record's index in the source), so a worker keeps or skips a
 record alone and every engine takes the same ones. A source with fewer records than asked is an
 error (one line); nothing is upsampled. The records not sampled are not input rows of the mixture:
@@ -33,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.chunks import Chunk, RecordSelection, iter_chunks, record_count
 from prefdata.io.hub import HubSource, hub_input, iter_hub_chunks, parse_hub_id
 from prefdata.io.manifest import sha256_file
 from prefdata.io.readers import list_input_files
-from prefdata.sampling import TAKE_ALL, sample_base, threshold_of_range
+from prefdata.sets.sampling import TAKE_ALL, keep_mask, sample_base, threshold_of_range
 
 SOURCE_COLUMN = "source"  # the column a mixture adds; an input's own `source` becomes `raw_source`
 _TOP_KEYS = {"seed", "rows", "description", "source"}
@@ -231,7 +231,7 @@ class MixPlan:
             "seed": self.mix.seed,
             "rows": self.mix.rows,
             "sampling": "without replacement, before the checks: the records whose keys mix64(base + index) "
-                        "are smallest (prefdata.sampling; base = xxh3_64(seed, name))",
+                        "are smallest (prefdata.sets.sampling; base = xxh3_64(seed, name))",
             "rows_available": available,
             "rows_sampled": self.rows_sampled,
             "rows_not_sampled": available - self.rows_sampled,
@@ -250,6 +250,14 @@ class MixPlan:
                 for s in self.sources
             ],
         }
+
+
+def sampled_positions(selection: RecordSelection, count: int) -> list[int]:
+    """Which of a chunk's `count` records the mixture samples (their positions in the chunk): each
+    decided alone, from the selection's base and threshold and the record's index in its source."""
+    import numpy as np
+
+    return np.flatnonzero(keep_mask(selection.base, selection.threshold, selection.first, count)).tolist()
 
 
 def plan_mix(mix: Mix, max_lines: int, max_bytes: int) -> MixPlan:

@@ -6,7 +6,7 @@ they also accept pre-tokenized datasets from elsewhere. `validate OUT` checks th
 `check_out`, `refs` and `train` the part they read; users' pipelines validate their own frames:
 
     import glob, polars as pl
-    from prefdata.schema import ScoredPairs
+    from prefdata.core.schema import ScoredPairs
     frame = pl.concat([pl.read_ipc_stream(f) for f in sorted(glob.glob("out/data-*.arrow"))])
     ScoredPairs.validate(frame)
 
@@ -25,8 +25,8 @@ from typing import Any, Iterator
 import pandera.polars as pa
 import polars as pl
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
 
 ID_DTYPE = pl.List(pl.Int32)
 MESSAGES_DTYPE = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
@@ -272,7 +272,7 @@ def check_frame(frame: pl.DataFrame, label: str, *, tokens_only: bool = False, f
         model.validate(checked, lazy=True)
     except (pa.errors.SchemaErrors, pa.errors.SchemaError) as exc:
         raise PrefdataError(
-            f"{label} breaks OUT's schema (prefdata.schema.{model.__name__}, rows {first_row}-"
+            f"{label} breaks OUT's schema (prefdata.core.schema.{model.__name__}, rows {first_row}-"
             f"{first_row + frame.height - 1}): {describe_failures(exc, frame)}"
         ) from None
 

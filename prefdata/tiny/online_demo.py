@@ -1,4 +1,4 @@
-"""`python -m prefdata.online.demo`: online DPO on CPU in about a minute, with tiny models built in code.
+"""`python -m prefdata.tiny.online_demo`: online DPO on CPU in about a minute, with tiny models built in code.
 
 Four rounds of generate -> score -> prepare -> refs -> train on the learning case of
 `bench/bench_online.py --learn` (a tiny random Llama policy, a 6k-vocabulary ChatML tokenizer, a rule
@@ -20,12 +20,13 @@ REPO = Path(__file__).resolve().parents[2]
 def run_demo(work: Path, rounds: int = 4) -> int:
     import statistics
 
-    from prefdata.online.generate import GenerateSettings, generate_rows
-    from prefdata.online.learning_case import build_learning_case, first_half_share
+    from prefdata.online.generate import generate_rows
+    from prefdata.online.sample_settings import SamplingSettings
     from prefdata.online.prompts import read_prompts
     from prefdata.online.rounds import run_online
     from prefdata.online.score import score
-    from prefdata.online.tiny import build_tiny_reward_model
+    from prefdata.tiny.learning_case import build_learning_case, first_half_share
+    from prefdata.tiny.reward import build_tiny_reward_model
 
     started = time.time()
     work.mkdir(parents=True, exist_ok=True)
@@ -45,7 +46,7 @@ def run_demo(work: Path, rounds: int = 4) -> int:
     )
 
     def fresh_reward(policy: Path) -> float:
-        settings = GenerateSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
+        settings = SamplingSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
         rows = generate_rows(read_prompts(case["prompts"]).rows, policy, settings, progress=False)
         return statistics.fmean(first_half_share([], [row["completion"] for row in rows]))
 
@@ -61,11 +62,11 @@ def run_demo(work: Path, rounds: int = 4) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m prefdata.online.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m prefdata.tiny.online_demo", description=__doc__)
     parser.add_argument("--work", default=str(REPO / "demo-out" / "online"), help="where everything is written")
     parser.add_argument("--rounds", type=int, default=4, help="online rounds (default 4)")
     args = parser.parse_args(argv)
-    from prefdata.quiet import quiet_libraries
+    from prefdata.core.quiet import quiet_libraries
 
     with quiet_libraries(True):  # prefdata's own lines only
         return run_demo(Path(args.work), args.rounds)

@@ -15,19 +15,20 @@ from typing import Any, Iterator
 import numpy as np
 
 from prefdata.checks.checker import build_leak_index, verdict
-from prefdata.checks.decontaminate import BenchmarkIndex
 from prefdata.checks.merge import DatasetMerge, dataset_flags
 from prefdata.checks.partitioned import PartitionedMerge, PartitionedResult, block_from_digests, partitioned_dataset_checks
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
+from prefdata.core.errors import PrefdataError
+from prefdata.core.records import CheckedRow
 from prefdata.engine.local import Engine, LocalEngine
-from prefdata.errors import PrefdataError
 from prefdata.io.chunks import Chunk, LineNumbers, iter_chunks
 from prefdata.io.hub import iter_hub_chunks, parse_hub_id
-from prefdata.io.mix import MixPlan, plan_mix, read_mix
-from prefdata.pairing import PairingSettings
-from prefdata.records import CheckedRow
-from prefdata.tokenize.pairs import PairTokenizer, TokenizeSettings
+from prefdata.sets.decontaminate import BenchmarkIndex
+from prefdata.sets.mix import MixPlan, plan_mix, read_mix
+from prefdata.sets.pairing import PairingSettings
+from prefdata.tokenize.pairs import PairTokenizer
+from prefdata.tokenize.settings import TokenizeSettings
 
 # Chunks of a size that keeps every worker busy to the end: tokenizing a row costs up to
 # milliseconds, so a 4 MiB chunk would leave the other workers idle at the end of the input.
@@ -102,7 +103,7 @@ class ShapeProbe:
 def input_chunks(raw_path: str | Path | MixPlan) -> Iterator[Chunk]:
     """The input as work units: byte ranges of JSON lines (the workers read them), record chunks of
     other files, or of a Hub split (`org/name:split`, streamed here: prefdata.io.hub); a mixture's
-    sources one after the other, each chunk with its sample (prefdata.io.mix)."""
+    sources one after the other, each chunk with its sample (prefdata.sets.mix)."""
     if isinstance(raw_path, MixPlan):
         return raw_path.chunks()
     hub = parse_hub_id(raw_path)
@@ -142,7 +143,7 @@ def iter_checked_rows(
     are through. An input whose first `batch_size` records are all of an unknown shape is not
     preference data. A `PartitionedMerge` makes a first pass over the input for the dataset-wide
     checks by hash partitioning (on Ray: no process holds every row's digests); the rows are the same.
-    `benchmarks`: flag `benchmark_overlap` against them (prefdata.checks.decontaminate).
+    `benchmarks`: flag `benchmark_overlap` against them (prefdata.sets.decontaminate).
     `pairing`: how records of scored completions become pairs (one row per pair, or one "unpaired" row).
     """
     policy = policy or load_policy(None)

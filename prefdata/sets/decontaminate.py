@@ -31,8 +31,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import xxhash
 
-from prefdata.errors import PrefdataError, RecordError
-from prefdata.records import Pair, RawRecord
+from prefdata.core.errors import PrefdataError, RecordError
+from prefdata.core.records import Pair, RawRecord
 
 DEFAULT_NGRAM = 13  # lm-evaluation-harness / GPT-3
 MIN_SHORT_WORDS = 8  # shorter items would match ordinary phrases ("what is the capital of")

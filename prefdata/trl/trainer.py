@@ -17,7 +17,7 @@ and training loop and changes only what the data needs:
 - Image OUTs (`prepare --processor`, an `images` column): TRL would call them vision datasets, re-render
   their text per batch with `DataCollatorForVisionPreference` and refuse stored refs. OUT is already
   tokenized, with the image tokens expanded, so TRL's tokenized path applies as for text, and
-  `ImagePairCollator` (prefdata.trl_collator) adds the images' pixel values (and image sizes or grids)
+  `ImagePairCollator` (prefdata.trl.collator) adds the images' pixel values (and image sizes or grids)
   through the processor. The processor given must be the one OUT was prepared with (its fingerprint).
 
 TRL internals relied on (tests/test_trl.py::test_trl_internals_the_hand_off_relies_on and
@@ -46,14 +46,14 @@ except ImportError:  # one line, not a traceback through TRL's imports
 import datasets
 from packaging.specifiers import SpecifierSet
 
-from prefdata import flags as F
-from prefdata.errors import PrefdataError
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
+from prefdata.core.schema import LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
-from prefdata.schema import LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
 from prefdata.tokenize.processor import load_processor
 from prefdata.tokenize.vision import processor_fingerprint
-from prefdata.trl_collator import ImagePairCollator
+from prefdata.trl.collator import ImagePairCollator
 
 __all__ = ["DPOConfig", "DPOTrainer", "load_out", "out_settings", "TESTED_TRL"]
 

@@ -4,8 +4,8 @@ Position i of a stream gets the key `mix64(base + i)`, where `base` comes from a
 (`sample_base`). `mix64` is SplitMix64's finalizer, a bijection of 64-bit integers, so the keys of
 distinct positions never tie: "the k smallest keys" is exactly k positions. A worker decides for any
 position alone, from (base, threshold) and the position: no coordination, the same answer on any
-engine and with any number of workers. Used by mixtures (prefdata.io.mix: records of a source) and
-length balancing (prefdata.prepare.balance: pairs of the output).
+engine and with any number of workers. Used by mixtures (prefdata.sets.mix: records of a source) and
+length balancing (prefdata.sets.balance: pairs of the output).
 """
 
 from __future__ import annotations

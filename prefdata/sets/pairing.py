@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 
 STRATEGIES = ("best-worst", "best-vs-random-lower", "all-pairs", "top-k")
 UNPAIRED_REASONS = ("single_completion", "ties", "below_margin", "too_many_pairs")

@@ -19,7 +19,7 @@ from typing import Any
 
 from trl.trainer.dpo_trainer import DataCollatorForPreference
 
-from prefdata.errors import PrefdataError
+from prefdata.core.errors import PrefdataError
 from prefdata.io.images import pillow
 
 # Keys `processor(text, images)` returns that the collator builds itself from the stored ids.

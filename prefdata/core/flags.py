@@ -24,8 +24,8 @@ SAME_FINAL_ANSWER = "same_final_answer"
 TOOL_CALL_INVALID = "tool_call_invalid"
 BENCHMARK_OVERLAP = "benchmark_overlap"
 IMAGE_MISMATCH = "image_mismatch"  # image placeholders and images differ in number (checks.images)
-IMAGE_TRUNCATED = "image_truncated"  # truncation would cut an image's tokens (tokenize.pairs.truncate_pair)
-LENGTH_BALANCE = "length_balance"  # removed by prepare --balance-length's subsample (prepare.balance)
+IMAGE_TRUNCATED = "image_truncated"  # truncation would cut an image's tokens (tokenize.truncate.truncate_pair)
+LENGTH_BALANCE = "length_balance"  # removed by prepare --balance-length's subsample (sets.balance)
 
 ALL_FLAGS: tuple[str, ...] = (
     IDENTICAL,

@@ -18,8 +18,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from prefdata.core.errors import PrefdataError
 from prefdata.engine.ray import connect
-from prefdata.errors import PrefdataError
 from prefdata.io.manifest import require_pairs
 from prefdata.refs import KILL_AFTER_SHARDS_ENV, SHARD_BATCHES, WORK_DIR, RefsResult
 

@@ -61,7 +61,7 @@ def build_case_tokenizer(out_dir: str | Path, vocab_size: int = 6000, seed: int 
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from prefdata.tiny import CHATML_TEMPLATE, SPECIAL_TOKENS
+    from prefdata.tiny.text import CHATML_TEMPLATE, SPECIAL_TOKENS
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -94,7 +94,7 @@ def build_learning_case(work: str | Path, *, prompts: int = 48, hidden_size: int
     `warm_start_steps`: that many supervised steps on short answers of corpus words that end with
     EOS, so the policy writes word-like answers and ends them (a random policy over 6k tokens almost
     never samples EOS: every sample would be cut off at the token limit)."""
-    from prefdata.tiny import build_tiny_model
+    from prefdata.tiny.text import build_tiny_model
 
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)

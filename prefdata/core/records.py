@@ -3,7 +3,7 @@
 raw file --readers--> RawRecord --formats.normalize_record--> Pair --tokenize--> TokenizedPair
 --checks--> CheckedRow (flags and the policy's verdict)
 
-A record of scored completions (io.scored) becomes several Pairs, or none (an "unpaired" row).
+A record of scored completions (sets.scored) becomes several Pairs, or none (an "unpaired" row).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Pair:
     flags: list[str] = field(default_factory=list)  # flags found while normalizing
     shape: str = ""  # which input shape was detected (explicit, conversational, hh, ...)
     # With --decontaminate-against: the benchmark item this pair overlaps (a
-    # prefdata.checks.decontaminate.BenchmarkMatch), else None.
+    # prefdata.sets.decontaminate.BenchmarkMatch), else None.
     benchmark_match: Any = None
     # Image pairs: the row's images (prefdata.io.images.ImageRef) as the row names them, and, once
     # read in the worker, the decoded images (LoadedImage). None on rows without images.
@@ -100,7 +100,7 @@ class TokenizedPair:
 
 @dataclass
 class ScoredSummary:
-    """What pairing made of one record of scored completions (prefdata.pairing): it rides on the
+    """What pairing made of one record of scored completions (prefdata.sets.pairing): it rides on the
     record's first row (its first pair, or its one unpaired row) to the report and the accounting."""
 
     completions: int  # completions in the record

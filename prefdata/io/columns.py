@@ -1,0 +1,171 @@
+"""OUT's columns in Arrow: the core columns' fixed types (the output contract), TRL's message lists
+(with the fields chat templates read, and content parts for image pairs), the images, and a column
+of Python values as one Arrow array (values Arrow cannot type consistently become JSON text).
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from prefdata.io.messages import text_of
+
+ID_TYPE = pa.list_(pa.int32())
+
+# Core columns and their fixed Arrow types (the output contract). Pass-through columns follow.
+CORE_SCHEMA = pa.schema(
+    [
+        ("prompt", pa.string()),
+        ("chosen", pa.string()),
+        ("rejected", pa.string()),
+        ("prompt_ids", ID_TYPE),
+        ("chosen_ids", ID_TYPE),
+        ("rejected_ids", ID_TYPE),
+        ("flags", pa.list_(pa.string())),
+        ("source_file", pa.string()),
+        ("source_line", pa.int64()),
+    ]
+)
+CORE_COLUMNS = frozenset(CORE_SCHEMA.names)
+# Conversational rows keep TRL's message format in the text columns (see `DatasetWriter`): role and
+# content, plus the other fields a chat template reads where the data has them (records.Message).
+_TOOL_CALL_TYPE = pa.struct(
+    [("id", pa.string()), ("type", pa.string()),
+     ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())]))]
+)
+MESSAGE_FIELD_TYPES: dict[str, pa.DataType] = {
+    "role": pa.string(),
+    "content": pa.string(),
+    "reasoning_content": pa.string(),
+    "tool_calls": pa.list_(_TOOL_CALL_TYPE),
+    "tool_call_id": pa.string(),
+    "name": pa.string(),
+}
+
+
+# Image pairs: content as TRL's list of parts ({"type": "text", "text"} / {"type": "image"}), and
+# the images as datasets.Image stores them (a list of {bytes, path}; `load_from_disk` decodes them).
+CONTENT_PARTS_TYPE = pa.list_(pa.struct([("type", pa.string()), ("text", pa.string())]))
+IMAGES_TYPE = pa.list_(pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
+
+
+def messages_type(fields: Any = (), parts: bool = False) -> pa.DataType:
+    """The message-list type with role, content and the optional `fields`, in a fixed order (so that
+    parts written with different fields unify by adding null fields). `parts`: content is a list
+    of parts (a dataset with image pairs stores every content that way)."""
+    wanted = {"role", "content", *fields}
+    return pa.list_(pa.struct([
+        (name, CONTENT_PARTS_TYPE if parts and name == "content" else kind)
+        for name, kind in MESSAGE_FIELD_TYPES.items() if name in wanted
+    ]))
+
+
+def _has_parts(kind: pa.DataType) -> bool:
+    return any(f.name == "content" and f.type == CONTENT_PARTS_TYPE for f in kind.value_type)
+
+
+def _content_parts(values: list[Any]) -> list[Any] | None:
+    """A messages column's values with every content as a list of parts, when some message has
+    image parts; else None (the common case: one pass of type checks, nothing copied)."""
+    if not any(type(m.get("content")) is list for messages in values for m in messages or ()):
+        return None
+    return [None if messages is None else [_message_parts(m) for m in messages] for messages in values]
+
+
+def _message_parts(message: dict[str, Any]) -> dict[str, Any]:
+    content = message.get("content")
+    if type(content) is list:
+        return message
+    return {**message, "content": [] if content is None else [{"type": "text", "text": content}]}
+
+
+MESSAGES_TYPE = messages_type()
+
+
+def _message_fields(values: list[Any]) -> set[str]:
+    """The optional message fields used in a column's message lists (most rows have none)."""
+    found: set[str] = set()
+    for messages in values:
+        for message in messages or ():
+            if len(message) > 2:
+                found.update(message)
+    return found & MESSAGE_FIELD_TYPES.keys()
+
+
+def _is_messages_type(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) and pa.types.is_struct(kind.value_type)
+
+
+def _wider_messages_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    return messages_type({f.name for f in a.value_type} | {f.name for f in b.value_type}, _has_parts(a) or _has_parts(b))
+
+
+TEXT_COLUMNS = ("prompt", "chosen", "rejected")
+MESSAGE_COLUMNS = {name: f"{name}_messages" for name in TEXT_COLUMNS}  # used by mixed datasets only
+_MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
+_ID_COLUMNS = frozenset({"prompt_ids", "chosen_ids", "rejected_ids"})
+_LOSS_START_COLUMNS = frozenset({"chosen_loss_start", "rejected_loss_start"})  # --loss-on answer
+
+
+def _ids_array(values: list[Any]) -> pa.Array | None:
+    """list<int32> column straight from array('i') rows (what prepare's workers send): offsets and
+    one concatenated buffer, no per-id conversion. None when some row is not such an array."""
+    if not all(isinstance(v, array) and v.typecode == "i" for v in values):
+        return None
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    np.cumsum([len(ids) for ids in values], out=offsets[1:])
+    # One buffer of the final size, each row copied in once: growing it by extend() reallocates,
+    # and for one huge row (a 10 MB reasoning trace, 9 M ids) held two copies at once.
+    flat = np.empty(int(offsets[-1]), dtype=np.int32)
+    for i, ids in enumerate(values):
+        flat[offsets[i] : offsets[i + 1]] = np.frombuffer(ids, dtype=np.int32)
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=ID_TYPE)
+
+
+def _column_array(name: str, values: list[Any]) -> pa.Array:
+    """Arrow array for a column; values Arrow cannot type consistently are kept as JSON text."""
+    if name in _ID_COLUMNS:
+        fast = _ids_array(values)
+        if fast is not None:
+            return fast
+    if (name in TEXT_COLUMNS and values and all(type(v) is list for v in values)) or name in _MESSAGE_NAMES:
+        parts = _content_parts(values)
+        if parts is not None:
+            return pa.array(parts, type=messages_type(_message_fields(parts), parts=True))
+        return pa.array(values, type=messages_type(_message_fields(values)))
+    if name == "images" and any(type(v) is list and v and type(v[0]) is dict and "bytes" in v[0] for v in values):
+        return pa.array(values, type=IMAGES_TYPE)
+    if name in CORE_COLUMNS:
+        return pa.array(values, type=CORE_SCHEMA.field(name).type)
+    if name in _LOSS_START_COLUMNS:
+        return pa.array(values, type=pa.int32())
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        return _json_array(values)
+
+
+def _json_array(values: list[Any]) -> pa.Array:
+    return pa.array(
+        [None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, default=str) for v in values],
+        type=pa.string(),
+    )
+
+
+def _split_messages(row: dict[str, Any]) -> dict[str, Any]:
+    """A mixed dataset's row: text columns as strings, messages (if any) in the *_messages columns."""
+    if type(row.get("prompt")) is not list:
+        return row
+    row = dict(row)
+    for name in TEXT_COLUMNS:
+        row[MESSAGE_COLUMNS[name]] = row[name]
+        row[name] = text_of(row[name], completion=name != "prompt")
+    return row
+
+
+def _all_strings(values: list[Any]) -> bool:
+    return all(v is None or isinstance(v, str) for v in values)

@@ -1,0 +1,85 @@
+"""OUT/ as a directory: a staging directory inside it, `publish` (the manifest last), `abandon`.
+
+Everything is written into OUT/.prefdata-staging-PID/ first; `publish` swaps it in with renames, the
+manifest last, so a half-written OUT/ never looks complete. A directory is only ever deleted when
+prefdata's marker file says prefdata created it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from prefdata.core.errors import PrefdataError
+from prefdata.io.lock import LOCK_NAME
+
+MARKER = ".prefdata-output"  # present in every directory prefdata creates; guards deletion
+STAGING_PREFIX = ".prefdata-staging-"
+
+
+def is_prefdata_dir(path: Path) -> bool:
+    return (path / MARKER).is_file()
+
+
+def prepare_output_dir(out: Path, overwrite: bool) -> Path:
+    """Check OUT may be written; return a fresh staging directory inside it.
+
+    Everything is written into OUT/.prefdata-staging-PID/ (prefdata never writes outside OUT) and
+    published by `publish`; until then a previous output in OUT stays whole and untouched.
+    """
+    if out.exists():
+        if not out.is_dir():
+            raise PrefdataError(f"{out} exists and is not a directory")
+        if any(entry.name != LOCK_NAME for entry in out.iterdir()):  # the lock is the caller's own
+            if not overwrite and (out / "manifest.json").exists():
+                raise PrefdataError(f"{out} already exists; pass --overwrite to replace it")
+            if not is_prefdata_dir(out):
+                raise PrefdataError(
+                    f"{out} exists and was not created by prefdata; refusing to write into it"
+                    + (" even with --overwrite" if overwrite else "")
+                )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("created by prefdata\n", encoding="utf-8")
+    _remove_stale_staging(out)
+    staging = out / f"{STAGING_PREFIX}{os.getpid()}"
+    staging.mkdir()
+    return staging
+
+
+def _remove_stale_staging(out: Path) -> None:
+    """Leftovers of killed runs are removed; they live inside OUT, which prefdata created."""
+    for candidate in out.glob(f"{STAGING_PREFIX}*"):
+        if candidate.is_dir():
+            shutil.rmtree(candidate, ignore_errors=True)
+
+
+def publish(staging: Path, out: Path) -> None:
+    """Replace OUT's contents with the staging directory's, the manifest last.
+
+    Order matters for a kill at any point: the old manifest goes first (OUT stops looking
+    finished), then the old files, then the new files are renamed in, and the new manifest last.
+    """
+    if not is_prefdata_dir(out):  # re-checked: never delete foreign data
+        raise PrefdataError(f"{out} was not created by prefdata; refusing to replace it")
+    (out / "manifest.json").unlink(missing_ok=True)
+    for entry in out.iterdir():
+        if entry == staging or entry.name in (MARKER, LOCK_NAME):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    for entry in staging.iterdir():
+        if entry.name not in ("manifest.json", MARKER):
+            os.replace(entry, out / entry.name)
+    if (staging / "manifest.json").exists():
+        os.replace(staging / "manifest.json", out / "manifest.json")
+    shutil.rmtree(staging)
+
+
+def abandon(staging: Path, out: Path) -> None:
+    """After a failure: drop the staging directory, and OUT itself if it holds nothing else."""
+    shutil.rmtree(staging, ignore_errors=True)
+    if out.is_dir() and [entry.name for entry in out.iterdir() if entry.name != LOCK_NAME] == [MARKER]:
+        shutil.rmtree(out, ignore_errors=True)

@@ -1,0 +1,197 @@
+"""`validate` on a prepared OUT/: its stored rows re-checked from their columns (the ids are what
+training sees), with the checks `prepare` ran; flags that need the original tokenization or the raw
+shape are taken as stored."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from prefdata.checks.policy import Policy
+from prefdata.core import flags as F
+from prefdata.core.errors import PrefdataError
+from prefdata.io.manifest import MANIFEST_NAME, read_manifest
+from prefdata.io.messages import text_of
+from prefdata.report.builder import ReportBuilder
+from prefdata.sets.decontaminate import BenchmarkIndex
+from prefdata.tokenize.select import select_pair_tokenizer
+
+if TYPE_CHECKING:
+    from prefdata.checks.merge import DatasetMerge
+    from prefdata.checks.partitioned import PartitionedMerge
+
+# Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
+# re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
+_STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
+_STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION, F.TIED_REWARD, F.REWARD_DISAGREES)
+
+
+def is_prepared_dir(path: str | Path) -> bool:
+    """A directory written by `prefdata prepare`: a manifest next to a save_to_disk dataset."""
+    p = Path(path)
+    return p.is_dir() and (p / MANIFEST_NAME).is_file() and (p / "state.json").is_file()
+
+
+def check_prepared(
+    input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int,
+    benchmarks: BenchmarkIndex | None = None, image_tokens: Callable[[list[Any]], list[int]] | None = None,
+) -> None:
+    from prefdata.checks.merge import DatasetMerge
+
+    merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
+    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge,
+                              benchmarks=benchmarks, image_tokens=image_tokens)
+    accumulate(rows, builder, merge)
+
+
+def image_token_counter(processor: str | None, out: Path, trust_remote_code: bool) -> Callable[[list[Any]], list[int]] | None:
+    """With --processor on a prepared OUT/: each stored image's tokens, counted by the processor, which
+    must be the one OUT was prepared with (another one's counts would not describe OUT's ids)."""
+    if not processor:
+        return None
+    from prefdata.tokenize.settings import TokenizeSettings
+
+    try:
+        recorded = read_manifest(out).get("processor") or {}
+    except OSError:  # an OUT that kept no pair has no manifest: nothing to count against
+        recorded = {}
+    if not recorded:
+        raise PrefdataError(f"--processor was given but {out} was not prepared with one (it holds no image pairs)")
+    vision = select_pair_tokenizer(None, processor, TokenizeSettings(), trust_remote_code)
+    found, expected = vision.fingerprint(), str(recorded.get("fingerprint") or "")
+    if found != expected:
+        raise PrefdataError(
+            f"the processor at {processor} ({found[:19]}) differs from the one {out} was prepared with "
+            f"({recorded.get('path')}, {expected[:19]}): its image token counts would not describe OUT's ids"
+        )
+    return vision.image_token_counts  # type: ignore[union-attr]
+
+
+def accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: "DatasetMerge | PartitionedMerge") -> None:
+    """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
+    rows' ordinals are the report's: builder.location() resolves them)."""
+    for row in rows:
+        builder.add(row)
+    builder.add_near_duplicate_prompts(merge.near_duplicate_clusters(), builder.location)
+
+
+def iter_prepared_rows(
+    out_dir: str | Path,
+    *,
+    policy: Policy,
+    against: str | Path | None = None,
+    progress: bool = True,
+    batch_size: int = 1000,
+    merge: DatasetMerge | None = None,
+    benchmarks: BenchmarkIndex | None = None,
+    image_tokens: Callable[[list[Any]], list[int]] | None = None,
+) -> Iterator[Any]:
+    """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
+
+    Image pairs: the stored images are read (their headers only: sizes, not pixels) and their bytes
+    count in the duplicate checks as in `prepare`; `image_tokens` (a processor's
+    VisionPairTokenizer.image_token_counts) gives each image's tokens for the report.
+
+    Each row is rebuilt as Pair + TokenizedPair from its columns and goes through the same checks as
+    in `prepare`: text flags, token flags on the stored ids, dataset-wide duplicates, prompt leaks,
+    non-finite reference log-probs. Flags that need the original tokenization are taken as stored."""
+    import datasets
+
+    from prefdata.checks.checker import PairChecker
+    from prefdata.core.records import CheckedRow
+    from prefdata.core.records import Pair, RawRecord, TokenizedPair
+
+    try:
+        dataset = datasets.load_from_disk(str(out_dir))
+    except Exception as exc:  # a damaged OUT/ is an input error, not a crash
+        raise PrefdataError(f"{out_dir}: cannot load the prepared dataset ({type(exc).__name__}: {exc})") from None
+    missing = {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "source_file", "source_line"} - set(
+        dataset.column_names
+    )
+    if missing:
+        raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge, benchmarks)
+    # Image pairs: the images' bytes straight from the Arrow table, never decoded by `datasets`.
+    images = dataset.data.column("images") if "images" in dataset.column_names else None
+    if images is not None:
+        dataset = dataset.remove_columns("images")
+    has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
+    batches = dataset.iter(batch_size=batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
+    ordinal = 0  # the row's index: what near-duplicate prompt clusters report
+    for batch in batches:
+        stored_batch = images.slice(ordinal, len(batch["prompt"])).to_pylist() if images is not None else None
+        for i in range(len(batch["prompt"])):
+            stored = batch["flags"][i] if "flags" in batch else []
+            prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
+            # Conversational rows are message lists: checked as the text `prepare` checked.
+            prompt = text_of(batch["prompt"][i], completion=False)
+            chosen, rejected = text_of(batch["chosen"][i], completion=True), text_of(batch["rejected"][i], completion=True)
+            text_less = not (prompt or chosen or rejected)
+            pair = Pair(
+                source_file=batch["source_file"][i],
+                source_line=batch["source_line"][i],
+                prompt=prompt,
+                chosen=chosen,
+                rejected=rejected,
+                # Ids on the Pair only when there is no text: the text checks then compare ids.
+                prompt_ids=prompt_ids if text_less else None,
+                chosen_ids=chosen_ids if text_less else None,
+                rejected_ids=rejected_ids if text_less else None,
+                flags=[f for f in stored if f in _STORED_PAIR_FLAGS],
+            )
+            tokenized = TokenizedPair(
+                prompt_ids=prompt_ids,
+                chosen_ids=chosen_ids,
+                rejected_ids=rejected_ids,
+                prompt_len_full=len(prompt_ids),
+                chosen_len_full=len(chosen_ids),
+                rejected_len_full=len(rejected_ids),
+                flags=[f for f in stored if f in _STORED_TOKEN_FLAGS],
+            )
+            non_finite = has_refs and not all(
+                v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
+            )
+            extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
+            if stored_batch is not None and stored_batch[i]:
+                pair.image_data = _stored_images(stored_batch[i], pair, out_dir, policy.max_image_pixels)
+                tokenized.image_tokens = image_tokens(pair.image_data) if image_tokens is not None else None
+            kept, severity, outcome = checker.check(pair, tokenized, extra, ordinal=ordinal)
+            ordinal += 1
+            raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
+            yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
+
+
+def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path, max_pixels: int) -> list[Any]:
+    from prefdata.core.errors import RecordError
+    from prefdata.io.images import stored_images
+
+    try:
+        return stored_images(values, max_pixels)
+    except RecordError as exc:  # a damaged OUT/ is an input error
+        raise PrefdataError(f"{out_dir}: the row from {pair.source_file}:{pair.source_line}: {exc}") from None
+
+
+def _leak_index(against: str | Path) -> Any:
+    """Prompts of OTHER: a prepared OUT/ (its prompt column) or raw data (read like INPUT)."""
+    if is_prepared_dir(against):
+        import datasets
+
+        from prefdata.checks.dataset import PromptLeakIndex
+
+        dataset = datasets.load_from_disk(str(against))
+
+        def prompts() -> Iterator[Any]:
+            for batch in dataset.select_columns(["prompt", "prompt_ids"]).iter(batch_size=4096):
+                for text, ids in zip(batch["prompt"], batch["prompt_ids"]):
+                    text = text_of(text, completion=False)
+                    yield text if text else ids
+
+        return PromptLeakIndex(prompts())
+    from prefdata.checks.checker import build_leak_index
+
+    return build_leak_index(against)
