@@ -11,26 +11,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from prefdata.checks.policy import Policy
 from prefdata.core import flags as F
+from prefdata.core.numbers import finite_float
 
 REWARD_COLUMNS = ("reward_chosen", "reward_rejected")
 GENERATED_MARKER = "chosen_sample"  # provenance column only generated pairs have
 
 
-def _number(value: Any) -> float | None:
-    """A finite reward, or None (no reward: not a number, NaN, Infinity, or an integer beyond any float)."""
-    if type(value) is int:
-        try:
-            return float(value)
-        except OverflowError:  # a 400-digit integer: no float holds it
-            return None
-    if type(value) is float and math.isfinite(value):
-        return value
-    return None
 
 
 def column_flags(extra: dict[str, Any], policy: Policy) -> list[str]:
@@ -40,7 +30,7 @@ def column_flags(extra: dict[str, Any], policy: Policy) -> list[str]:
         found.append(F.COMPLETION_TRUNCATED)
     if "reward_chosen" not in extra:
         return found
-    chosen, rejected = _number(extra.get("reward_chosen")), _number(extra.get("reward_rejected"))
+    chosen, rejected = finite_float(extra.get("reward_chosen")), finite_float(extra.get("reward_rejected"))
     if chosen is None or rejected is None:
         return found
     if GENERATED_MARKER in extra and abs(chosen - rejected) <= policy.tie_threshold:

@@ -36,6 +36,7 @@ from typing import Any
 import xxhash
 
 from prefdata.core.errors import RecordError
+from prefdata.core.numbers import finite_float
 from prefdata.core.records import Message, Pair, RawRecord, ScoredSummary
 from prefdata.io.formats import normalize_record
 from prefdata.io.messages import (
@@ -271,13 +272,8 @@ def _number(value: Any, where: str) -> float | None:
         if value is None:
             return None
         raise RecordError(_type_error(where, value, "a number"))
-    if type(value) is int:
-        try:
-            return float(value)
-        except OverflowError:  # beyond any float, like 1e400: no score, as Infinity
-            return None
-    if type(value) is float:
-        return value if math.isfinite(value) else None
+    if type(value) in (int, float):
+        return finite_float(value)  # NaN, Infinity, a 400-digit integer: no score
     if type(value) is str:
         text = value.strip()
         if not text or text.upper() in ("N/A", "NA", "NONE", "NULL", "-"):
