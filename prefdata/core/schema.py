@@ -42,6 +42,9 @@ PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")
 # `prepare --loss-on answer`: per half, how many leading completion tokens (the reasoning block) stay in
 # the sequence but out of the loss. Absent: the whole completion is in the loss.
 LOSS_START_COLUMNS = ("chosen_loss_start", "rejected_loss_start")
+# Optional per-pair loss inputs (given in the data, or written by `prefdata select --weight-by/--offset-by`):
+# `weight` scales the pair's loss (finite, >= 0), `offset` is ODPO's margin δ (finite). Absent: 1 and 0.
+WEIGHT_COLUMN, OFFSET_COLUMN = "weight", "offset"
 BATCH_ROWS = 65_536  # rows validated at a time by `check_out`: memory stays flat on large OUTs
 # A sum of log-probs is <= 0; float32 accumulation may leave a hair above.
 _LOGP_TOLERANCE = 1e-3
@@ -117,6 +120,22 @@ class TokenPairs(pa.DataFrameModel):
             return settled
         non_negative = [(pl.col(name) >= 0).fill_null(False) for name in LOSS_START_COLUMNS]
         return data.lazyframe.select(pl.all_horizontal(non_negative))
+
+
+    @pa.dataframe_check
+    def weights_and_offsets_are_finite(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """`weight`: a finite number >= 0; `offset`: a finite number; each optional, never null."""
+        schema = data.lazyframe.collect_schema()
+        rules = []
+        for name, floor in ((WEIGHT_COLUMN, 0.0), (OFFSET_COLUMN, None)):
+            if name not in schema:
+                continue
+            if not schema[name].is_numeric():
+                return data.lazyframe.select(pl.lit(False).alias(name))
+            value = pl.col(name).cast(pl.Float64)
+            ok = value.is_finite() if floor is None else value.is_finite() & (value >= floor)
+            rules.append(ok.fill_null(False))
+        return data.lazyframe.select(pl.all_horizontal(rules) if rules else pl.lit(True))
 
 
 class ScoredTokenPairs(TokenPairs):

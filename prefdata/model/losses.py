@@ -20,6 +20,12 @@ LD-DPO (length-desensitized, TRL's `ld_alpha`): before any loss, each half's log
 policy and of the reference alike, becomes  public + α·(all - public), where `public` sums the half's
 first min(|yc|, |yr|) completion tokens (`length_desensitized`). α = 1 is plain DPO; α = 0 ignores
 the tokens the longer half has beyond the shorter one.
+
+Offsets (ODPO, arXiv 2402.10571; OUT's `offset` column): a per-pair margin δ the chosen half must win
+by. The logit each loss reads, z = βΔ (β·m for SimPO), becomes z - δ: sigmoid -logσ(βΔ - δ), robust
+likewise, hinge relu(1 - (βΔ - δ)). δ = 0 is the plain loss. IPO has no logit (a squared distance to
+its own target 1/(2β)), so it takes no offsets. Per-pair weights are not a loss's business: the
+trainer weighs the per-pair losses this returns (prefdata.train.step.weighted_loss_sum).
 """
 
 from __future__ import annotations
@@ -67,8 +73,9 @@ def dpo_loss(
     chosen_counts: torch.Tensor | None = None,
     rejected_counts: torch.Tensor | None = None,
     simpo_gamma: float = DEFAULT_SIMPO_GAMMA,
+    offsets: torch.Tensor | None = None,
 ) -> LossOutput:
-    """Per-pair preference losses and rewards; all arithmetic in fp32."""
+    """Per-pair preference losses and rewards; all arithmetic in fp32. `offsets`: ODPO's per-pair δ."""
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"unknown loss {loss_type!r}; choose one of {', '.join(LOSS_TYPES)}")
     if beta <= 0:
@@ -78,15 +85,18 @@ def dpo_loss(
     if label_smoothing and loss_type in ("ipo", "hinge"):
         raise ValueError(f"label_smoothing is not defined for loss {loss_type!r}")
 
+    if offsets is not None and loss_type == "ipo":
+        raise ValueError("loss 'ipo' takes no per-pair offsets (it has no logit to shift); use sigmoid, robust or hinge")
     pc = policy_chosen.float()
     pr = policy_rejected.float()
     eps = label_smoothing
+    shift = 0.0 if offsets is None else offsets.float().to(pc.device)  # ODPO: the logit minus δ
 
     if loss_type == "simpo":
         nc, nr = _require_counts("simpo", chosen_counts, rejected_counts)
         avg_c, avg_r = pc / nc.to(pc.device), pr / nr.to(pr.device)
-        margin = avg_c - avg_r - simpo_gamma / beta
-        losses = -(1 - eps) * F.logsigmoid(beta * margin) - eps * F.logsigmoid(-beta * margin)
+        logit = beta * (avg_c - avg_r - simpo_gamma / beta) - shift
+        losses = -(1 - eps) * F.logsigmoid(logit) - eps * F.logsigmoid(-logit)
         return LossOutput(losses, (beta * avg_c).detach(), (beta * avg_r).detach())
 
     if ref_chosen is None or ref_rejected is None:
@@ -94,13 +104,14 @@ def dpo_loss(
     chosen_logratios = pc - ref_chosen.float().to(pc.device)
     rejected_logratios = pr - ref_rejected.float().to(pr.device)
     delta = chosen_logratios - rejected_logratios
+    logit = beta * delta - shift
 
     if loss_type == "sigmoid":
-        losses = -(1 - eps) * F.logsigmoid(beta * delta) - eps * F.logsigmoid(-beta * delta)
+        losses = -(1 - eps) * F.logsigmoid(logit) - eps * F.logsigmoid(-logit)
     elif loss_type == "robust":
-        losses = (-(1 - eps) * F.logsigmoid(beta * delta) + eps * F.logsigmoid(-beta * delta)) / (1 - 2 * eps)
+        losses = (-(1 - eps) * F.logsigmoid(logit) + eps * F.logsigmoid(-logit)) / (1 - 2 * eps)
     elif loss_type == "hinge":
-        losses = torch.relu(1 - beta * delta)
+        losses = torch.relu(1 - logit)
     else:  # ipo
         nc, nr = _require_counts("ipo", chosen_counts, rejected_counts)
         ipo_delta = chosen_logratios / nc.to(pc.device) - rejected_logratios / nr.to(pr.device)

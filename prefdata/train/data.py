@@ -44,6 +44,13 @@ class PairData:
     # Image OUT: its `images` column (Arrow, memory-mapped; a batch's rows are read and decoded per
     # batch by prefdata.model.vision_inputs), indexed by dataset row like `dataset`.
     images: Any = None
+    # Per dataset row (None when OUT has no such column): the pair's loss weight and ODPO offset.
+    weights: np.ndarray | None = None
+    offsets: np.ndarray | None = None
+
+    def weights_of(self, rows: list[int]) -> list[float]:
+        """The loss weights of dataset rows (1 each where OUT has no `weight` column)."""
+        return [1.0] * len(rows) if self.weights is None else self.weights[rows].tolist()
 
     def images_of(self, rows: list[int]) -> list[Any] | None:
         """The images of dataset rows as OUT stores them (``[{bytes, path}, ...]`` or None per row)."""
@@ -77,7 +84,7 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     import pyarrow.compute as pc
 
     require_pairs(out_dir, "train")  # an unfinished or pair-less OUT: one line, before anything is written
-    from prefdata.core.schema import LOSS_START_COLUMNS, check_out, has_loss_starts
+    from prefdata.core.schema import LOSS_START_COLUMNS, OFFSET_COLUMN, WEIGHT_COLUMN, check_out, has_loss_starts
 
     check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.core.schema)
     try:
@@ -129,13 +136,16 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     same = (pl.Series(table.column("chosen_ids").combine_chunks()) == pl.Series(table.column("rejected_ids").combine_chunks()))
     identical = int(same.to_numpy()[keep].sum())
 
+    # `weight` / `offset`: finite (and weights >= 0), as check_out made sure above.
+    weights, offsets = (table.column(name).to_numpy().astype(np.float64) if name in dataset.column_names else None
+                        for name in (WEIGHT_COLUMN, OFFSET_COLUMN))
     columns = ["prompt_ids", "chosen_ids", "rejected_ids"] + (list(REF_COLUMNS) if has_refs else [])
     columns += list(PUBLIC_REF_COLUMNS) if has_public else []
     columns += list(LOSS_START_COLUMNS) if loss_on_answer else []
     return PairData(
         dataset=dataset.select_columns(columns), rows=rows, pair_tokens=pair_tokens, manifest=manifest,
         has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
-        loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images,
+        loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images, weights=weights, offsets=offsets,
     )
 
 

@@ -22,7 +22,7 @@ from prefdata.train.runtime import (
     rng_state,
 )
 from prefdata.train.stall import StallDetector, TrainingStalled, format_stall_message
-from prefdata.train.step import PairForward, forward_pairs, run_eval
+from prefdata.train.step import PairForward, forward_pairs, run_eval, weighted_loss_sum
 
 
 @dataclass
@@ -153,12 +153,14 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
 def _accumulate(loop: Loop, step_batches: list[list[int]]) -> torch.Tensor:
     """Forward + backward over this rank's micro-batches of one step; returns the step's sums."""
     sched = loop.schedule
-    step_pairs = sum(len(b) for b in step_batches)  # across ranks: the loss is a global mean
+    # Across ranks: the loss is a global weighted mean, Σ w·loss / Σ w over the step (w = 1 without a
+    # `weight` column: the plain mean over the step's pairs).
+    step_weight = sum(sum(loop.data.weights_of(b)) for b in step_batches)
     sums = torch.zeros(Sums.SIZE, dtype=torch.float64)
     for micro in step_batches[sched.rank :: sched.world_size]:  # this rank's share of the step
         out, logps, n_tokens = forward_pairs(loop.fwd, loop.data, micro)
-        # Sum over pairs / pairs in the whole step: accumulation and ranks give the global mean.
-        (out.losses.sum() / step_pairs).backward()
+        # This micro-batch's share of the step's weighted mean: accumulation and ranks add up to it.
+        weighted_loss_sum(out.losses, loop.data.weights_of(micro), step_weight).backward()
         sums += Sums.of(out, logps, n_tokens)
     if sched.world_size > 1:
         all_reduce_gradients(loop.params)

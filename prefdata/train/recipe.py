@@ -193,6 +193,9 @@ def _load_data(out_dir: Path, eval_dir: str | Path | None, loss: str, ld_alpha: 
     data = load_pairs(out_dir, need_refs=need_refs, need_public_refs=need_public)
     eval_data = (load_pairs(Path(eval_dir), need_refs=need_refs, need_public_refs=need_public)
                  if eval_dir is not None else None)
+    if loss == "ipo" and any(part is not None and part.offsets is not None for part in (data, eval_data)):
+        raise PrefdataError("--loss ipo takes no per-pair offsets (the data has an `offset` column): use sigmoid, "
+                            "robust or hinge, or drop the column")
     return data, eval_data
 
 

@@ -63,9 +63,21 @@ def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[Lo
                                                           device=ref.device), alpha)
                     for ref, half in ((ref_c, "chosen"), (ref_r, "rejected"))
                 )
+        offsets = None if data.offsets is None else torch.tensor(data.offsets[rows], dtype=torch.float32)
         out = dpo_loss(logps.chosen, logps.rejected, ref_c, ref_r, chosen_counts=logps.chosen_counts,
-                       rejected_counts=logps.rejected_counts, **fwd.loss_kwargs)
+                       rejected_counts=logps.rejected_counts, offsets=offsets, **fwd.loss_kwargs)
     return out, logps, sum(data.pair_tokens_of(rows))
+
+
+def weighted_loss_sum(losses: torch.Tensor, weights: list[float], step_weight: float) -> torch.Tensor:
+    """This micro-batch's part of the step loss  Σ w_i·loss_i / Σ w_i  (sums over the whole step).
+
+    Normalizing by the step's weight sum, not its pair count, keeps the loss's scale (and so the
+    learning rate that suits it) independent of the weights' overall scale: weights 1 give the plain
+    mean exactly, weights c·w train as w does, and 0/1 weights train as if the 0-weight pairs were
+    not there (as `prefdata select` would leave them out). A step whose weights are all 0 adds nothing."""
+    w = torch.tensor(weights, dtype=losses.dtype, device=losses.device)
+    return (w * losses).sum() / (step_weight if step_weight > 0 else 1.0)
 
 
 def zero_margin_loss(loss: str, beta: float, label_smoothing: float, simpo_gamma: float) -> float:

@@ -14,6 +14,12 @@ and training loop and changes only what the data needs:
   differs from OUT's, a `max_length` that disagrees with OUT's, and refs missing where the loss needs
   them; and data prepared with `--loss-on answer` (TRL's collator would put the reasoning tokens back
   in the loss). The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
+- Per-pair ODPO offsets (OUT's `offset` column, δ): TRL 1.16 has no offset input (TRL #5613), but its
+  sigmoid, hinge and robust losses read the policy/reference log-ratios only through βΔ, so the hand-off
+  gives TRL `ref_chosen_logps + δ/β`, which makes βΔ exactly βΔ - δ (TRL then logs rewards/chosen
+  shifted by -δ). Other losses, f-divergences or no stored refs: refused in one line. Per-pair weights
+  (a `weight` column whose values differ): TRL has no input for them and no data shift gives them, so
+  they are refused in one line (`prefdata train` honours them); a constant weight changes nothing.
 - Image OUTs (`prepare --processor`, an `images` column): TRL would call them vision datasets, re-render
   their text per batch with `DataCollatorForVisionPreference` and refuse stored refs. OUT is already
   tokenized, with the image tokens expanded, so TRL's tokenized path applies as for text, and
@@ -48,7 +54,7 @@ from packaging.specifiers import SpecifierSet
 
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
-from prefdata.core.schema import LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
+from prefdata.core.schema import LOSS_START_COLUMNS, OFFSET_COLUMN, PUBLIC_REF_COLUMNS, WEIGHT_COLUMN, check_table
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.tokenize.processor import load_processor
@@ -65,6 +71,8 @@ IMAGE_COLUMN = "images"
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 # TRL 1.16 losses that never read the reference log-probs.
 REFERENCE_FREE_LOSSES = frozenset({"sft"})
+# TRL 1.16 losses that read the log-ratios only through beta * (chosen - rejected): an offset moves that logit.
+OFFSET_LOSSES = frozenset({"sigmoid", "hinge", "robust"})
 
 
 def load_out(path: str | Path) -> datasets.Dataset:
@@ -197,6 +205,49 @@ def length_desensitized_refs(dataset: datasets.Dataset, alpha: float, name: str 
     return out
 
 
+def check_weights(dataset: datasets.Dataset, name: str) -> None:
+    """TRL averages per-pair losses with equal weight: a `weight` column whose values differ is refused."""
+    import numpy as np
+
+    if WEIGHT_COLUMN not in dataset.column_names or dataset.num_rows == 0:
+        return
+    weights = dataset.data.table.column(WEIGHT_COLUMN).to_numpy().astype(np.float64)
+    if weights.min() != weights.max():
+        raise PrefdataError(
+            f"{name} has per-pair weights (a `weight` column), which TRL 1.16's DPOTrainer cannot apply (TRL #5613): "
+            "train it with `prefdata train`, or drop the column"
+        )
+
+
+def check_offsets(args: DPOConfig, dataset: datasets.Dataset, name: str, stored_refs: bool) -> None:
+    """An `offset` column reaches TRL's loss only as shifted stored refs, under a loss that reads βΔ alone."""
+    if OFFSET_COLUMN not in dataset.column_names:
+        return
+    losses = args.loss_type if isinstance(args.loss_type, list) else [args.loss_type]
+    why = None
+    if not stored_refs:
+        why = "it needs the stored reference log-probs (run `prefdata refs OUT --model REF`)"
+    elif not set(losses) <= OFFSET_LOSSES:
+        why = f"loss_type={losses} does not read the log-ratios through beta * margin alone (sigmoid, hinge, robust do)"
+    elif getattr(args, "f_divergence_type", "reverse_kl") not in ("reverse_kl", None):
+        why = f"f_divergence_type={args.f_divergence_type!r} changes the margin (reverse_kl keeps it)"
+    if why is not None:
+        raise PrefdataError(f"{name} has per-pair offsets (an `offset` column) that TRL cannot apply here: {why}")
+
+
+def offset_refs(dataset: datasets.Dataset, beta: float) -> datasets.Dataset:
+    """The dataset with `ref_chosen_logps + offset/beta`: TRL's βΔ becomes βΔ - offset (ODPO); in memory."""
+    import numpy as np
+
+    if OFFSET_COLUMN not in dataset.column_names:
+        return dataset
+    table = dataset.data.table
+    shifted = (table.column("ref_chosen_logps").to_numpy().astype(np.float64)
+               + table.column(OFFSET_COLUMN).to_numpy().astype(np.float64) / beta)
+    out = dataset.remove_columns(["ref_chosen_logps"])
+    return out.add_column("ref_chosen_logps", shifted.astype(np.float32).tolist(), feature=datasets.Value("float32"))
+
+
 @contextmanager
 def _no_model_hash(content_hash: str) -> Iterator[None]:
     """TRL hashes every weight of the policy to key its precompute cache file; the hand-off never
@@ -310,13 +361,17 @@ class DPOTrainer(_trl.DPOTrainer):
             raise PrefdataError(f"{', '.join(without)} has no reference log-probs while train/eval data has: run `prefdata refs` on it")
         self._prefdata_uses_stored_refs = all(stored)
         self._check_reference(args, ref_model, peft_config)
+        for name, dataset in named:
+            check_weights(dataset, name)
+            check_offsets(args, dataset, name, self._prefdata_uses_stored_refs)
         if self._prefdata_uses_stored_refs:
             args.precompute_ref_log_probs = True  # TRL then reads the refs from each batch and builds no ref model
             alpha = getattr(args, "ld_alpha", None)
 
             def stored(dataset: Any, name: str) -> Any:
                 dataset = finite_rows(dataset)
-                return dataset if alpha is None else length_desensitized_refs(dataset, alpha, name)
+                dataset = dataset if alpha is None else length_desensitized_refs(dataset, alpha, name)
+                return offset_refs(dataset, args.beta)  # after LD-DPO's sums: the shift is on the final margin
 
             train_dataset = stored(train_dataset, "train_dataset")
             if isinstance(eval_dataset, dict):
