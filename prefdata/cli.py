@@ -75,7 +75,7 @@ def _add_command(sub: Any, command: Command) -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="prefdata",
-        description="Make preference (DPO) training data trustworthy: prepare, validate, refs, train.",
+        description="Make preference (DPO) training data trustworthy: prepare, validate, refs, select, train.",
         epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"prefdata {__version__}")
@@ -151,6 +151,16 @@ def _run_refs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_select(args: argparse.Namespace) -> int:
+    from prefdata.select import select_pairs
+
+    result = select_pairs(args.out, args.new, **_settings(args))
+    print(result.summary())
+    if result.problem:  # a selection that keeps nothing must not pass for a successful run
+        print(f"prefdata select: error: {result.problem}", file=sys.stderr)
+    return result.exit_code
+
+
 def _run_train(args: argparse.Namespace) -> int:
     from prefdata.train.recipe import train
 
@@ -220,6 +230,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "prepare": _run_prepare,
     "validate": _run_validate,
     "refs": _run_refs,
+    "select": _run_select,
     "train": _run_train,
     "show": _run_show,
     "generate": _run_generate,

@@ -18,7 +18,7 @@ LAYERS = [
     {"tokenize"},
     {"checks", "settings"},  # the checks (and the checked-row stream); the commands' declared settings
     {"report", "model"},  # findings laid out; model-side log-probs and losses
-    {"prepare", "validate", "show", "refs", "train", "trl"},  # the commands, and the TRL hand-off
+    {"prepare", "validate", "show", "refs", "select", "train", "trl"},  # the commands, and the TRL hand-off
     {"online"},  # generate -> score -> prepare -> refs -> train
     {"cli", "tiny"},  # the command line; tiny models and the demos on top of everything
     {"__main__"},

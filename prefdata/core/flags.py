@@ -26,6 +26,7 @@ BENCHMARK_OVERLAP = "benchmark_overlap"
 IMAGE_MISMATCH = "image_mismatch"  # image placeholders and images differ in number (checks.images)
 IMAGE_TRUNCATED = "image_truncated"  # truncation would cut an image's tokens (tokenize.truncate.truncate_pair)
 LENGTH_BALANCE = "length_balance"  # removed by prepare --balance-length's subsample (sets.balance)
+NOT_SELECTED = "not_selected"  # left out by `prefdata select` (its budget, thresholds, or a non-finite signal)
 
 ALL_FLAGS: tuple[str, ...] = (
     IDENTICAL,
@@ -53,6 +54,7 @@ ALL_FLAGS: tuple[str, ...] = (
     IMAGE_MISMATCH,
     IMAGE_TRUNCATED,
     LENGTH_BALANCE,
+    NOT_SELECTED,
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).

@@ -40,6 +40,7 @@ FLAG_MEANINGS: dict[str, str] = {
     "image_mismatch": "the prompt's image placeholders and the row's images differ in number",
     "image_truncated": "fitting the length limits would cut an image's tokens: the pair is left uncut",
     "length_balance": "removed by --balance-length's seeded subsample toward its target share of chosen-longer pairs",
+    "not_selected": "left out by `prefdata select`: beyond its budget, outside --min/--max, or a non-finite signal",
     "quarantined": "the record could not be read or normalized",
 }
 

@@ -26,8 +26,12 @@ IO, TOKENS, TEMPLATE, CHECKS, PAIRING, DECON, BALANCE = (
     "benchmark decontamination", "length balance")
 MODEL, LOSS, OPTIM, SCHEDULE, SAMPLING, REWARD, ROUNDS, RUN = (
     "model", "loss", "optimization", "evaluation and checkpoints", "sampling", "reward", "rounds", "run")
-GROUP_ORDER = (IO, MODEL, TOKENS, TEMPLATE, CHECKS, PAIRING, DECON, BALANCE, SAMPLING, REWARD, ROUNDS, LOSS, OPTIM,
-               SCHEDULE, RUN)
+SELECTION, LOSS_COLUMNS = "selection", "weights and offsets for the loss"
+GROUP_ORDER = (IO, MODEL, TOKENS, TEMPLATE, CHECKS, PAIRING, DECON, BALANCE, SELECTION, LOSS_COLUMNS, SAMPLING, REWARD,
+               ROUNDS, LOSS, OPTIM, SCHEDULE, RUN)
+# `prefdata select`'s signals (prefdata.select.signals.SIGNALS; tests/select checks the two agree).
+SIGNAL_NAMES = ("reward_margin", "reward_rejected", "implicit_margin", "implicit_margin_per_token", "rejected_length",
+                "length_difference", "rip", "random")
 
 
 def positive_int(text: str) -> int:
@@ -47,6 +51,32 @@ def share(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {value}")
+    return value
+
+
+def share_or_count(text: str) -> float | int:
+    """--keep: a share of the pairs (0.3 or 30%) or a number of pairs (300)."""
+    try:
+        if text.strip().endswith("%"):
+            value: float | int = float(text.strip()[:-1]) / 100.0
+        elif any(ch in text for ch in ".eE"):
+            value = float(text)
+        else:
+            value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share (0.3, 30%) or a number of pairs (300), got {text!r}") from None
+    if (isinstance(value, float) and not 0.0 < value <= 1.0) or (isinstance(value, int) and value < 1):
+        raise argparse.ArgumentTypeError(f"expected a share in (0, 1] or a number of pairs >= 1, got {text}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
     return value
 
 
@@ -413,6 +443,32 @@ class ShowSettings(Progress):
     line: int | None = setting(None, "find the row by its source line instead", group=IO, parse=int)
 
 
+@dataclass(kw_only=True)
+class SelectSettings(Progress):
+    by: str | None = setting(
+        None, "the signal that orders the pairs (formulas: docs/select.md); random (seeded by --seed) is the honest "
+        "baseline; rip is RIP's three filters as one number", group=SELECTION, choices=SIGNAL_NAMES, metavar="SIGNAL",
+        required=True)
+    keep: float | int | str | None = setting(
+        None, "the budget: a share of OUT's pairs (0.3) or a number of pairs (300), the highest signals first",
+        group=SELECTION, metavar="SHARE|N", parse=share_or_count, default_text="every pair within --min/--max")
+    min_signal: float | None = setting(None, "keep only pairs whose signal is at least X", group=SELECTION,
+                                       flag="--min", metavar="X", parse=finite_float)
+    max_signal: float | None = setting(None, "keep only pairs whose signal is at most X", group=SELECTION,
+                                       flag="--max", metavar="X", parse=finite_float)
+    lowest: bool = setting(False, "the budget takes the lowest signals first (e.g. --by rejected_length for short "
+                           "rejected halves)", group=SELECTION, action="on")
+    seed: int = setting(0, "seed of --by random", group=SELECTION, parse=int)
+    weight_by: str | None = setting(
+        None, "add a `weight` column: each kept pair's percentile of this signal among the kept pairs, in (0, 1); "
+        "`prefdata train` weighs the loss by it", group=LOSS_COLUMNS, choices=SIGNAL_NAMES)
+    offset_by: str | None = setting(
+        None, "add an `offset` column (ODPO's margin): --offset-scale x this signal; `prefdata train` and the TRL "
+        "hand-off subtract it from the loss's logit", group=LOSS_COLUMNS, choices=SIGNAL_NAMES)
+    offset_scale: float = setting(1.0, "the factor of --offset-by", group=LOSS_COLUMNS, metavar="A", parse=finite_float)
+    overwrite: bool = setting(False, "replace an existing NEW written by prefdata", group=IO, action="on")
+
+
 @dataclass(frozen=True)
 class Positional:
     name: str
@@ -459,6 +515,16 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             (_PREPARED,), RefsSettings, "prefdata.refs:compute_refs",
             ("prefdata refs out/ --model path/to/reference-model",
              "torchrun --nproc-per-node 8 -m prefdata refs out/ --model path/to/reference-model")),
+    Command("select", "keep the pairs that teach: by a signal and a budget, into a new OUT",
+            "Order OUT's pairs by a signal (reward margin, the reference's implicit margin, lengths, RIP, random), keep "
+            "a budget and/or a range, and write NEW: a full OUT whose dropped.jsonl has every pair left out as "
+            "not_selected with its signal's value, and whose report shows what the selection did. Optionally adds "
+            "weight and offset columns that train applies.",
+            (_PREPARED, Positional("new", "NEW", "output directory (must not exist unless --overwrite)")),
+            SelectSettings, "prefdata.select:select_pairs",
+            ("prefdata select out/ out-top30/ --by reward_margin --keep 0.3",
+             "prefdata select out/ out-random30/ --by random --seed 1 --keep 0.3",
+             "prefdata select out/ out-weighted/ --by reward_margin --keep 1.0 --weight-by reward_margin")),
     Command("train", "train a policy with DPO on OUT/ using its precomputed reference log-probs",
             "A lean DPO trainer: no reference model in memory; metrics.jsonl with TRL's metric names.",
             (Positional("out", "OUT", "a prepared OUT/ (with `prefdata refs` columns unless --loss simpo)"),),

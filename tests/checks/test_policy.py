@@ -39,6 +39,7 @@ DESIGN_DEFAULTS = {
     F.IMAGE_MISMATCH: "error",
     F.IMAGE_TRUNCATED: "drop",
     F.LENGTH_BALANCE: "drop",
+    F.NOT_SELECTED: "drop",
 }
 
 
@@ -61,9 +62,10 @@ def test_shipped_default_toml_equals_embedded_default():
 def test_pr_policy_is_strict():
     pr = load_policy(REPO / "checks" / "pr.toml")
     for flag, severity in DESIGN_DEFAULTS.items():
-        if severity == "drop" and flag != F.LENGTH_BALANCE:  # a subsample the user asked for, not bad data
+        if severity == "drop" and flag not in (F.LENGTH_BALANCE, F.NOT_SELECTED):  # asked for, not bad data
             assert pr.severity(flag) == "error", flag
     assert pr.severity(F.LENGTH_BALANCE) == "drop"
+    assert pr.severity(F.NOT_SELECTED) == "drop"
     assert pr.severity(F.CONFLICTING_PAIR) == "error"
     assert pr.severity(F.PROMPT_LEAK) == "error"
     assert pr.severity(F.NEAR_DUPLICATE) == "warn"  # not listed: keeps the default

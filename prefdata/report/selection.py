@@ -1,0 +1,122 @@
+"""The report of a `prefdata select` run: each signal's distribution before and after, where the cut
+fell, what the selection did to length bias, per-source shares and flag counts; report.json's dict
+and its Markdown. Its inputs are plain arrays (the select command computes them), so this module
+knows nothing of how pairs were chosen."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Mapping
+
+import numpy as np
+
+from prefdata.report.length_bias import bias_dict, count_bias
+
+SCHEMA_VERSION = 1
+QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
+HISTOGRAM_BINS = 10
+
+
+def float_summary(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, Any]:
+    """count, non-finite count, mean, min, quantiles, max and an equal-width histogram of the finite values."""
+    finite = values[np.isfinite(values)]
+    out: dict[str, Any] = {"count": int(len(values)), "non_finite": int(len(values) - len(finite))}
+    if not len(finite):
+        return out
+    out.update(mean=float(finite.mean()), min=float(finite.min()), max=float(finite.max()))
+    out.update({f"p{int(q * 100)}": float(np.quantile(finite, q)) for q in QUANTILES})
+    counts, edges = np.histogram(finite, bins=bins)
+    out["histogram"] = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+    return out
+
+
+def length_bias(chosen: np.ndarray, rejected: np.ndarray) -> dict[str, Any]:
+    bias: Counter[str] = Counter()
+    count_bias(bias, chosen, rejected)
+    return bias_dict(bias)
+
+
+def _shares(counts: Counter[str], total: int) -> dict[str, dict[str, Any]]:
+    return {key: {"pairs": n, "share": round(n / total, 6) if total else 0.0} for key, n in sorted(counts.items())}
+
+
+def selection_report(*, signal: str, formula: str, settings: Mapping[str, Any], values: np.ndarray,
+                     kept: np.ndarray, reasons: Mapping[str, int], budget: int | None, cut: float | None,
+                     other_signals: Mapping[str, np.ndarray], chosen_lengths: np.ndarray,
+                     rejected_lengths: np.ndarray, sources: list[str], flags: list[list[str]],
+                     accounting: Mapping[str, int], lineage: Mapping[str, Any]) -> dict[str, Any]:
+    """report.json of NEW. `kept`: row positions kept; `values`: the selection signal per row of OUT."""
+    mask = np.zeros(len(values), dtype=bool)
+    mask[kept] = True
+    source_before, source_after = Counter(sources), Counter(s for s, k in zip(sources, mask) if k)
+    flags_before = Counter(f for row in flags for f in row)
+    flags_after = Counter(f for row, k in zip(flags, mask) if k for f in row)
+    signals = {name: {"before": float_summary(v), "after": float_summary(v[mask])}
+               for name, v in sorted(other_signals.items())}
+    signals[signal] = {"before": float_summary(values), "after": float_summary(values[mask])}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": "select",
+        "lineage": dict(lineage),
+        "selection": {
+            "signal": signal, "formula": formula, "settings": dict(settings), "pairs_in": int(len(values)),
+            "kept": int(mask.sum()), "not_selected": int(len(values) - mask.sum()), "reasons": dict(reasons),
+            "budget": budget, "cut": cut,
+        },
+        "signals": signals,
+        "length_bias": {"unit": "tokens", "before": length_bias(chosen_lengths, rejected_lengths),
+                        "after": length_bias(chosen_lengths[mask], rejected_lengths[mask])},
+        "sources": {"before": _shares(source_before, len(values)), "after": _shares(source_after, int(mask.sum()))},
+        "flags": {"before": dict(sorted(flags_before.items())), "after": dict(sorted(flags_after.items()))},
+        "accounting": dict(accounting),
+    }
+
+
+def _number(value: Any) -> str:
+    return "—" if value is None else f"{value:.4g}"
+
+
+def summary_line(report: Mapping[str, Any]) -> str:
+    """One line for the terminal: what was kept, by what, where the cut fell."""
+    s = report["selection"]
+    reasons = ", ".join(f"{n:,} {why.replace('_', ' ')}" for why, n in s["reasons"].items() if n)
+    cut = f"; cut at {s['signal']} {_number(s['cut'])}" if s["cut"] is not None else ""
+    return (f"select: kept {s['kept']:,} of {s['pairs_in']:,} pairs by {s['signal']}{cut}"
+            + (f"; not selected: {reasons}" if reasons else ""))
+
+
+def render_markdown(report: Mapping[str, Any]) -> str:
+    """report.md of NEW."""
+    s = report["selection"]
+    lines = [f"# prefdata select: {s['kept']:,} of {s['pairs_in']:,} pairs kept by `{s['signal']}`", "",
+             f"- signal: `{s['signal']}` = {s['formula']}",
+             f"- settings: {', '.join(f'{k}={v}' for k, v in s['settings'].items() if v is not None)}",
+             f"- from: `{report['lineage'].get('path')}` (content hash {report['lineage'].get('content_hash')})",
+             f"- budget: {s['budget'] if s['budget'] is not None else 'none'}; cut at {_number(s['cut'])}",
+             "- not selected: " + (", ".join(f"{n:,} {why}" for why, n in s["reasons"].items()) or "none"), "",
+             "## Signals (before → after)", "",
+             "| signal | pairs | non-finite | mean | p10 | p50 | p90 |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, both in report["signals"].items():
+        b, a = both["before"], both["after"]
+        cells = [f"{b['count']:,} → {a['count']:,}", f"{b['non_finite']:,} → {a['non_finite']:,}"]
+        cells += [f"{_number(b.get(k))} → {_number(a.get(k))}" for k in ("mean", "p10", "p50", "p90")]
+        lines.append(f"| `{name}` | " + " | ".join(cells) + " |")
+    bias = report["length_bias"]
+    lines += ["", "## Length bias (tokens)", "",
+              f"chosen longer: {bias['before']['chosen_longer']:.1%} of {bias['before']['pairs']:,} pairs before, "
+              f"{bias['after']['chosen_longer']:.1%} of {bias['after']['pairs']:,} after "
+              f"(rejected longer {bias['before']['rejected_longer']:.1%} → {bias['after']['rejected_longer']:.1%})",
+              "", "## Sources", "", "| source | before | after |", "| --- | --- | --- |"]
+    after = report["sources"]["after"]
+    for name, b in report["sources"]["before"].items():
+        a = after.get(name, {"pairs": 0, "share": 0.0})
+        lines.append(f"| `{name}` | {b['pairs']:,} ({b['share']:.1%}) | {a['pairs']:,} ({a['share']:.1%}) |")
+    lines += ["", "## Flags on the pairs (before → after)", ""]
+    flags_after = report["flags"]["after"]
+    lines += [f"- `{flag}`: {n:,} → {flags_after.get(flag, 0):,}" for flag, n in report["flags"]["before"].items()]
+    if not report["flags"]["before"]:
+        lines.append("- none")
+    acc = report["accounting"]
+    lines += ["", f"Rows: {acc.get('rows_in', 0):,} in = {acc.get('rows_out', 0):,} kept + {acc.get('rows_dropped', 0):,} "
+              f"dropped + {acc.get('rows_quarantined', 0):,} quarantined.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,168 @@
+"""`prefdata select OUT NEW`: keep the pairs that teach, by a signal and a budget, into a new full OUT.
+
+The recipe, top to bottom: open OUT (finished, with pairs), compute the signal (prefdata.select.signals),
+choose the pairs (prefdata.select.rule), and write NEW (prefdata.select.write): the kept pairs with
+every column, OUT's dropped/quarantine lines plus a `not_selected` line per pair left out, a manifest
+whose ledger holds and that names OUT and the settings, and the report (prefdata.report.selection).
+Optionally the kept pairs get a `weight` (--weight-by) and an ODPO `offset` (--offset-by) column,
+which `prefdata train` applies (docs/select.md).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from prefdata.core.errors import PrefdataError
+from prefdata.core.quiet import quiet_libraries, wants_quiet
+from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
+from prefdata.io.manifest import require_pairs, sha256_file
+from prefdata.io.out_dir import abandon, prepare_output_dir, publish
+from prefdata.report import selection as report
+from prefdata.select.rule import Selection, choose, parse_keep, weights_from
+from prefdata.select.signals import SIGNALS, Columns, available_signals, compute_signal
+from prefdata.select.write import (
+    content_hash,
+    copy_quarantine,
+    new_accounting,
+    write_dataset,
+    write_dropped,
+    write_new_manifest,
+)
+from prefdata.settings.commands import SelectSettings
+from prefdata.settings.declare import takes_settings
+
+
+@dataclass
+class SelectResult:
+    new_dir: Path
+    kept: int
+    pairs_in: int
+    report: dict[str, Any] = field(repr=False)
+    exit_code: int = 0
+    problem: str = ""  # one line when nothing was kept (exit 1)
+
+    def summary(self) -> str:
+        return f"{report.summary_line(self.report)}\nwrote {self.new_dir}/ (report: {self.new_dir}/report.md)"
+
+
+@takes_settings(SelectSettings)  # or settings=SelectSettings(...): prefdata.settings
+def select_pairs(
+    out_dir: str | Path,
+    new_dir: str | Path,
+    *,
+    by: str | None = None,
+    keep: float | int | str | None = None,
+    min_signal: float | None = None,
+    max_signal: float | None = None,
+    lowest: bool = False,
+    seed: int = 0,
+    weight_by: str | None = None,
+    offset_by: str | None = None,
+    offset_scale: float = 1.0,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> SelectResult:
+    """Keep OUT's pairs chosen by `by` (a signal name, docs/select.md) into NEW, a full OUT."""
+    out, new = Path(out_dir), Path(new_dir)
+    if by is None:
+        raise PrefdataError(f"--by is required: one of {', '.join(SIGNALS)}")
+    if out.resolve() == new.resolve():
+        raise PrefdataError(f"NEW must be another directory than OUT ({out}): select never rewrites its input")
+    budget = parse_keep(keep)
+    if min_signal is not None and max_signal is not None and min_signal > max_signal:
+        raise PrefdataError(f"--min {min_signal} is above --max {max_signal}: no pair could be kept")
+    manifest = require_pairs(out, "select")
+    dataset = _load(out)
+    table = dataset.data.table
+    columns = Columns(table, str(out), seed)
+    values = compute_signal(by, columns)  # missing inputs: one line naming the command that adds them
+    extra = {name: compute_signal(name, columns) for name in {weight_by, offset_by} - {None, by}}
+    extra[by] = values
+    chosen = choose(values, keep=budget, min_value=min_signal, max_value=max_signal, lowest=lowest)
+    # A kept pair needs a finite value of every signal it is given (weight, offset) too.
+    for name in {weight_by, offset_by} - {None}:
+        late = chosen.kept[~np.isfinite(extra[name][chosen.kept])]  # type: ignore[index]
+        chosen.reason[late] = "non_finite"
+        chosen.kept = np.setdiff1d(chosen.kept, late)
+    added = _added_columns(chosen, extra, weight_by, offset_by, offset_scale)
+
+    settings = {"by": by, "keep": keep, "min_signal": min_signal, "max_signal": max_signal, "lowest": lowest,
+                "seed": seed, "weight_by": weight_by, "offset_by": offset_by,
+                "offset_scale": offset_scale if offset_by else None}
+    lineage = {"path": str(out.resolve()), "content_hash": manifest.get("content_hash"),
+               "manifest_sha256": sha256_file(out / "manifest.json")}
+    kept, not_selected = len(chosen.kept), len(values) - len(chosen.kept)
+    accounting = new_accounting(manifest.get("row_accounting") or {"rows_out": len(values)}, kept, not_selected)
+    staging = prepare_output_dir(new, overwrite)
+    try:
+        with quiet_libraries(wants_quiet(progress)):
+            new_hash = content_hash(manifest.get("content_hash"), chosen.kept, added)
+            written = write_dataset(dataset, chosen.kept, added, staging, new_hash)
+        write_dropped(out, staging, table, chosen.reason, values, by)
+        copy_quarantine(out, staging)
+        built = _report(by, settings, values, chosen, extra, columns, table, accounting, lineage)
+        (staging / "report.json").write_text(json.dumps(built, indent=2) + "\n", encoding="utf-8")
+        (staging / "report.md").write_text(report.render_markdown(built), encoding="utf-8")
+        write_new_manifest(staging, manifest, accounting=accounting, new_hash=new_hash, columns=written,
+                           not_selected=not_selected, lineage=lineage, selection=settings)
+        publish(staging, new)
+    except BaseException:
+        abandon(staging, new)
+        raise
+    result = SelectResult(new_dir=new, kept=kept, pairs_in=len(values), report=built)
+    if kept == 0:
+        result.exit_code = 1
+        result.problem = (f"the selection kept no pair of {len(values):,} ({_why(chosen)}); see "
+                          f"{new / 'dropped.jsonl'}")
+    return result
+
+
+def _load(out: Path) -> Any:
+    import datasets
+
+    try:
+        dataset = datasets.load_from_disk(str(out))
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot open the prepared data in {out}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(dataset, datasets.Dataset):
+        raise PrefdataError(f"{out} holds several splits; select one prepared OUT at a time")
+    return dataset
+
+
+def _added_columns(chosen: Selection, extra: dict[str, np.ndarray], weight_by: str | None, offset_by: str | None,
+                   offset_scale: float) -> dict[str, np.ndarray]:
+    """The `weight` (percentile of --weight-by among the kept pairs) and `offset` (--offset-scale x
+    --offset-by) columns of the kept pairs, in NEW's row order."""
+    added = {}
+    if weight_by is not None:
+        added[WEIGHT_COLUMN] = weights_from(extra[weight_by][chosen.kept])
+    if offset_by is not None:
+        added[OFFSET_COLUMN] = offset_scale * extra[offset_by][chosen.kept]
+    return added
+
+
+def _why(chosen: Selection) -> str:
+    counts = chosen.counts()
+    return ", ".join(f"{n:,} {why.replace('_', ' ')}" for why, n in counts.items() if n) or "no pairs"
+
+
+def _report(by: str, settings: dict[str, Any], values: np.ndarray, chosen: Selection, extra: dict[str, np.ndarray],
+            columns: Columns, table: Any, accounting: dict[str, Any], lineage: dict[str, Any]) -> dict[str, Any]:
+    others = {**available_signals(columns), **{k: v for k, v in extra.items() if k != by}}
+    others.pop(by, None)
+    names = set(table.column_names)
+    sources = table.column("source_file").to_pylist() if "source_file" in names else ["(unknown)"] * len(values)
+    flags = table.column("flags").to_pylist() if "flags" in names else [[] for _ in values]
+    return report.selection_report(
+        signal=by, formula=SIGNALS[by].formula, settings=settings, values=values, kept=chosen.kept,
+        reasons=chosen.counts(), budget=chosen.budget, cut=chosen.cut, other_signals=others,
+        chosen_lengths=columns.length("chosen_ids"), rejected_lengths=columns.length("rejected_ids"),
+        sources=sources, flags=flags, accounting=accounting, lineage=lineage)
+
+
+__all__ = ["SelectResult", "select_pairs"]
