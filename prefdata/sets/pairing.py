@@ -35,7 +35,8 @@ from typing import Callable
 
 from prefdata.core.errors import PrefdataError
 
-STRATEGIES = ("best-worst", "best-vs-random-lower", "all-pairs", "top-k")
+STRATEGIES = ("best-worst", "best-vs-random-lower", "all-pairs", "top-k", "sweet-spot")
+SWEET_SPOT_SDS = 2.0  # sweet-spot: the rejected nearest mean - 2 sd of the record's scores (arXiv 2502.16825)
 UNPAIRED_REASONS = ("single_completion", "ties", "below_margin", "too_many_pairs")
 DEFAULT_RATING = "mean"
 DEFAULT_TOP_K = 2
@@ -128,6 +129,8 @@ def choose_pairs(scores: list[float | None], settings: PairingSettings, key: str
         chosen = rng.choice(best)
         lower = [i for i, s in ranked if valid(top, s)]
         choice.pairs, choice.possible = [(chosen, rng.choice(lower))], 1
+    elif strategy == "sweet-spot":
+        choice.pairs, choice.possible = [(rng.choice(best), sweet_spot_rejected(ranked, valid))], 1
     else:
         starts = valid_starts([s for _, s in ranked], valid)
         possible = sum(len(ranked) - start for start in starts)
@@ -143,6 +146,20 @@ def choose_pairs(scores: list[float | None], settings: PairingSettings, key: str
         else:  # the widest gaps first; equal gaps best-first (chosen's place in `ranked`, then rejected's)
             choice.pairs = widest_pairs(ranked, valid, limit)
     return choice
+
+
+def sweet_spot_rejected(ranked: list[tuple[int, float]], valid: Callable[[float, float], bool]) -> int:
+    """The rejected completion nearest mean - 2 sd of the record's scores (population sd), among those
+    the best may be paired with: as samples per prompt grow, best-vs-worst picks ever more extreme
+    rejecteds, and a rejected near mean - 2 sd trains better (arXiv 2502.16825). With few samples the
+    target lies below the worst, so this is best-worst. Equally near: the higher-ranked one."""
+    values = [s for _, s in ranked]
+    mean = math.fsum(values) / len(values)
+    sd = math.sqrt(math.fsum((s - mean) ** 2 for s in values) / len(values))
+    target = mean - SWEET_SPOT_SDS * sd
+    top = values[0]
+    lower = [(abs(s - target), place, i) for place, (i, s) in enumerate(ranked) if valid(top, s)]
+    return min(lower)[2]
 
 
 def count_ties(values: list[float]) -> int:

@@ -136,7 +136,8 @@ class PairingOptions(Settings):
     pairing: str = setting(
         "best-worst", "scored completions -> pairs: best-worst (the best vs the worst), best-vs-random-lower "
         "(the best vs a random lower-scored one), all-pairs (every better/worse pair), top-k (the --top-k pairs "
-        "with the widest score gaps); higher scores and lower ranks are better (rank 1 beats rank 2); tied scores "
+        "with the widest score gaps), sweet-spot (the best vs the one scored nearest mean - 2 sd of the prompt's "
+        "scores, arXiv 2502.16825; with few samples that is the worst); higher scores and lower ranks are better (rank 1 beats rank 2); tied scores "
         "are never paired; a prompt makes at most the check policy's max_pairs_per_record pairs (1000 in the default "
         "policy)",
         group=PAIRING, choices=STRATEGIES)
