@@ -64,6 +64,8 @@ def select_pairs(
     weight_by: str | None = None,
     offset_by: str | None = None,
     offset_scale: float = 1.0,
+    policy_model: str | Path | None = None,
+    device: str = "auto",
     overwrite: bool = False,
     progress: bool = True,
 ) -> SelectResult:
@@ -79,7 +81,7 @@ def select_pairs(
     manifest = require_pairs(out, "select")
     dataset = _load(out)
     table = dataset.data.table
-    columns = Columns(table, str(out), seed)
+    columns = Columns(table, str(out), seed, _policy_pass(table, policy_model, manifest, device))
     values = compute_signal(by, columns)  # missing inputs: one line naming the command that adds them
     extra = {name: compute_signal(name, columns) for name in {weight_by, offset_by} - {None, by}}
     extra[by] = values
@@ -93,7 +95,8 @@ def select_pairs(
 
     settings = {"by": by, "keep": keep, "min_signal": min_signal, "max_signal": max_signal, "lowest": lowest,
                 "seed": seed, "weight_by": weight_by, "offset_by": offset_by,
-                "offset_scale": offset_scale if offset_by else None}
+                "offset_scale": offset_scale if offset_by else None,
+                "policy_model": str(policy_model) if policy_model is not None else None}
     lineage = {"path": str(out.resolve()), "content_hash": manifest.get("content_hash"),
                "manifest_sha256": sha256_file(out / "manifest.json")}
     kept, not_selected = len(chosen.kept), len(values) - len(chosen.kept)
@@ -120,6 +123,21 @@ def select_pairs(
         result.problem = (f"the selection kept no pair of {len(values):,} ({_why(chosen)}); see "
                           f"{new / 'dropped.jsonl'}")
     return result
+
+
+def _policy_pass(table: Any, policy_model: str | Path | None, manifest: dict[str, Any], device: str) -> Any:
+    """The on_policy model pass, deferred until a signal asks for it (None without --policy-model)."""
+    if policy_model is None:
+        return None
+    tokenizer = manifest.get("tokenizer") or {}
+
+    def run() -> tuple[np.ndarray, np.ndarray]:
+        from prefdata.select.policy import mean_token_logps
+
+        return mean_token_logps(table, policy_model, tokenizer_fingerprint=tokenizer.get("fingerprint"),
+                                pad_token_id=int(tokenizer.get("pad_token_id") or 0), device=device)
+
+    return run
 
 
 def _load(out: Path) -> Any:

@@ -37,10 +37,21 @@ class Signal:
 class Columns:
     """OUT's table as the signals read it: numeric columns as float64 (NaN for nulls), list lengths."""
 
-    def __init__(self, table: Any, out: str, seed: int = 0) -> None:
+    def __init__(self, table: Any, out: str, seed: int = 0,
+                 policy: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None) -> None:
         self.table, self.out, self.seed = table, out, seed
         self.rows = table.num_rows
         self.names = set(table.column_names)
+        self._policy, self._policy_means = policy, None  # the on_policy model pass, run once when asked for
+
+    def policy_means(self) -> tuple[np.ndarray, np.ndarray]:
+        """(chosen, rejected) mean per-token log-probs under --policy-model (prefdata.select.policy)."""
+        if self._policy is None:
+            raise PrefdataError("signal on_policy needs a policy model: pass --policy-model PATH (the policy the pairs "
+                                "should be likely under; its tokenizer must be OUT's)")
+        if self._policy_means is None:
+            self._policy_means = self._policy()
+        return self._policy_means
 
     def number(self, name: str) -> np.ndarray:
         import pyarrow as pa
@@ -107,6 +118,11 @@ def length_difference(c: Columns) -> np.ndarray:
     return c.length("chosen_ids") - c.length("rejected_ids")
 
 
+def on_policy(c: Columns) -> np.ndarray:
+    chosen, rejected = c.policy_means()
+    return (chosen + rejected) / 2.0
+
+
 def percentile(values: np.ndarray) -> np.ndarray:
     """Each finite value's mid-rank percentile in (0, 1) among the finite values (ties share one); NaN elsewhere."""
     out = np.full(len(values), np.nan)
@@ -147,6 +163,8 @@ SIGNALS: dict[str, Signal] = {s.name: s for s in (
     Signal("rip", "min(pct(reward_rejected), pct(rejected_length), 1 - pct(reward_margin)); pct = mid-rank "
            "percentile among the pairs", rip),
     Signal("random", "a seeded uniform number in [0, 1) per pair (--seed)", random_key),
+    Signal("on_policy", "(policy_chosen_logps / chosen_token_count + policy_rejected_logps / rejected_token_count) / 2 "
+           "under --policy-model (WPO's weight is exp(2 x on_policy))", on_policy),
 )}
 
 
@@ -158,10 +176,11 @@ def compute_signal(name: str, columns: Columns) -> np.ndarray:
 
 
 def available_signals(columns: Columns) -> dict[str, np.ndarray]:
-    """Every signal OUT's columns allow (for the report), by name; `random` left out (it says nothing)."""
+    """Every signal OUT's columns allow (for the report), by name; `random` left out (it says nothing), and
+    `on_policy` unless it was asked for (it costs a model pass)."""
     found = {}
     for name in SIGNALS:
-        if name == "random":
+        if name in ("random", "on_policy"):
             continue
         try:
             found[name] = compute_signal(name, columns)

@@ -31,7 +31,7 @@ GROUP_ORDER = (IO, MODEL, TOKENS, TEMPLATE, CHECKS, PAIRING, DECON, BALANCE, SEL
                ROUNDS, LOSS, OPTIM, SCHEDULE, RUN)
 # `prefdata select`'s signals (prefdata.select.signals.SIGNALS; tests/select checks the two agree).
 SIGNAL_NAMES = ("reward_margin", "reward_rejected", "implicit_margin", "implicit_margin_per_token", "rejected_length",
-                "length_difference", "rip", "random")
+                "length_difference", "rip", "random", "on_policy")
 
 
 def positive_int(text: str) -> int:
@@ -467,6 +467,11 @@ class SelectSettings(Progress):
         None, "add an `offset` column (ODPO's margin): --offset-scale x this signal; `prefdata train` and the TRL "
         "hand-off subtract it from the loss's logit", group=LOSS_COLUMNS, choices=SIGNAL_NAMES)
     offset_scale: float = setting(1.0, "the factor of --offset-by", group=LOSS_COLUMNS, metavar="A", parse=finite_float)
+    policy_model: str | Path | None = setting(
+        None, "the policy whose likelihood --by/--weight-by/--offset-by on_policy measures (one forward per pair, as "
+        "refs runs it); its tokenizer must be OUT's", group=SELECTION, metavar="PATH")
+    device: str = setting("auto", "where the on_policy pass runs; auto: cuda when available", group=RUN,
+                          choices=("auto", "cpu", "cuda"))
     overwrite: bool = setting(False, "replace an existing NEW written by prefdata", group=IO, action="on")
 
 

@@ -322,3 +322,52 @@ def test_new_is_trl_ready(outs, tmp_path):
     settings_new = out_settings(load_out(tmp_path / "new"))
     assert settings_new["content_hash"] == _manifest(tmp_path / "new")["content_hash"]
     assert settings_new["tokenizer_fingerprint"] == out_settings(load_out(outs["scored"]))["tokenizer_fingerprint"]
+
+
+# ---- on_policy: the policy's mean per-token log-prob of each half -----------------------------------
+
+
+def _mean_logp(model, prompt: list[int], completion: list[int]) -> float:
+    """Independent: a plain forward of prompt + completion, log-softmax, gather, mean over the completion."""
+    import torch
+
+    ids = torch.tensor([prompt + completion])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], dim=-1)
+    picked = [float(logp[t - 1, ids[0, t]]) for t in range(max(len(prompt), 1), len(prompt) + len(completion))]
+    return sum(picked) / len(picked)
+
+
+def test_on_policy_is_the_mean_of_both_halves_mean_token_logprob(outs, tiny_model_dir, tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dataset = datasets.load_from_disk(str(outs["plain"]))
+    from prefdata.select import _policy_pass
+
+    columns = Columns(dataset.data.table, "OUT", 0, _policy_pass(dataset.data.table, tiny_model_dir,
+                                                                   _manifest(outs["plain"]), "cpu"))
+    got = compute_signal("on_policy", columns)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    want = [(_mean_logp(model, r["prompt_ids"], r["chosen_ids"]) + _mean_logp(model, r["prompt_ids"], r["rejected_ids"])) / 2
+            for r in dataset.to_list()]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    result = select_pairs(outs["plain"], tmp_path / "new", by="on_policy", keep=5, policy_model=tiny_model_dir,
+                          device="cpu", progress=False)
+    kept = sorted(np.argsort(-np.array(want), kind="stable")[:5].tolist())
+    assert [(r["source_file"], r["source_line"]) for r in _table(tmp_path / "new")] == [
+        (dataset[i]["source_file"], dataset[i]["source_line"]) for i in kept]
+    assert result.report["selection"]["settings"]["policy_model"] == tiny_model_dir
+
+
+def test_on_policy_needs_a_policy_with_outs_tokenizer(outs, tmp_path, tiny_tokenizer_dir):
+    from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
+
+    with pytest.raises(PrefdataError, match="on_policy needs a policy model: pass --policy-model"):
+        select_pairs(outs["plain"], tmp_path / "a", by="random", weight_by="on_policy", progress=False)
+    other_tok, other = tmp_path / "tok", tmp_path / "other"
+    build_tiny_tokenizer(other_tok, vocab_size=300)
+    build_tiny_model(other, tokenizer_dir=other_tok)
+    with pytest.raises(PrefdataError, match="differs from the one OUT was prepared with"):
+        select_pairs(outs["plain"], tmp_path / "b", by="on_policy", policy_model=str(other), progress=False)
