@@ -176,3 +176,19 @@ def test_bad_weights_or_offsets_are_one_line(weighted_out, tiny_model_dir, tmp_p
     (bad / "manifest.json").write_text((weighted_out / "manifest.json").read_text())
     with pytest.raises(PrefdataError, match="weights_and_offsets_are_finite"):
         load_pairs(bad, need_refs=True)
+
+
+def test_weight_and_offset_given_in_the_raw_data_pass_through_prepare_to_train(tmp_path, tiny_model_dir):
+    import json
+
+    from prefdata.prepare import prepare
+
+    rows = [{"prompt": f"Question {i}?", "chosen": "A good answer.", "rejected": "No.", "weight": [1, 0.5, 2][i % 3],
+             "offset": [0.0, 1.0, -0.5][i % 3]} for i in range(6)]
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    prepare(raw, tmp_path / "out", tokenizer=tiny_model_dir, progress=False, workers=1)
+    data = load_pairs(tmp_path / "out", need_refs=False)
+    assert data.weights.tolist() == [r["weight"] for r in rows]
+    assert data.offsets.tolist() == [r["offset"] for r in rows]
+    assert data.weights_of([1, 2]) == [0.5, 2.0]
