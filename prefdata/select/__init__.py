@@ -85,12 +85,11 @@ def select_pairs(
     values = compute_signal(by, columns)  # missing inputs: one line naming the command that adds them
     extra = {name: compute_signal(name, columns) for name in {weight_by, offset_by} - {None, by}}
     extra[by] = values
-    chosen = choose(values, keep=budget, min_value=min_signal, max_value=max_signal, lowest=lowest)
     # A kept pair needs a finite value of every signal it is given (weight, offset) too.
+    usable = np.ones(len(values), dtype=bool)
     for name in {weight_by, offset_by} - {None}:
-        late = chosen.kept[~np.isfinite(extra[name][chosen.kept])]  # type: ignore[index]
-        chosen.reason[late] = "non_finite"
-        chosen.kept = np.setdiff1d(chosen.kept, late)
+        usable &= np.isfinite(extra[name])  # type: ignore[index]
+    chosen = choose(values, keep=budget, min_value=min_signal, max_value=max_signal, lowest=lowest, usable=usable)
     added = _added_columns(chosen, extra, weight_by, offset_by, offset_scale)
 
     settings = {"by": by, "keep": keep, "min_signal": min_signal, "max_signal": max_signal, "lowest": lowest,

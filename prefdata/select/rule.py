@@ -59,11 +59,12 @@ def budget_of(keep: float | int | None, pairs: int) -> int | None:
 
 
 def choose(values: np.ndarray, *, keep: float | int | None, min_value: float | None = None,
-           max_value: float | None = None, lowest: bool = False) -> Selection:
-    """The pairs to keep by `values` (one per row, NaN for non-finite)."""
+           max_value: float | None = None, lowest: bool = False, usable: np.ndarray | None = None) -> Selection:
+    """The pairs to keep by `values` (one per row, NaN for non-finite). `usable`: rows whose other
+    signals (--weight-by, --offset-by) are finite too; the others count as non-finite before the budget."""
     n = len(values)
     reason = np.full(n, "", dtype=object)
-    finite = np.isfinite(values)
+    finite = np.isfinite(values) if usable is None else np.isfinite(values) & usable
     reason[~finite] = NON_FINITE
     if min_value is not None:
         reason[finite & (values < min_value)] = BELOW_MIN

@@ -371,3 +371,15 @@ def test_on_policy_needs_a_policy_with_outs_tokenizer(outs, tmp_path, tiny_token
     build_tiny_model(other, tokenizer_dir=other_tok)
     with pytest.raises(PrefdataError, match="differs from the one OUT was prepared with"):
         select_pairs(outs["plain"], tmp_path / "b", by="on_policy", policy_model=str(other), progress=False)
+
+
+def test_a_pair_without_a_finite_weight_signal_is_not_selected_and_the_budget_still_fills(outs, tmp_path):
+    rows = _table(outs["plain"])
+    result = select_pairs(outs["plain"], tmp_path / "new", by="rejected_length", keep=N_PAIRS - 1,
+                          weight_by="reward_margin", progress=False)
+    assert result.kept == N_PAIRS - 1  # the pair with no reward is the one left out, whatever its length
+    assert result.report["selection"]["reasons"]["non_finite"] == 1
+    left = [d for d in _dropped(tmp_path / "new") if d.get("reason") == "not_selected"]
+    assert len(left) == 1 and left[0]["why"] == "non_finite"
+    assert left[0]["value"] == len(next(r for r in rows if r["source_line"] == left[0]["source_line"]
+                                        and r["source_file"] == left[0]["source_file"])["rejected_ids"])
