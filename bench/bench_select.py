@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--pairs", type=int, default=1500)
     parser.add_argument("--held-out", type=int, default=400)
-    parser.add_argument("--misordered", type=float, default=0.3, help="share of training pairs ordered against the truth")
+    parser.add_argument("--misordered", type=float, default=0.3,
+                        help="share of training pairs ordered against the truth")
     parser.add_argument("--keep", type=float, default=0.3)
     parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--beta", type=float, default=0.1)
@@ -171,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}: misordered {row['misordered']:.1%}  " + "  ".join(f"{k} {row[k]:.3f}" for k in RUNS),
                   flush=True)
     print(f"\nheld-out implicit-reward accuracy on clean pairs ({args.pairs} training pairs, ~{args.misordered:.0%} "
-          f"misordered by the given scores; keep {args.keep:.0%}; lr {args.lr}, beta {args.beta}, {args.epochs} epoch(s), "
-          f"{args.batch_pairs} pairs per step; seeds {' '.join(map(str, args.seeds))}):\n")
+          f"misordered by the given scores; keep {args.keep:.0%}; lr {args.lr}, beta {args.beta}, "
+          f"{args.epochs} epoch(s), {args.batch_pairs} pairs per step; seeds {' '.join(map(str, args.seeds))}):\n")
     print("| run | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | sd |")
     print("| --- |" + " --- |" * (len(args.seeds) + 2))
     labels = {"all": "all pairs", "top": f"top {args.keep:.0%} by reward_margin",
