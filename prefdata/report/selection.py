@@ -11,6 +11,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from prefdata.report.length_bias import bias_dict, count_bias
+from prefdata.report.render_common import esc
+from prefdata.report.svg import svg_histogram
 
 SCHEMA_VERSION = 1
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9)
@@ -120,3 +122,55 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines += ["", f"Rows: {acc.get('rows_in', 0):,} in = {acc.get('rows_out', 0):,} kept + {acc.get('rows_dropped', 0):,} "
               f"dropped + {acc.get('rows_quarantined', 0):,} quarantined.", ""]
     return "\n".join(lines)
+
+
+_STYLE = ("body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:60em;color:#101828}"
+          "table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #d0d5dd;padding:.25em .6em;"
+          "text-align:left}svg text{font-size:10px;fill:#475467}.plot{max-width:30em}")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def render_html(report: Mapping[str, Any]) -> str:
+    """report.html of NEW: one self-contained page, the selection signal's histogram with the cut marked."""
+    s = report["selection"]
+    signal = report["signals"][s["signal"]]["before"]
+    plot = ""
+    if "histogram" in signal:
+        plot = svg_histogram(signal["histogram"]["edges"], signal["histogram"]["counts"], marker=s["cut"],
+                             marker_label="cut" if s["cut"] is not None else "")
+    facts = [f"signal <code>{esc(s['signal'])}</code> = {esc(s['formula'])}",
+             f"from <code>{esc(report['lineage'].get('path'))}</code>",
+             f"budget {esc(s['budget'] if s['budget'] is not None else 'none')}; cut at {esc(_number(s['cut']))}",
+             "not selected: " + esc(", ".join(f"{n:,} {why}" for why, n in s["reasons"].items()))]
+    signals = [[f"<code>{esc(name)}</code>"] + [
+        f"{esc(_number(both['before'].get(k)))} → {esc(_number(both['after'].get(k)))}" for k in ("mean", "p10", "p50", "p90")]
+        + [f"{both['before']['non_finite']:,} → {both['after']['non_finite']:,}"]
+        for name, both in report["signals"].items()]
+    bias = report["length_bias"]
+    after = report["sources"]["after"]
+    sources = [[f"<code>{esc(name)}</code>", f"{b['pairs']:,} ({b['share']:.1%})",
+                f"{after.get(name, {}).get('pairs', 0):,} ({after.get(name, {}).get('share', 0.0):.1%})"]
+               for name, b in report["sources"]["before"].items()]
+    flags_after = report["flags"]["after"]
+    flags = [[f"<code>{esc(flag)}</code>", f"{n:,}", f"{flags_after.get(flag, 0):,}"]
+             for flag, n in report["flags"]["before"].items()]
+    acc = report["accounting"]
+    return "".join([
+        f"<!doctype html><html><head><meta charset='utf-8'><title>prefdata select</title><style>{_STYLE}</style>"
+        f"</head><body><h1>prefdata select: {s['kept']:,} of {s['pairs_in']:,} pairs kept</h1>",
+        "<ul>" + "".join(f"<li>{fact}</li>" for fact in facts) + "</ul>",
+        f"<div class='plot'>{plot}</div>",
+        "<h2>Signals (before → after)</h2>", _table(["signal", "mean", "p10", "p50", "p90", "non-finite"], signals),
+        "<h2>Length bias (tokens)</h2>",
+        f"<p>chosen longer: {bias['before']['chosen_longer']:.1%} of {bias['before']['pairs']:,} pairs before, "
+        f"{bias['after']['chosen_longer']:.1%} of {bias['after']['pairs']:,} after</p>",
+        "<h2>Sources</h2>", _table(["source", "before", "after"], sources),
+        "<h2>Flags on the pairs</h2>", _table(["flag", "before", "after"], flags) if flags else "<p>none</p>",
+        f"<p>Rows: {acc.get('rows_in', 0):,} in = {acc.get('rows_out', 0):,} kept + {acc.get('rows_dropped', 0):,} "
+        f"dropped + {acc.get('rows_quarantined', 0):,} quarantined.</p></body></html>\n",
+    ])

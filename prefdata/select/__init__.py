@@ -47,7 +47,8 @@ class SelectResult:
     problem: str = ""  # one line when nothing was kept (exit 1)
 
     def summary(self) -> str:
-        return f"{report.summary_line(self.report)}\nwrote {self.new_dir}/ (report: {self.new_dir}/report.md)"
+        return (f"{report.summary_line(self.report)}\nwrote {self.new_dir}/ (report: {self.new_dir}/report.html, "
+                f"{self.new_dir}/report.md)")
 
 
 @takes_settings(SelectSettings)  # or settings=SelectSettings(...): prefdata.settings
@@ -110,6 +111,7 @@ def select_pairs(
         built = _report(by, settings, values, chosen, extra, columns, table, accounting, lineage)
         (staging / "report.json").write_text(json.dumps(built, indent=2) + "\n", encoding="utf-8")
         (staging / "report.md").write_text(report.render_markdown(built), encoding="utf-8")
+        (staging / "report.html").write_text(report.render_html(built), encoding="utf-8")
         write_new_manifest(staging, manifest, accounting=accounting, new_hash=new_hash, columns=written,
                            not_selected=not_selected, lineage=lineage, selection=settings)
         publish(staging, new)

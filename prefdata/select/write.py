@@ -119,7 +119,7 @@ def write_new_manifest(staging: Path, parent: Mapping[str, Any], *, accounting: 
     manifest.update(
         row_accounting=dict(accounting), content_hash=new_hash, columns=columns, flag_counts=flag_counts,
         shards=[{"file": entry["filename"], "rows": _rows_in(staging / entry["filename"])} for entry in data_files],
-        files=["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md"],
+        files=["dropped.jsonl", "quarantine.jsonl", "report.json", "report.md", "report.html"],
         created_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         selected_from=dict(lineage), selection=dict(selection),
     )

@@ -220,6 +220,8 @@ def test_new_holds_the_top_share_with_every_column_and_the_ledger_holds(outs, tm
     assert sorted(Path(k).name for k in before) == ["part0.jsonl", "part1.jsonl"]
     assert sum(v["pairs"] for v in report["sources"]["after"].values()) == budget
     assert "reward_margin" in (new / "report.md").read_text()
+    page = (new / "report.html").read_text()
+    assert page.startswith("<!doctype html>") and "<svg" in page and ">cut</text>" in page  # the cut, marked
 
 
 def test_the_same_out_and_settings_give_the_same_new(outs, tmp_path):
