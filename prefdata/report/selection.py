@@ -119,7 +119,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if not report["flags"]["before"]:
         lines.append("- none")
     acc = report["accounting"]
-    lines += ["", f"Rows: {acc.get('rows_in', 0):,} in = {acc.get('rows_out', 0):,} kept + {acc.get('rows_dropped', 0):,} "
+    lines += ["", f"Rows: {acc.get('rows_in', 0):,} in = {acc.get('rows_out', 0):,} kept + "
+              f"{acc.get('rows_dropped', 0):,} "
               f"dropped + {acc.get('rows_quarantined', 0):,} quarantined.", ""]
     return "\n".join(lines)
 
@@ -148,7 +149,8 @@ def render_html(report: Mapping[str, Any]) -> str:
              f"budget {esc(s['budget'] if s['budget'] is not None else 'none')}; cut at {esc(_number(s['cut']))}",
              "not selected: " + esc(", ".join(f"{n:,} {why}" for why, n in s["reasons"].items()))]
     signals = [[f"<code>{esc(name)}</code>"] + [
-        f"{esc(_number(both['before'].get(k)))} → {esc(_number(both['after'].get(k)))}" for k in ("mean", "p10", "p50", "p90")]
+        f"{esc(_number(both['before'].get(k)))} → {esc(_number(both['after'].get(k)))}"
+        for k in ("mean", "p10", "p50", "p90")]
         + [f"{both['before']['non_finite']:,} → {both['after']['non_finite']:,}"]
         for name, both in report["signals"].items()]
     bias = report["length_bias"]

@@ -70,7 +70,8 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
             ids = [table.column(name).take(take).to_pylist() for name in ("prompt_ids", "chosen_ids", "rejected_ids")]
             starts = [table.column(name).take(take).to_pylist() for name in LOSS_START_COLUMNS] if has_starts else []
             out = pair_logps(net, *ids, layout, pad_token_id, *starts)
-            for target, sums, counts in ((chosen, out.chosen, out.chosen_counts), (rejected, out.rejected, out.rejected_counts)):
+            halves = ((chosen, out.chosen, out.chosen_counts), (rejected, out.rejected, out.rejected_counts))
+            for target, sums, counts in halves:
                 counts_f = counts.float().cpu().numpy()
                 with np.errstate(divide="ignore", invalid="ignore"):
                     target[rows] = np.where(counts_f > 0, sums.float().cpu().numpy() / counts_f, np.nan)

@@ -44,7 +44,8 @@ def parse_keep(value: str | float | int | None) -> float | int | None:
             else:
                 keep = int(text)
         except ValueError:
-            raise PrefdataError(f"--keep must be a share (0.3, 30%) or a number of pairs (300), got {value!r}") from None
+            raise PrefdataError(
+                f"--keep must be a share (0.3, 30%) or a number of pairs (300), got {value!r}") from None
     if isinstance(keep, float) and not 0.0 < keep <= 1.0:
         raise PrefdataError(f"--keep as a share must be in (0, 1], got {keep}")
     if isinstance(keep, int) and keep < 1:

@@ -188,8 +188,10 @@ def test_new_holds_the_top_share_with_every_column_and_the_ledger_holds(outs, tm
     assert [(d["source_file"], d["source_line"]) for d in not_selected] == [
         (rows[i]["source_file"], rows[i]["source_line"]) for i in range(len(rows)) if i not in want]
     for line in not_selected:
-        assert line["reason"] == "not_selected" and "not_selected" in line["flags"] and line["signal"] == "reward_margin"
-        i = next(j for j, r in enumerate(rows) if (r["source_file"], r["source_line"]) == (line["source_file"], line["source_line"]))
+        assert line["reason"] == "not_selected" and "not_selected" in line["flags"]
+        assert line["signal"] == "reward_margin"
+        where = (line["source_file"], line["source_line"])
+        i = next(j for j, r in enumerate(rows) if (r["source_file"], r["source_line"]) == where)
         if math.isfinite(margins[i]):
             assert line["value"] == pytest.approx(margins[i]) and line["why"] == "beyond_budget"
         else:
@@ -277,7 +279,8 @@ def test_missing_inputs_name_the_command_that_adds_them(outs, tmp_path):
 
 def test_cli_end_to_end_exit_codes(outs, tmp_path, capsys):
     new = tmp_path / "new"
-    assert main(["select", str(outs["plain"]), str(new), "--by", "reward_margin", "--keep", "50%", "--no-progress"]) == 0
+    argv = ["select", str(outs["plain"]), str(new), "--by", "reward_margin", "--keep", "50%", "--no-progress"]
+    assert main(argv) == 0
     assert "select: kept 12 of 24 pairs by reward_margin" in capsys.readouterr().out
     assert len(_table(new)) == 12
 
@@ -351,7 +354,7 @@ def test_on_policy_is_the_mean_of_both_halves_mean_token_logprob(outs, tiny_mode
                                                                    _manifest(outs["plain"]), "cpu"))
     got = compute_signal("on_policy", columns)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
-    want = [(_mean_logp(model, r["prompt_ids"], r["chosen_ids"]) + _mean_logp(model, r["prompt_ids"], r["rejected_ids"])) / 2
+    want = [sum(_mean_logp(model, r["prompt_ids"], r[half]) for half in ("chosen_ids", "rejected_ids")) / 2
             for r in dataset.to_list()]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
