@@ -388,3 +388,21 @@ def test_a_pair_without_a_finite_weight_signal_is_not_selected_and_the_budget_st
     assert len(left) == 1 and left[0]["why"] == "non_finite"
     assert left[0]["value"] == len(next(r for r in rows if r["source_line"] == left[0]["source_line"]
                                         and r["source_file"] == left[0]["source_file"])["rejected_ids"])
+
+
+def test_selection_does_not_depend_on_how_out_was_written(outs, tmp_path, tiny_model_dir, monkeypatch):
+    """OUT written by the workers themselves, in several shards (the Ray engine's default path), and by
+    the main process give the same NEW: select reads OUT's rows in order, whatever its files."""
+    monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 1024)  # small chunks and shards: many files
+    monkeypatch.setattr("prefdata.prepare.shards.SHARD_BYTES", 2048)
+    monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", 2)
+    sharded = tmp_path / "sharded"
+    prepare(outs["plain"].parent / "raw", sharded, tokenizer=tiny_model_dir, progress=False, workers=2,
+            worker_writes=True, batch_size=4)
+    assert len(_manifest(sharded)["shards"]) > 1
+    assert _manifest(sharded)["content_hash"] == _manifest(outs["plain"])["content_hash"]
+    for name, out in (("one", outs["plain"]), ("many", sharded)):
+        select_pairs(out, tmp_path / name, by="rip", keep=0.4, weight_by="length_difference", progress=False)
+    assert _manifest(tmp_path / "one")["content_hash"] == _manifest(tmp_path / "many")["content_hash"]
+    assert _table(tmp_path / "one") == _table(tmp_path / "many")
+    assert (tmp_path / "one" / "dropped.jsonl").read_text() == (tmp_path / "many" / "dropped.jsonl").read_text()
