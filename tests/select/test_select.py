@@ -181,6 +181,9 @@ def test_new_holds_the_top_share_with_every_column_and_the_ledger_holds(outs, tm
     assert result.exit_code == 0 and result.kept == budget
     assert _table(new) == [rows[i] for i in want]  # every column, refs included, in OUT's order
     check_out(new)  # NEW keeps OUT's contract (ScoredPairs)
+    from prefdata.validate.command import validate
+
+    assert validate(str(new), progress=False, format="json").exit_code == 0  # and `prefdata validate NEW` passes
 
     dropped, parent_dropped = _dropped(new), _dropped(out)
     assert dropped[: len(parent_dropped)] == parent_dropped  # OUT's own dropped lines come first
