@@ -522,7 +522,8 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             ("prefdata refs out/ --model path/to/reference-model",
              "torchrun --nproc-per-node 8 -m prefdata refs out/ --model path/to/reference-model")),
     Command("select", "keep the pairs that teach: by a signal and a budget, into a new OUT",
-            "Order OUT's pairs by a signal (reward margin, the reference's implicit margin, lengths, RIP, random), keep "
+            "Order OUT's pairs by a signal (reward margin, the reference's implicit margin, lengths, RIP, how likely a "
+            "policy is to write them, random), keep "
             "a budget and/or a range, and write NEW: a full OUT whose dropped.jsonl has every pair left out as "
             "not_selected with its signal's value, and whose report shows what the selection did. Optionally adds "
             "weight and offset columns that train applies.",
