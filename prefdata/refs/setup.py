@@ -88,7 +88,7 @@ def files_digest(directory: Path) -> str:
 
 
 def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remote_code: bool) -> str:
-    from transformers import AutoTokenizer
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
     if not expected:
@@ -97,7 +97,7 @@ def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remo
     found = _FINGERPRINTS.get(key)
     if found is None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+            tokenizer = load_pretrained_tokenizer(model_dir, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:
             raise PrefdataError(f"cannot load a tokenizer from {model_dir} to check it: {str(exc).splitlines()[0]}") from None
         found = _FINGERPRINTS[key] = tokenizer_fingerprint(tokenizer)

@@ -194,10 +194,10 @@ def pad_token_id(manifest: dict[str, Any], tokenizer: Any) -> int:
 
 
 def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir: Path, trust_remote_code: bool):
-    from transformers import AutoTokenizer
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model), trust_remote_code=trust_remote_code)
+        tokenizer = load_pretrained_tokenizer(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model}: {str(exc).splitlines()[0]}") from None
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
