@@ -288,7 +288,7 @@ class RefsSettings(Progress):
 
 @dataclass(kw_only=True)
 class TrainSettings(Progress):
-    python_only = frozenset({"loaded_policy"})
+    python_only = frozenset({"loaded_policy", "loaded_optimizer"})
 
     model: str | Path | None = setting(None, "policy model to start from", group=MODEL, metavar="PATH", required=True)
     processor: str | Path | None = setting(
@@ -345,6 +345,8 @@ class TrainSettings(Progress):
                                                 group=OPTIM, flag=False)
     save_optimizer: bool = setting(False, "save the optimizer state with the model (online rounds)", group=OPTIM,
                                    flag=False)
+    save_model: bool = setting(True, "save the final model (online rounds between checkpoints keep it in memory)",
+                               group=IO, flag=False)
 
 
 @dataclass(kw_only=True)
@@ -403,6 +405,10 @@ class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions
         group=REWARD, metavar="X", parse=float, default_text="none")
     keep_round_policies: bool = setting(False, "keep every round's weights (default: only the current policy's)",
                                         group=IO, action="on")
+    save_every: int | None = setting(
+        None, "write the policy and optimizer to disk every R rounds (a checkpoint a rerun continues from); between "
+        "checkpoints they stay in memory. The last round is always saved", group=IO, metavar="R", parse=positive_int,
+        default_text="about every 64 prompts: ceil(64 / prompts-per-round)")
 
 
 @dataclass(kw_only=True)

@@ -68,7 +68,8 @@ def test_a_killed_run_continues_from_the_last_finished_round(tmp_path, tiny_mode
                                                               monkeypatch):
     out = tmp_path / "run"
     kwargs = {"model": tiny_model_dir, "output": out, "reward_model": reward_model_dir, "prompts_per_round": 4,
-              "samples": 2, "max_new_tokens": 4, "batch_pairs": 2, "device": "cpu", "progress": False}
+              "samples": 2, "max_new_tokens": 4, "batch_pairs": 2, "device": "cpu", "progress": False,
+              "save_every": 1}
     real_run = R._Round.run
 
     def killed_in_round_2(self, r, prompts, policy_dir):
