@@ -3,8 +3,10 @@
 Each round samples from the current policy, scores the samples, pairs best vs worst per prompt, and
 sends the pairs through `prepare` (the same checks and policy as offline data, plus `tied_reward`),
 `compute_refs` (the reference is the starting policy unless `ref_model`) and `train`, which
-continues from the last round's policy. Many prompts per round is semi-online DPO; as many prompts
-per round as pairs per optimizer step (one step per round) is fully online.
+continues from the last round's policy. As many prompts per round as pairs per optimizer step (one
+step per round) is fully online, the default: it samples before every step as TRL's
+OnlineDPOTrainer does, and learns as TRL does at every learning rate (bench/bench_online.py --learn).
+Many prompts per round is semi-online: cheaper per prompt, but several steps on one sampling.
 
 One run, one optimizer: each round's `train` continues the previous round's AdamW state and a single
 learning-rate schedule planned over the whole run (rounds x epochs x ceil(prompts per round / batch
@@ -14,11 +16,12 @@ The pairs carry the sampled token ids (`generate` keeps them), so training sees 
 policy sampled; the checks read the decoded text next to them.
 
 Layout of DIR: `online_config.json`, `rounds.jsonl` (one line per finished round), `round-<r>/`
-(`generations.jsonl`, `pairs.jsonl`, `pairs/` = a prefdata OUT, `policy/` = that round's trained
-model and metrics.jsonl) and `policy/` (the final policy, save_pretrained). A round is finished when
-its line is in rounds.jsonl; a rerun after a kill redoes the unfinished round from the start, from
-the last finished round's policy and optimizer state (`round-<r>/policy/optimizer/`), so it ends
-where an uninterrupted run ends.
+(`generations.jsonl`, `pairs.jsonl`, `pairs/` = a prefdata OUT, `policy/` = metrics.jsonl and, at
+checkpoints (every `save_every` rounds), that round's trained model and optimizer state) and
+`policy/` (the final policy, save_pretrained). A round is finished when its line is in rounds.jsonl;
+a rerun after a kill redoes the rounds after the last checkpoint, from its policy and optimizer
+state (`round-<r>/policy/optimizer/`), with the same prompts and seeds, so it ends where an
+uninterrupted run ends.
 """
 
 from __future__ import annotations
@@ -110,8 +113,8 @@ def run_online(
     output: str | Path,
     reward_model: str | Path | None = None,
     reward_fn: str | None = None,
-    rounds: int = 1,
-    prompts_per_round: int = 64,
+    rounds: int | None = None,
+    prompts_per_round: int | None = None,
     samples: int = 2,
     ref_model: str | Path | None = None,
     max_new_tokens: int = 128,
@@ -149,14 +152,10 @@ def run_online(
     `save_every` rounds the policy and optimizer are written to the round's directory (a checkpoint a
     rerun continues from); between checkpoints they stay in memory. Default: about every 64 prompts
     (every round at 64 prompts per round, every 8th fully online with 8); the last round always."""
-    if rounds < 1 or prompts_per_round < 1 or samples < 2:
-        raise PrefdataError("--rounds and --prompts-per-round must be at least 1, --samples at least 2")
+    if any(v is not None and v < 1 for v in (rounds, prompts_per_round, save_every)) or samples < 2:
+        raise PrefdataError("--rounds, --prompts-per-round and --save-every must be at least 1, --samples at least 2")
     if epochs < 1 or batch_pairs < 1:
         raise PrefdataError("--epochs and --batch-pairs must be at least 1")
-    if save_every is not None and save_every < 1:
-        raise PrefdataError("--save-every must be at least 1")
-    # vLLM loads the policy from its directory every round: each round's policy must be on disk.
-    save_every = 1 if engine == "vllm" else (save_every or max(1, math.ceil(CHECKPOINT_PROMPTS / prompts_per_round)))
     with quiet_libraries(wants_quiet(progress)):  # third-party bars and notices stay quiet
         template = TemplateSettings(parse_template_kwargs(template_kwargs),
                                     str(chat_template_file) if chat_template_file else None, date=template_date)
@@ -164,9 +163,15 @@ def run_online(
             raise PrefdataError(f"--model {model} is not a local model directory")
         out = Path(output)
         prompt_rows = read_prompts(prompts).rows
-        if prompts_per_round > len(prompt_rows):
+        if prompts_per_round is None:  # fully online: a fresh sampling before every optimizer step (TRL's)
+            prompts_per_round = min(batch_pairs, len(prompt_rows))
+        elif prompts_per_round > len(prompt_rows):
             raise PrefdataError(f"--prompts-per-round {prompts_per_round} is more than the {len(prompt_rows)} "
                                 f"prompts in {prompts}")
+        if rounds is None:  # one pass over the prompts
+            rounds = math.ceil(len(prompt_rows) / prompts_per_round)
+        # vLLM loads the policy from its directory every round: each round's policy must be on disk.
+        save_every = 1 if engine == "vllm" else (save_every or math.ceil(CHECKPOINT_PROMPTS / prompts_per_round))
         config = {
             "prompts": str(prompts), "model": str(model), "ref_model": str(ref_model or model),
             "reward_model": None if reward_model is None else str(reward_model), "reward_fn": reward_fn,

@@ -375,8 +375,13 @@ class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions
     model: str | Path | None = setting(None, "starting policy directory", group=MODEL, metavar="POLICY", required=True)
     output: str | Path | None = setting(None, "run directory: round-<r>/, rounds.jsonl, policy/", group=IO,
                                         metavar="DIR", required=True)
-    rounds: int = setting(1, "rounds to run", group=ROUNDS, metavar="R", parse=positive_int)
-    prompts_per_round: int = setting(64, "fresh prompts per round", group=ROUNDS, metavar="N", parse=positive_int)
+    rounds: int | None = setting(None, "rounds to run (the prompt file wraps around)", group=ROUNDS, metavar="R",
+                                 parse=positive_int, default_text="one pass over the prompts")
+    prompts_per_round: int | None = setting(
+        None, "fresh prompts sampled per round; more than --batch-pairs is semi-online: several steps on one "
+        "sampling, cheaper per prompt, but at a high learning rate it learns less than TRL (docs/online.md)",
+        group=ROUNDS, metavar="N", parse=positive_int,
+        default_text="--batch-pairs: fully online, a fresh sampling before every optimizer step, as TRL's OnlineDPOTrainer")
     ref_model: str | Path | None = setting(None, "reference model", group=MODEL, metavar="M",
                                            default_text="the starting policy")
     max_length: int | None = setting(None, "max prompt+completion tokens per half when preparing", group=TOKENS,
