@@ -44,6 +44,20 @@ from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.tokenize.template import Rendered, lost_fields, pinned_clock, template_fingerprint, template_messages
 from prefdata.tokenize.tokenizer import leading_special_ids, load_tokenizer, pick_anchor
 from prefdata.tokenize.truncate import truncate_pair
+from prefdata.tokenize.turns import (
+    Span,
+    completion_spans,
+    fit_mask,
+    generation_header,
+    generation_spans,
+    has_generation_blocks,
+    hh_spans,
+    incremental_spans,
+    needs_turn_masks,
+    token_mask,
+    trained_turns,
+    without_header,
+)
 
 # Characters of prompt and of completion on each side of the boundary that the boundary check
 # re-tokenizes (see `_boundary_mismatches`).
@@ -66,6 +80,12 @@ class _Texts:
     images: bool = False  # the prompt holds expanded image tokens (truncation must not cut them)
     image_tokens: list[int] | None = None  # tokens each image expanded to (None: not expanded)
     image_sizes: list[tuple[int, int]] | None = None  # (width, height) of each image expanded (spans by size)
+    # Completions holding turns the model did not write: the character spans of each half's trained
+    # turns (None: the whole completion is trained), and whether an EOS appended after it is trained.
+    chosen_spans: list[Span] | None = None
+    rejected_spans: list[Span] | None = None
+    chosen_tail: int = 1
+    rejected_tail: int = 1
 
 
 _NEEDS_PROCESSOR = "row has images: prepare image pairs with --processor (an AutoProcessor directory), not --tokenizer"
@@ -199,7 +219,13 @@ class PairTokenizer:
         """A plain-text row's texts, tokenized as written (no template). Tools cannot reach a model
         through plain text: that is a loss to report."""
         lost = (F.REASONING_LOST,) if pair.tools else ()
-        return _Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True, flags=lost)
+        texts = _Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True, flags=lost)
+        if pair.shape == "hh" and F.MULTI_TURN_COMPLETION in pair.flags:  # its Human turns stay out of the loss
+            texts.chosen_spans, ends = hh_spans(pair.chosen, self.settings.train_turns)
+            texts.chosen_tail = int(ends)
+            texts.rejected_spans, ends = hh_spans(pair.rejected, self.settings.train_turns)
+            texts.rejected_tail = int(ends)
+        return texts
 
     def _render_rows(self, pairs: list[Pair]) -> list[_Texts | RecordError]:
         """Render prompt (with generation prompt) once per row, and prompt + completion per half.
@@ -274,7 +300,36 @@ class PairTokenizer:
         if tools or any(carries_reasoning_or_tools(m) for m in conversation):
             if self._lost_fields(conversation, tools, rendered):
                 found = (F.REASONING_LOST,)
-        return _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
+        texts = _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
+        if needs_turn_masks(conversation[1:], self.settings.train_turns):
+            self._set_turn_spans(texts, conversation, rendered, tools)
+        return texts
+
+    def _set_turn_spans(self, texts: _Texts, conversation: tuple[list[Message], list[Message], list[Message]],
+                        rendered: Rendered, tools: list[Any] | None) -> None:
+        """The character spans of each completion's trained assistant turns (tokenize.turns)."""
+        prompt = conversation[0]
+        header: str | None = None  # the generation prompt's header, rendered once when needed
+        for half, completion, full in (("chosen", conversation[1], rendered.fulls[0]),
+                                       ("rejected", conversation[2], rendered.fulls[1])):
+            turns = trained_turns(completion, self.settings.train_turns)
+            spans = None
+            if has_generation_blocks(self.tokenizer.chat_template):
+                with pinned_clock(self._day):
+                    blocks = generation_spans(self.tokenizer, template_messages(prompt + completion), full, tools,
+                                              self._render_kwargs)
+                if blocks is not None:
+                    if header is None:
+                        header = generation_header(rendered.prompt, self._render([prompt], False, tools)[0])
+                    blocks = without_header([b for b in blocks if b[1] > rendered.cut], full, header)
+                    spans = blocks[-1:] if self.settings.train_turns == "last" else blocks
+            if spans is None:
+                spans = incremental_spans(self._render, prompt, completion, full, turns, tools, self._special_strings)
+            text = getattr(texts, half)
+            setattr(texts, f"{half}_spans",
+                    completion_spans(spans, rendered.cut, len(text), self._special_strings, full))
+            setattr(texts, f"{half}_tail", int(bool(completion) and completion[-1]["role"] == "assistant"
+                                               and len(completion) - 1 in turns))
 
     def _lost_fields(self, conversation: tuple[list[Message], list[Message], list[Message]],
                      tools: list[Any] | None, rendered: Rendered) -> list[str]:
@@ -316,6 +371,7 @@ class PairTokenizer:
         all_texts = [r.prompt for r in rows] + chosen_texts + rejected_texts
         ids = encode_ids(self._backend, all_texts, self._anchor)
         starts = self._answer_starts(rows) if self.settings.loss_on == "answer" else None
+        masks = self._turn_masks(rows, ids, n)
 
         mismatch = self._boundary_mismatches(rows)
         eos = self._eos_id
@@ -333,11 +389,41 @@ class PairTokenizer:
             tokenized.image_tokens = row.image_tokens
             if starts is not None:
                 _set_loss_starts(tokenized, *starts[i])
+            if i in masks:
+                _set_loss_masks(tokenized, *masks[i], row)
             if mismatch[i]:
                 tokenized.flags.insert(0, F.PROMPT_BOUNDARY_MISMATCH)
             tokenized.flags[:0] = row.flags
             out.append(tokenized)
         return out
+
+    def _turn_masks(self, rows: list[_Texts], ids: list[Sequence[int]], n: int) -> dict[int, tuple[list[int], list[int]]]:
+        """Per row with turn spans: each half's loss mask over its completion ids as tokenized (before
+        the EOS handling and truncation that `_set_loss_masks` applies). Only those completions are
+        tokenized again, with offsets; a huge one counts the tokens before each span edge instead."""
+        anchor = self._anchor
+        jobs: list[tuple[int, int, str, int, list[Span]]] = []  # (row, half, text, anchor chars, spans)
+        for i, row in enumerate(rows):
+            if row.chosen_spans is None and row.rejected_spans is None:
+                continue
+            for half, text, spans in ((0, row.chosen, row.chosen_spans), (1, row.rejected, row.rejected_spans)):
+                lead = anchor if (anchor and row.prompt) else ""
+                jobs.append((i, half, lead + text, len(lead), [(0, len(text))] if spans is None else spans))
+        out: dict[int, list[list[int]]] = {}
+        small = [job for job in jobs if len(job[2]) < HUGE_TEXT_CHARS]
+        encodings = self._backend.encode_batch([job[2] for job in small], add_special_tokens=False) if small else []
+        for (i, half, _text, skip, spans), encoding in zip(small, encodings):
+            offsets = encoding.offsets[1:] if skip else encoding.offsets
+            out.setdefault(i, [[], []])[half] = token_mask(offsets, spans, skip)
+        for i, half, text, skip, spans in (job for job in jobs if len(job[2]) >= HUGE_TEXT_CHARS):
+            total = len(ids[(1 + half) * n + i])
+            edges = [count_tokens_before(self._backend, text, anchor, skip + edge, 1 if skip else 0)
+                     for span in spans for edge in span]
+            mask = [0] * total
+            for start, stop in zip(edges[::2], edges[1::2]):
+                mask[start:stop] = [1] * (stop - start)
+            out.setdefault(i, [[], []])[half] = mask
+        return {i: (pair[0], pair[1]) for i, pair in out.items()}
 
     def _image_spans(self, prompt_ids: Sequence[int], row: _Texts) -> list[tuple[int, int]]:
         """[start, end) of each image's tokens in the prompt (prefdata.tokenize.vision)."""
@@ -471,6 +557,17 @@ def _end_with_one_eos(ids: Sequence[int], eos: int | None, append: bool = True) 
         ids.append(eos)
         return ids
     return ids + [eos]
+
+
+def _set_loss_masks(tokenized: TokenizedPair, chosen_mask: list[int], rejected_mask: list[int], row: _Texts) -> None:
+    """Each half's loss mask fitted to its final ids (an appended EOS belongs to the completion's last
+    turn; truncation cuts the mask with the ids); a half left with no trained token: `no_trained_tokens`."""
+    tokenized.chosen_loss_mask = fit_mask(chosen_mask, len(tokenized.chosen_ids), row.chosen_tail)
+    tokenized.rejected_loss_mask = fit_mask(rejected_mask, len(tokenized.rejected_ids), row.rejected_tail)
+    for mask, start in ((tokenized.chosen_loss_mask, tokenized.chosen_loss_start),
+                        (tokenized.rejected_loss_mask, tokenized.rejected_loss_start)):
+        if not any(mask[start or 0 :]) and F.NO_TRAINED_TOKENS not in tokenized.flags:
+            tokenized.flags.append(F.NO_TRAINED_TOKENS)
 
 
 def _set_loss_starts(tokenized: TokenizedPair, chosen_start: int, rejected_start: int) -> None:
