@@ -13,7 +13,8 @@ and training loop and changes only what the data needs:
 - Before anything is loaded, it refuses (one line naming both values) a tokenizer whose fingerprint
   differs from OUT's, a `max_length` that disagrees with OUT's, and refs missing where the loss needs
   them; and data prepared with `--loss-on answer` (TRL's collator would put the reasoning tokens back
-  in the loss). The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
+  in the loss), and data whose completions carry per-token loss masks (`chosen_loss_mask`: agent
+  trajectories, multi-turn transcripts; TRL would train on the tool results and user turns). The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
 - Image OUTs (`prepare --processor`, an `images` column): TRL would call them vision datasets, re-render
   their text per batch with `DataCollatorForVisionPreference` and refuse stored refs. OUT is already
   tokenized, with the image tokens expanded, so TRL's tokenized path applies as for text, and
@@ -48,7 +49,7 @@ from packaging.specifiers import SpecifierSet
 
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
-from prefdata.core.schema import LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
+from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS, PUBLIC_REF_COLUMNS, check_table
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.tokenize.processor import load_processor
@@ -126,6 +127,18 @@ def check_max_length(max_length: int | None, settings: dict[str, Any], dataset: 
         raise PrefdataError(
             f"DPOConfig(max_length={max_length}) disagrees with {name}'s max_length={prepared} (prepared and "
             f"scored at that length): pass max_length={prepared} or None, or prepare again with --max-length {max_length}"
+        )
+
+
+def check_loss_masks(dataset: datasets.Dataset, name: str) -> None:
+    """TRL 1.16's collator puts every completion token in the loss: for trajectories it would train the
+    policy on tool output and user turns that OUT's per-token loss masks keep out (and against refs
+    summed over the model's turns only)."""
+    present = [c for c in LOSS_MASK_COLUMNS if c in dataset.column_names]
+    if present and any(v is not None for v in dataset.data.table.column(present[0]).to_pylist()):
+        raise PrefdataError(
+            f"{name} has completions with turns the model did not write ({present[0]}: tool results, user turns), "
+            "which TRL's DPOTrainer would put in the loss: train it with `prefdata train`, or drop those rows"
         )
 
 
@@ -350,6 +363,7 @@ class DPOTrainer(_trl.DPOTrainer):
             check_table(dataset.data.table, name, tokens_only=True)  # the part of OUT's contract training reads
             checked.add(dataset._fingerprint)
         check_loss_on(settings, dataset, name)
+        check_loss_masks(dataset, name)
         if has_images(dataset) and not self._prefdata_images:
             raise PrefdataError(f"{name} holds images but the trainer was built on text-only data: pass it as eval_dataset at construction")
         check_tokenizer(self._prefdata_fingerprints, settings, name, self._prefdata_kind)
