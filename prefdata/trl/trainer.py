@@ -135,7 +135,7 @@ def check_loss_masks(dataset: datasets.Dataset, name: str) -> None:
     policy on tool output and user turns that OUT's per-token loss masks keep out (and against refs
     summed over the model's turns only)."""
     present = [c for c in LOSS_MASK_COLUMNS if c in dataset.column_names]
-    if present and any(v is not None for v in dataset.data.table.column(present[0]).to_pylist()):
+    if present and dataset.data.table.column(present[0]).null_count < dataset.num_rows:
         raise PrefdataError(
             f"{name} has completions with turns the model did not write ({present[0]}: tool results, user turns), "
             "which TRL's DPOTrainer would put in the loss: train it with `prefdata train`, or drop those rows"
