@@ -68,6 +68,24 @@ def _both_or_neither(data: pa.PolarsData, names: tuple[str, ...], of_type: Any, 
     return None
 
 
+# Message fields besides role and content that chat templates read (tool calls, tool turns, reasoning):
+# prepare keeps them in the text columns where rows have them (prefdata.io.columns.MESSAGE_FIELD_TYPES).
+_OPTIONAL_MESSAGE_FIELDS = frozenset({"reasoning_content", "tool_calls", "tool_call_id", "name"})
+
+
+def _is_messages_dtype(dtype: pl.DataType) -> bool:
+    """TRL's message lists: role and content (a string, or image pairs' list of parts), plus any of the
+    optional fields a template reads."""
+    if dtype in (MESSAGES_DTYPE, PARTS_MESSAGES_DTYPE):
+        return True
+    if not (isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)):
+        return False
+    fields = {field.name: field.dtype for field in dtype.inner.fields}
+    content = fields.get("content")
+    return (fields.get("role") == pl.String and content in (pl.String, PARTS_MESSAGES_DTYPE.inner.fields[1].dtype)
+            and set(fields) - {"role", "content"} <= _OPTIONAL_MESSAGE_FIELDS)
+
+
 def _is_integer_list(dtype: pl.DataType) -> bool:
     return isinstance(dtype, pl.List) and dtype.inner.is_integer()
 
@@ -180,7 +198,7 @@ class PreparedPairs(TokenPairs):
     @pa.dataframe_check
     def text_columns_are_strings_or_messages(cls, data: pa.PolarsData) -> pl.LazyFrame:
         schema = data.lazyframe.collect_schema()
-        ok = all(name in schema and schema[name] in (pl.String, MESSAGES_DTYPE, PARTS_MESSAGES_DTYPE)
+        ok = all(name in schema and (schema[name] == pl.String or _is_messages_dtype(schema[name]))
                  for name in TEXT_COLUMNS)
         return data.lazyframe.select(pl.lit(ok).alias("text_columns"))
 
