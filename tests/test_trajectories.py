@@ -249,3 +249,18 @@ def test_train_turns_last_reaches_the_output(tmp_path, tool_model_dir):
     assert manifest["config"]["train_turns"] == "last"
     with pytest.raises(PrefdataError, match="--train-turns must be one of all, last"):
         prepare(tmp_path / "raw.jsonl", tmp_path / "bad", tokenizer=tool_model_dir, progress=False, train_turns="first")
+
+
+def test_a_trajectory_too_long_to_mask_is_refused_in_one_line():
+    from prefdata.core.errors import RecordError
+    from prefdata.core.records import RawRecord
+    from prefdata.io.formats import normalize_record
+    from prefdata.io.trajectory import MAX_COMPLETION_MESSAGES
+
+    steps = MAX_COMPLETION_MESSAGES // 2 + 1
+    row = {"chosen": [user("Go")] + [m for i in range(steps) for m in (assistant(f"a{i}"), user("ok"))],
+           "rejected": [user("Go")] + [m for i in range(steps) for m in (assistant(f"b{i}"), user("ok"))]}
+    with pytest.raises(RecordError, match=r"field 'chosen': 1026 messages after the split.*split the trajectory"):
+        normalize_record(RawRecord("t.jsonl", 1, row))
+    row = {key: value[: 2 * (steps - 1)] for key, value in row.items()}  # 1023 messages after the split: kept
+    assert len(normalize_record(RawRecord("t.jsonl", 1, row)).chosen_messages) < MAX_COMPLETION_MESSAGES

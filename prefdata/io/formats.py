@@ -17,7 +17,13 @@ from prefdata.core import flags
 from prefdata.core.errors import RecordError, UnknownShapeError
 from prefdata.core.records import Message, Pair, RawRecord
 from prefdata.io.images import IMAGE_COLUMNS, image_refs
-from prefdata.io.trajectory import check_tool_results, divergence_flags, shared_lead, split_point
+from prefdata.io.trajectory import (
+    check_completion_length,
+    check_tool_results,
+    divergence_flags,
+    shared_lead,
+    split_point,
+)
 from prefdata.io.messages import (
     _completion_messages,
     _completion_text,
@@ -161,6 +167,8 @@ def _message_pair(
         prompt, chosen, rejected = prompt + chosen[:lead], chosen[lead:], rejected[lead:]
         _require_assistant(chosen, fields[0])
         _require_assistant(rejected, fields[1])
+    check_completion_length(chosen, fields[0])
+    check_completion_length(rejected, fields[1])
     pair = Pair(
         tools=tools if tools is not None else _tools(row.get("tools")),
         source_file=raw.source_file,

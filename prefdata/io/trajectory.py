@@ -18,6 +18,10 @@ MODEL_ROLE = "assistant"
 # One half with this many times the other's assistant turns (and UNEQUAL_TURNS_MIN_GAP more) is flagged.
 UNEQUAL_TURNS_RATIO = 3
 UNEQUAL_TURNS_MIN_GAP = 3
+# A completion's turn spans come from two renders per assistant turn, each as long as the conversation:
+# the cost grows with the square of its length. 200-turn agent runs take ~3 s a pair; far longer ones
+# are refused, one record, instead of holding a worker for minutes.
+MAX_COMPLETION_MESSAGES = 1024
 
 
 def first_difference(chosen: list[Message], rejected: list[Message]) -> int:
@@ -81,6 +85,15 @@ def unequal_turns(a: int, b: int) -> bool:
 def holds_non_model_turns(messages: list[Message] | None) -> bool:
     """Whether a completion holds a turn the model did not write (a tool result, a user turn)."""
     return bool(messages) and any(m["role"] != MODEL_ROLE for m in messages)
+
+
+def check_completion_length(messages: list[Message], field: str) -> None:
+    """RecordError for a completion holding non-model turns with more than MAX_COMPLETION_MESSAGES messages."""
+    if len(messages) > MAX_COMPLETION_MESSAGES and holds_non_model_turns(messages):
+        raise RecordError(
+            f"field {field!r}: {len(messages)} messages after the split, more than the {MAX_COMPLETION_MESSAGES} "
+            "whose turns prefdata masks one by one: split the trajectory into shorter pairs"
+        )
 
 
 def check_tool_results(messages: list[Message], field: str, prompt_field: str, prompt_len: int) -> None:
