@@ -264,3 +264,18 @@ def test_a_trajectory_too_long_to_mask_is_refused_in_one_line():
         normalize_record(RawRecord("t.jsonl", 1, row))
     row = {key: value[: 2 * (steps - 1)] for key, value in row.items()}  # 1023 messages after the split: kept
     assert len(normalize_record(RawRecord("t.jsonl", 1, row)).chosen_messages) < MAX_COMPLETION_MESSAGES
+
+
+def test_the_shipped_agent_example_prepares_with_a_real_template(tmp_path, shared_tokenizer):
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    result = prepare(repo / "examples" / "agent" / "trajectories.jsonl", out,
+                     tokenizer=shared_tokenizer("qwen2.5-instruct"), progress=False, workers=1)
+    assert result.exit_code == 0 and (result.rows_in, result.rows_out, result.rows_dropped) == (7, 6, 1)
+    assert [row["flags"] for row in _lines(out / "dropped.jsonl")] == [[F.ENVIRONMENT_DIFFERS]]
+    rows = datasets.load_from_disk(str(out))
+    masks = rows["chosen_loss_mask"] + rows["rejected_loss_mask"]
+    assert all(mask is not None and sum(mask) > 0 for mask in masks)
+    # Every half holds a non-model turn but two one-turn answers beside a trajectory, trained whole.
+    assert sum(0 in mask for mask in masks) == len(masks) - 2
+    check_out(out)
