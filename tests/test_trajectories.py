@@ -274,7 +274,7 @@ def test_the_shipped_agent_example_prepares_with_a_real_template(tmp_path, share
     assert result.exit_code == 0 and (result.rows_in, result.rows_out, result.rows_dropped) == (7, 6, 1)
     assert [row["flags"] for row in _lines(out / "dropped.jsonl")] == [[F.ENVIRONMENT_DIFFERS]]
     rows = datasets.load_from_disk(str(out))
-    masks = rows["chosen_loss_mask"] + rows["rejected_loss_mask"]
+    masks = list(rows["chosen_loss_mask"]) + list(rows["rejected_loss_mask"])
     assert all(mask is not None and sum(mask) > 0 for mask in masks)
     # Every half holds a non-model turn but two one-turn answers beside a trajectory, trained whole.
     assert sum(0 in mask for mask in masks) == len(masks) - 2
