@@ -279,3 +279,23 @@ def test_the_shipped_agent_example_prepares_with_a_real_template(tmp_path, share
     # Every half holds a non-model turn but two one-turn answers beside a trajectory, trained whole.
     assert sum(0 in mask for mask in masks) == len(masks) - 2
     check_out(out)
+
+
+def test_validate_out_rechecks_the_stored_masks(prepared, tmp_path):
+    """`validate OUT` flags a stored mask with no trained token (what refs and train would sum: nothing)."""
+    import shutil
+
+    from prefdata.validate import validate
+
+    _, out = prepared
+    assert F.NO_TRAINED_TOKENS not in validate(out, format="json").report["flags"]
+    rows = datasets.load_from_disk(str(out))
+    zeroed = [[0] * len(mask) if line == 2 else mask for line, mask in zip(rows["source_line"], rows["chosen_loss_mask"])]
+    rows = rows.remove_columns("chosen_loss_mask").add_column("chosen_loss_mask", zeroed)
+    broken = tmp_path / "broken"
+    rows.save_to_disk(str(broken))
+    shutil.copy(out / "manifest.json", broken / "manifest.json")
+    report = validate(broken, format="json").report
+    assert report["flags"][F.NO_TRAINED_TOKENS]["count"] == 1
+    assert report["flags"][F.NO_TRAINED_TOKENS]["examples"][0]["source_line"] == 2
+    assert report["flags"][F.UNEQUAL_TURNS]["count"] == 1  # kept from prepare, as stored
