@@ -203,17 +203,50 @@ def test_show_brackets_only_the_trained_turns(prepared):
     assert all("rain 80%" not in part and "<|im_start|>" not in part for part in inside)
 
 
-def test_trl_hand_off_refuses_masked_rows_in_one_line(scored, tool_model_dir, tmp_path):
+@pytest.fixture(scope="module")
+def other_tool_policy_dir(tmp_path_factory, tool_model_dir) -> str:
+    """Another random policy (another seed) with the same tokenizer as `tool_model_dir`."""
+    from prefdata.tiny import build_tiny_model
+
+    path = tmp_path_factory.mktemp("other-tool-policy")
+    build_tiny_model(path, tokenizer_dir=tool_model_dir, seed=1)
+    return str(path)
+
+
+def test_trl_hand_off_trains_on_the_masked_tokens_only(scored, other_tool_policy_dir, tool_model_dir, tmp_path):
+    """TRL's loss on a different policy equals the DPO loss of its masked sums (a plain masked forward)
+    against the stored refs: the collator handed TRL the masks. Summing whole completions would not."""
     pytest.importorskip("trl")
-    from transformers import AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from prefdata.trl import DPOConfig, DPOTrainer
+    from prefdata.trl.collator import LossMaskCollator
 
-    args = DPOConfig(output_dir=str(tmp_path / "run"), max_length=None, report_to=[], use_cpu=True, max_steps=1)
-    with pytest.raises(PrefdataError) as error:
-        DPOTrainer("/nonexistent/model", args=args, train_dataset=str(scored),
+    rows = datasets.load_from_disk(str(scored)).to_list()
+    policy = AutoModelForCausalLM.from_pretrained(other_tool_policy_dir, dtype=torch.float32).eval()
+    beta = 1.0
+    margins, whole = [], []
+    for row in rows:
+        (c, _), (r, _) = (_masked_plain(policy, row["prompt_ids"], row[f"{h}_ids"], row[f"{h}_loss_mask"])
+                          for h in ("chosen", "rejected"))
+        margins.append((c - row["ref_chosen_logps"]) - (r - row["ref_rejected_logps"]))
+        (c, _), (r, _) = (_masked_plain(policy, row["prompt_ids"], row[f"{h}_ids"], None) for h in ("chosen", "rejected"))
+        whole.append((c - row["ref_chosen_logps"]) - (r - row["ref_rejected_logps"]))
+    expected = -torch.nn.functional.logsigmoid(beta * torch.tensor(margins)).mean().item()
+    unmasked = -torch.nn.functional.logsigmoid(beta * torch.tensor(whole)).mean().item()
+    assert abs(expected - unmasked) > 0.05  # the masks change the loss: the check below can fail
+
+    args = DPOConfig(output_dir=str(tmp_path / "run"), max_length=None, per_device_train_batch_size=len(rows),
+                     max_steps=1, logging_steps=1, report_to=[], use_cpu=True, save_strategy="no",
+                     learning_rate=1e-6, disable_tqdm=True, beta=beta, seed=0)
+    trainer = DPOTrainer(other_tool_policy_dir, args=args, train_dataset=str(scored),
+                         processing_class=AutoTokenizer.from_pretrained(tool_model_dir))
+    assert isinstance(trainer.data_collator, LossMaskCollator) and trainer.ref_model is None
+    trainer.train()
+    assert trainer.state.log_history[0]["loss"] == pytest.approx(expected, abs=2e-3)
+    with pytest.raises(PrefdataError, match="custom data_collator") as error:
+        DPOTrainer(other_tool_policy_dir, args=args, train_dataset=str(scored), data_collator=lambda rows: rows,
                    processing_class=AutoTokenizer.from_pretrained(tool_model_dir))
-    assert "chosen_loss_mask" in str(error.value) and "prefdata train" in str(error.value)
     assert "\n" not in str(error.value)
 
 
