@@ -416,7 +416,7 @@ class PairTokenizer:
             offsets = encoding.offsets[1:] if skip else encoding.offsets
             out.setdefault(i, [[], []])[half] = token_mask(offsets, spans, skip)
         for i, half, text, skip, spans in (job for job in jobs if len(job[2]) >= HUGE_TEXT_CHARS):
-            total = len(ids[(1 + half) * n + i])
+            total = len(ids[(1 + half) * n + i]) - (1 if skip else 0)  # the anchor's id is still there
             edges = [count_tokens_before(self._backend, text, anchor, skip + edge, 1 if skip else 0)
                      for span in spans for edge in span]
             mask = [0] * total

@@ -243,3 +243,20 @@ def test_the_trained_tokens_are_exactly_the_assistant_turns(tiny_tokenizer_dir, 
         assert len(mask) == len(ids)
         answers = [m["content"] + "<|im_end|>" for m in messages if m["role"] == "assistant"]
         assert _trained_runs(pt.tokenizer, ids, mask) == answers
+
+
+def test_huge_completions_get_the_same_mask_counted_piecewise(tiny_tokenizer_dir, monkeypatch):
+    """A completion of HUGE_TEXT_CHARS or more is not tokenized with offsets (tokenize.pieces): its mask
+    comes from token counts before each span edge, and must equal the offsets' mask."""
+    from prefdata.tokenize import pairs, pieces
+
+    row = {"chosen": [user("Q"), assistant("the sea " * 40), user("more?"), assistant("ok! " * 30)],
+           "rejected": [user("Q"), assistant("no"), user("more?"), assistant("Paris x = 1")]}
+    pt = PairTokenizer(tiny_tokenizer_dir, TokenizeSettings())
+    expected = pt.tokenize_pairs([_pair(row)])[0]
+    monkeypatch.setattr(pieces, "HUGE_TEXT_CHARS", 100)
+    monkeypatch.setattr(pairs, "HUGE_TEXT_CHARS", 100)
+    piecewise = PairTokenizer(tiny_tokenizer_dir, TokenizeSettings()).tokenize_pairs([_pair(row)])[0]
+    assert list(piecewise.chosen_ids) == list(expected.chosen_ids)
+    assert piecewise.chosen_loss_mask == expected.chosen_loss_mask and 0 in expected.chosen_loss_mask
+    assert piecewise.rejected_loss_mask == expected.rejected_loss_mask
