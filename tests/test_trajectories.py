@@ -332,3 +332,18 @@ def test_validate_out_rechecks_the_stored_masks(prepared, tmp_path):
     assert report["flags"][F.NO_TRAINED_TOKENS]["count"] == 1
     assert report["flags"][F.NO_TRAINED_TOKENS]["examples"][0]["source_line"] == 2
     assert report["flags"][F.UNEQUAL_TURNS]["count"] == 1  # kept from prepare, as stored
+
+
+def test_hh_transcripts_that_differ_first_in_a_human_turn_are_flagged():
+    from prefdata.core.records import RawRecord
+    from prefdata.io.formats import normalize_record
+
+    same_answer = "\n\nHuman: Hi\n\nAssistant: Hello!"
+    at_human = normalize_record(RawRecord("t.jsonl", 1, {
+        "chosen": same_answer + "\n\nHuman: A joke?\n\nAssistant: Sure.",
+        "rejected": same_answer + "\n\nHuman: A poem?\n\nAssistant: Roses."}))
+    assert at_human.flags == [F.MULTI_TURN_COMPLETION, F.DIVERGES_AT_NON_MODEL_TURN]
+    at_answer = normalize_record(RawRecord("t.jsonl", 1, {
+        "chosen": same_answer + "\n\nHuman: A joke?\n\nAssistant: Sure.",
+        "rejected": "\n\nHuman: Hi\n\nAssistant: Go away.\n\nHuman: A joke?\n\nAssistant: No."}))
+    assert at_answer.flags == [F.MULTI_TURN_COMPLETION]

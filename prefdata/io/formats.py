@@ -295,6 +295,10 @@ def _hh(raw: RawRecord, row: dict[str, Any], chosen: str, rejected: str) -> Pair
     )
     if multi_turn:
         pair.flags.append(flags.MULTI_TURN_COMPLETION)
+        # The same Assistant text, then different Human turns: the halves differ by what the user said.
+        first = [part.split(HH_HUMAN, 1) for part in (chosen_part, rejected_part)]
+        if all(len(parts) == 2 for parts in first) and first[0][0] == first[1][0]:
+            pair.flags.append(flags.DIVERGES_AT_NON_MODEL_TURN)
     return pair
 
 
