@@ -17,13 +17,6 @@ from prefdata.core import flags
 from prefdata.core.errors import RecordError, UnknownShapeError
 from prefdata.core.records import Message, Pair, RawRecord
 from prefdata.io.images import IMAGE_COLUMNS, image_refs
-from prefdata.io.trajectory import (
-    check_completion_length,
-    check_tool_results,
-    divergence_flags,
-    shared_lead,
-    split_point,
-)
 from prefdata.io.messages import (
     _completion_messages,
     _completion_text,
@@ -33,6 +26,13 @@ from prefdata.io.messages import (
     _tools,
     _type_error,
     text_of,
+)
+from prefdata.io.trajectory import (
+    check_completion_length,
+    check_tool_results,
+    divergence_flags,
+    shared_lead,
+    split_point,
 )
 
 HH_ASSISTANT = "\n\nAssistant:"

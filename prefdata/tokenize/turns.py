@@ -23,9 +23,9 @@ import re
 from typing import Any, Callable, Sequence
 
 from prefdata.core.records import Message
+from prefdata.io.trajectory import MODEL_ROLE, holds_non_model_turns
 
 TRAIN_TURNS = ("all", "last")
-MODEL_ROLE = "assistant"
 HH_ASSISTANT = "\n\nAssistant:"
 HH_HUMAN = "\n\nHuman:"
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -38,11 +38,7 @@ def needs_turn_masks(completions: Sequence[list[Message] | None], train_turns: s
     """Whether a pair needs loss masks: a completion holds a turn the model did not write, or (with
     `--train-turns last`) more than one assistant turn."""
     for messages in completions:
-        if not messages:
-            continue
-        if any(m["role"] != MODEL_ROLE for m in messages):
-            return True
-        if train_turns == "last" and len(messages) > 1:
+        if holds_non_model_turns(messages) or (train_turns == "last" and messages and len(messages) > 1):
             return True
     return False
 
