@@ -23,11 +23,10 @@ import re
 from typing import Any, Callable, Sequence
 
 from prefdata.core.records import Message
+from prefdata.io.formats import HH_ASSISTANT, HH_HUMAN
 from prefdata.io.trajectory import MODEL_ROLE, holds_non_model_turns
 
 TRAIN_TURNS = ("all", "last")
-HH_ASSISTANT = "\n\nAssistant:"
-HH_HUMAN = "\n\nHuman:"
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 Span = tuple[int, int]
