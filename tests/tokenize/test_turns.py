@@ -137,9 +137,10 @@ def test_multi_turn_chat_masks_the_user_turn_and_its_headers(shared_tokenizer, n
             assert "Tell" not in run and "user" not in run and "assistant" not in run
 
 
-def test_generation_blocks_and_incremental_renders_agree(shared_tokenizer):
+@pytest.mark.parametrize("train_turns", ["all", "last"])
+def test_generation_blocks_and_incremental_renders_agree(shared_tokenizer, train_turns):
     """SmolLM3 has {% generation %}: that path is taken, and gives the same mask as the renders would."""
-    pt = _tokenizer(shared_tokenizer("smollm3-3b"))
+    pt = _tokenizer(shared_tokenizer("smollm3-3b"), train_turns)
     pair = _pair(CHAT)
     conversation = pair.prompt_messages + pair.chosen_messages
     full = pt._render([conversation], False)[0]
@@ -156,6 +157,8 @@ def test_generation_blocks_and_incremental_renders_agree(shared_tokenizer):
     assert without.chosen_ids == with_blocks.chosen_ids
     assert without.chosen_loss_mask == with_blocks.chosen_loss_mask
     assert without.rejected_loss_mask == with_blocks.rejected_loss_mask
+    runs = _trained_runs(pt.tokenizer, with_blocks.chosen_ids, with_blocks.chosen_loss_mask)
+    assert len(runs) == (2 if train_turns == "all" else 1) and runs[-1].startswith("Why did the chicken")
 
 
 def test_hh_transcript_diverging_before_its_last_turn_masks_the_human_turns(shared_tokenizer):
