@@ -51,9 +51,11 @@ from prefdata.tokenize.turns import (
     generation_header,
     generation_spans,
     has_generation_blocks,
+    TurnRenders,
     hh_spans,
-    incremental_spans,
     needs_turn_masks,
+    render_chunks,
+    spans_from_renders,
     token_mask,
     trained_turns,
     without_header,
@@ -243,8 +245,11 @@ class PairTokenizer:
             prompts = self._render([c[0] for c in conversations], generation_prompt=True)
             fulls_c = self._render([c[0] + c[1] for c in conversations], generation_prompt=False)
             fulls_r = self._render([c[0] + c[2] for c in conversations], generation_prompt=False)
+            jobs = []
             for i, conversation, p, c, r in zip(plain, conversations, prompts, fulls_c, fulls_r):
                 out[i] = self._split_render(p, c, r, conversation, None)
+                jobs.append((out[i], conversation, _rendered(p, c, r)))
+            self._add_turn_spans(jobs, None)  # the batch's turn renders in a few batched calls
         except Exception:
             for i, conversation in zip(plain, conversations):
                 out[i] = self._render_one(conversation, None)
@@ -280,10 +285,12 @@ class PairTokenizer:
             p = self._render([prompt], True, tools)[0]
             c = self._render([prompt + chosen], False, tools)[0]
             r = self._render([prompt + rejected], False, tools)[0]
-        except Exception as exc:
+            texts = self._split_render(p, c, r, conversation, tools)
+            self._add_turn_spans([(texts, conversation, _rendered(p, c, r))], tools)
+        except Exception as exc:  # this row's template renders fail (a partial conversation too): this row only
             first = first_line(exc)
             return RecordError(f"chat template failed: {first}")
-        return self._split_render(p, c, r, conversation, tools)
+        return texts
 
     def _split_render(self, prompt: str, full_chosen: str, full_rejected: str,
                       conversation: tuple[list[Message], list[Message], list[Message]],
@@ -300,36 +307,53 @@ class PairTokenizer:
         if tools or any(carries_reasoning_or_tools(m) for m in conversation):
             if self._lost_fields(conversation, tools, rendered):
                 found = (F.REASONING_LOST,)
-        texts = _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
-        if needs_turn_masks(conversation[1:], self.settings.train_turns):
-            self._set_turn_spans(texts, conversation, rendered, tools)
-        return texts
+        return _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
 
-    def _set_turn_spans(self, texts: _Texts, conversation: tuple[list[Message], list[Message], list[Message]],
-                        rendered: Rendered, tools: list[Any] | None) -> None:
-        """The character spans of each completion's trained assistant turns (tokenize.turns)."""
-        prompt = conversation[0]
-        header: str | None = None  # the generation prompt's header, rendered once when needed
-        for half, completion, full in (("chosen", conversation[1], rendered.fulls[0]),
-                                       ("rejected", conversation[2], rendered.fulls[1])):
-            turns = trained_turns(completion, self.settings.train_turns)
-            spans = None
-            if has_generation_blocks(self.tokenizer.chat_template):
-                with pinned_clock(self._day):
-                    blocks = generation_spans(self.tokenizer, template_messages(prompt + completion), full, tools,
-                                              self._render_kwargs)
-                if blocks is not None:
-                    if header is None:
-                        header = generation_header(rendered.prompt, self._render([prompt], False, tools)[0])
-                    blocks = without_header([b for b in blocks if b[1] > rendered.cut], full, header)
-                    spans = blocks[-1:] if self.settings.train_turns == "last" else blocks
-            if spans is None:
-                spans = incremental_spans(self._render, prompt, completion, full, turns, tools, self._special_strings)
-            text = getattr(texts, half)
-            setattr(texts, f"{half}_spans",
-                    completion_spans(spans, rendered.cut, len(text), self._special_strings, full))
-            setattr(texts, f"{half}_tail", int(bool(completion) and completion[-1]["role"] == "assistant"
-                                               and len(completion) - 1 in turns))
+    def _add_turn_spans(self, jobs: list[tuple[_Texts, tuple[list[Message], list[Message], list[Message]], Rendered]],
+                        tools: list[Any] | None) -> None:
+        """For the rows whose completions need loss masks (tokenize.turns), the character spans of each
+        half's trained assistant turns: from the template's `{% generation %}` blocks where it has them,
+        else from renders up to and through each turn, made for many rows per call (`render_chunks`)."""
+        train_turns = self.settings.train_turns
+        pending: list[TurnRenders] = []
+        for texts, conversation, rendered in jobs:
+            if not needs_turn_masks(conversation[1:], train_turns):
+                continue
+            prompt = conversation[0]
+            header: str | None = None  # the generation prompt's header, rendered once when needed
+            for half, completion, full in (("chosen", conversation[1], rendered.fulls[0]),
+                                           ("rejected", conversation[2], rendered.fulls[1])):
+                turns = trained_turns(completion, train_turns)
+                blocks = None
+                if has_generation_blocks(self.tokenizer.chat_template):
+                    with pinned_clock(self._day):
+                        blocks = generation_spans(self.tokenizer, template_messages(prompt + completion), full, tools,
+                                                  self._render_kwargs)
+                if blocks is None:
+                    pending.append(TurnRenders(texts, half, prompt, completion, full, turns, rendered.cut))
+                    continue
+                if header is None:
+                    header = generation_header(rendered.prompt, self._render([prompt], False, tools)[0])
+                blocks = without_header([b for b in blocks if b[1] > rendered.cut], full, header)
+                self._put_spans(texts, half, completion, turns, blocks[-1:] if train_turns == "last" else blocks,
+                                rendered.cut, full)
+        for chunk in render_chunks(pending):
+            heads = self._render([job.prompt + job.completion[:j] for job in chunk for j in job.turns], True, tools)
+            ends = self._render([job.prompt + job.completion[: j + 1] for job in chunk for j in job.turns], False, tools)
+            k = 0
+            for job in chunk:
+                n = len(job.turns)
+                spans = spans_from_renders(heads[k : k + n], ends[k : k + n], job.full, self._special_strings)
+                self._put_spans(job.texts, job.half, job.completion, job.turns, spans, job.cut, job.full)
+                k += n
+
+    def _put_spans(self, texts: _Texts, half: str, completion: list[Message], turns: list[int], spans: list[Span],
+                   cut: int, full: str) -> None:
+        """A half's trained spans, relative to its completion text, and whether its end is trained."""
+        text = getattr(texts, half)
+        setattr(texts, f"{half}_spans", completion_spans(spans, cut, len(text), self._special_strings, full))
+        ends_trained = bool(completion) and completion[-1]["role"] == "assistant" and len(completion) - 1 in turns
+        setattr(texts, f"{half}_tail", int(ends_trained))
 
     def _lost_fields(self, conversation: tuple[list[Message], list[Message], list[Message]],
                      tools: list[Any] | None, rendered: Rendered) -> list[str]:

@@ -5,10 +5,10 @@ The spans come from the template itself, as characters of the rendered completio
 
 - `{% generation %}` blocks, where the template has them (SmolLM3), read through transformers'
   `render_jinja_template(return_assistant_tokens_mask=True)`, used when its render equals ours;
-- otherwise incremental renders: assistant turn j of the completion starts where the render of
-  the conversation up to it with the generation prompt ends, and ends where the render of the
-  conversation through it ends (the longest common prefix with the full render, for templates that
-  end the last turn differently). Whitespace after a turn's final special token (ChatML's '\\n' after
+- otherwise incremental renders (batched across rows, `render_chunks`): assistant turn j of the
+  completion starts where the render of the conversation up to it with the generation prompt ends,
+  and ends where the render of the conversation through it ends (the longest common prefix with the
+  full render, for templates that end the last turn differently). Whitespace after a turn's final special token (ChatML's '\\n' after
   <|im_end|>) is the separator of the next turn, out of the span.
 
 Characters become tokens through the offsets of the completion as it is tokenized (behind the
@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 from prefdata.core.records import Message
 from prefdata.io.formats import HH_ASSISTANT, HH_HUMAN
@@ -30,7 +31,8 @@ TRAIN_TURNS = ("all", "last")
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 Span = tuple[int, int]
-Render = Callable[[list[list[Message]], bool, Any], list[str]]
+# Messages rendered by one batched call of incremental renders (a conversation of M messages counts M).
+MAX_MESSAGES_PER_RENDER = 50_000
 
 
 def needs_turn_masks(completions: Sequence[list[Message] | None], train_turns: str) -> bool:
@@ -52,14 +54,44 @@ def has_generation_blocks(chat_template: Any) -> bool:
     return isinstance(chat_template, str) and bool(_GENERATION_TAG.search(chat_template))
 
 
-def incremental_spans(render: Render, prompt: list[Message], completion: list[Message], full: str,
-                      turns: list[int], tools: Any, specials: tuple[str, ...]) -> list[Span]:
-    """Character spans in `full` (the render of prompt + completion) of the completion's assistant
-    turns `turns`, from renders of the conversation up to and through each turn (two batched calls)."""
-    if not turns:
-        return []
-    heads = render([prompt + completion[:j] for j in turns], True, tools)
-    ends = render([prompt + completion[: j + 1] for j in turns], False, tools)
+@dataclass
+class TurnRenders:
+    """One completion whose turn spans come from renders up to and through each trained turn."""
+
+    texts: Any  # the row's texts (tokenize.pairs._Texts), which the spans are written to
+    half: str  # "chosen" or "rejected"
+    prompt: list[Message]
+    completion: list[Message]
+    full: str  # the render of prompt + completion
+    turns: list[int]  # the completion's trained assistant messages
+    cut: int  # where the completion starts in `full`
+
+    @property
+    def messages_rendered(self) -> int:
+        return len(self.turns) * 2 * (len(self.prompt) + len(self.completion))
+
+
+def render_chunks(jobs: list[TurnRenders], max_messages: int = MAX_MESSAGES_PER_RENDER) -> list[list[TurnRenders]]:
+    """Jobs grouped for batched render calls, each call rendering at most `max_messages` messages in all
+    (a job above it alone): few calls for many short chats, bounded memory for long trajectories."""
+    chunks: list[list[TurnRenders]] = []
+    size = 0
+    for job in jobs:
+        if not job.turns:
+            continue
+        if chunks and size + job.messages_rendered <= max_messages:
+            chunks[-1].append(job)
+            size += job.messages_rendered
+        else:
+            chunks.append([job])
+            size = job.messages_rendered
+    return chunks
+
+
+def spans_from_renders(heads: list[str], ends: list[str], full: str, specials: tuple[str, ...]) -> list[Span]:
+    """Character spans in `full` (the render of prompt + completion) of assistant turns, from the
+    renders of the conversation up to each turn with the generation prompt (`heads`) and through it
+    (`ends`)."""
     spans = []
     for head, end in zip(heads, ends):
         start = len(head) if full.startswith(head) else len(os.path.commonprefix([head, full]))

@@ -263,3 +263,20 @@ def test_huge_completions_get_the_same_mask_counted_piecewise(tiny_tokenizer_dir
     assert list(piecewise.chosen_ids) == list(expected.chosen_ids)
     assert piecewise.chosen_loss_mask == expected.chosen_loss_mask and 0 in expected.chosen_loss_mask
     assert piecewise.rejected_loss_mask == expected.rejected_loss_mask
+
+
+def test_a_template_that_fails_on_a_partial_conversation_costs_that_row_only(tiny_tokenizer_dir):
+    """The turn renders (the conversation up to a later turn, with the generation prompt) are renders
+    the row never needed before: a template that refuses one quarantines that row, not the batch."""
+    from prefdata.core.errors import RecordError
+    from prefdata.tiny.text import CHATML_TEMPLATE
+    from prefdata.tokenize.template import TemplateSettings
+
+    picky = ("{% if add_generation_prompt and messages | length > 2 %}"
+             "{{ raise_exception('no generation prompt after a second turn') }}{% endif %}" + CHATML_TEMPLATE)
+    pt = PairTokenizer(tiny_tokenizer_dir, TokenizeSettings(template=TemplateSettings(chat_template_text=picky)))
+    single = {"chosen": [user("Q"), assistant("A")], "rejected": [user("Q"), assistant("B")]}
+    results = pt.tokenize_pairs_or_errors([_pair(CHAT), _pair(single)])
+    assert isinstance(results[0], RecordError) and "no generation prompt after a second turn" in str(results[0])
+    assert "\n" not in str(results[0])
+    assert results[1].chosen_loss_mask is None and len(results[1].chosen_ids) > 0
