@@ -362,3 +362,18 @@ def test_worker_writes_give_the_same_out_with_masks_in_some_shards(tmp_path, too
     masks = datasets.load_from_disk(str(tmp_path / "sharded"))["chosen_loss_mask"]
     assert [mask is not None for mask in masks] == [False, True, False, True, False, False]
     check_out(tmp_path / "sharded")
+
+
+def test_parallel_calls_whose_second_result_differs_are_environment_differs():
+    from prefdata.core.records import RawRecord
+    from prefdata.io.formats import normalize_record
+
+    both = {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "p1", "type": "function", "function": {"name": "weather", "arguments": '{"city": "Oslo"}'}},
+        {"id": "p2", "type": "function", "function": {"name": "clock", "arguments": '{"city": "Oslo"}'}}]}
+    start = [user("Oslo now?"), both, tool("p1", "cold")]
+    pair = normalize_record(RawRecord("t.jsonl", 1, {
+        "chosen": start + [tool("p2", "09:00"), assistant("Cold, 9 am.")],
+        "rejected": start + [tool("p2", "21:00"), assistant("Cold, 9 pm.")]}))
+    assert pair.prompt_messages == start and F.ENVIRONMENT_DIFFERS in pair.flags
+    assert F.DIVERGES_AT_NON_MODEL_TURN not in pair.flags

@@ -63,14 +63,22 @@ def divergence_flags(prompt: list[Message], chosen: list[Message], rejected: lis
     if chosen and rejected and chosen[0] != rejected[0]:
         roles = {chosen[0]["role"], rejected[0]["role"]}
         if roles != {MODEL_ROLE}:
-            answered = prompt and prompt[-1]["role"] == MODEL_ROLE and prompt[-1].get("tool_calls")
-            if roles == {"tool"} and answered:
+            if roles == {"tool"} and _answers_a_call(prompt):
                 found.append(flags.ENVIRONMENT_DIFFERS)  # the same call, answered differently
             else:
                 found.append(flags.DIVERGES_AT_NON_MODEL_TURN)
     if unequal_turns(model_turns(chosen), model_turns(rejected)):
         found.append(flags.UNEQUAL_TURNS)
     return found
+
+
+def _answers_a_call(prompt: list[Message]) -> bool:
+    """Whether a tool result after `prompt` answers a call of its last assistant turn (parallel calls:
+    the results already given to the others sit between them)."""
+    for message in reversed(prompt):
+        if message["role"] != "tool":
+            return message["role"] == MODEL_ROLE and bool(message.get("tool_calls"))
+    return False
 
 
 def model_turns(messages: list[Message]) -> int:
