@@ -377,3 +377,20 @@ def test_parallel_calls_whose_second_result_differs_are_environment_differs():
         "rejected": start + [tool("p2", "21:00"), assistant("Cold, 9 pm.")]}))
     assert pair.prompt_messages == start and F.ENVIRONMENT_DIFFERS in pair.flags
     assert F.DIVERGES_AT_NON_MODEL_TURN not in pair.flags
+
+
+def test_validate_takes_train_turns_as_prepare_does(tmp_path, tool_model_dir):
+    """`validate --train-turns last` predicts what `prepare --train-turns last` drops: a completion whose
+    last assistant turn truncation cut away has no trained token left."""
+    from prefdata.validate import validate
+
+    raw = _write(tmp_path / "raw.jsonl", [TRAJECTORY])
+    whole = prepare(raw, tmp_path / "whole", tokenizer=tool_model_dir, progress=False, workers=1)
+    row = datasets.load_from_disk(str(tmp_path / "whole"))[0]
+    cut = len(row["prompt_ids"]) + row["chosen_loss_mask"].index(0) + 2  # past the first trained turn only
+    for turns, flagged in (("all", False), ("last", True)):
+        report = validate(raw, tokenizer=tool_model_dir, max_length=cut, train_turns=turns, format="json").report
+        result = prepare(raw, tmp_path / f"out-{turns}", tokenizer=tool_model_dir, progress=False, workers=1,
+                         max_length=cut, train_turns=turns, policy=None)
+        assert (F.NO_TRAINED_TOKENS in report["flags"]) == flagged == (result.rows_dropped == 1)
+    assert whole.rows_out == 1

@@ -95,6 +95,11 @@ class TokenizeOptions(TemplateOptions):
     chat_template: bool = setting(
         False, "render plain-string rows through the tokenizer's chat template (one user + one assistant turn)",
         group=TEMPLATE, action="on")
+    train_turns: str = setting(
+        "all", "in completions that hold turns the model did not write (agent trajectories with tool results, "
+        "multi-turn transcripts): train every assistant turn after the split, or only the last; tool results, "
+        "user turns and role headers stay in the sequence as context, out of the loss (chosen_loss_mask / "
+        "rejected_loss_mask; refs and train honour them)", group=TOKENS, choices=("all", "last"))
     trust_remote_code: bool = setting(
         False, "allow tokenizer/model code from the model directory (off by default)", group=TOKENS, action="on")
 
@@ -208,11 +213,6 @@ class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpti
         "all", "all completion tokens in the loss, or only the answer: a leading reasoning block "
         "(<think>…</think>) stays in the sequence but out of the loss (refs and train honour it)", group=TOKENS,
         choices=("all", "answer"))
-    train_turns: str = setting(
-        "all", "in completions that hold turns the model did not write (agent trajectories with tool results, "
-        "multi-turn transcripts): train every assistant turn after the split, or only the last; tool results, "
-        "user turns and role headers stay in the sequence as context, out of the loss (chosen_loss_mask / "
-        "rejected_loss_mask; refs and train honour them)", group=TOKENS, choices=("all", "last"))
     balance_length: float | None = setting(
         None, "subsample the kept pairs so that chosen is the longer half (tokens, before truncation) in TARGET of "
         "them (0.5 when given without a value); the pairs removed go to dropped.jsonl flagged length_balance "
