@@ -162,7 +162,7 @@ def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict
     import datasets
     import pyarrow.compute as pc
 
-    from prefdata.core.schema import LOSS_START_COLUMNS, has_loss_starts
+    from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS, has_loss_masks, has_loss_starts
 
     try:
         dataset = datasets.load_from_disk(str(out))
@@ -176,6 +176,8 @@ def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict
     lens = {name: pc.list_value_length(col).to_numpy(zero_copy_only=False) for name, col in ids.items()}
     if has_loss_starts(dataset.column_names):  # `--loss-on answer`: refs sum only the answer tokens
         ids.update({name: table.column(name).combine_chunks() for name in LOSS_START_COLUMNS})
+    if has_loss_masks(dataset.column_names):  # turns the model did not write: refs sum only the trained ones
+        ids.update({name: table.column(name).combine_chunks() for name in LOSS_MASK_COLUMNS})
     if images:
         from prefdata.model.vision_model import refuse_mismatched_rows
 

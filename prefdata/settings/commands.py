@@ -95,6 +95,11 @@ class TokenizeOptions(TemplateOptions):
     chat_template: bool = setting(
         False, "render plain-string rows through the tokenizer's chat template (one user + one assistant turn)",
         group=TEMPLATE, action="on")
+    train_turns: str = setting(
+        "all", "in completions that hold turns the model did not write (agent trajectories with tool results, "
+        "multi-turn transcripts): train every assistant turn after the split, or only the last; tool results, "
+        "user turns and role headers stay in the sequence as context, out of the loss (chosen_loss_mask / "
+        "rejected_loss_mask; refs and train honour them)", group=TOKENS, choices=("all", "last"))
     trust_remote_code: bool = setting(
         False, "allow tokenizer/model code from the model directory (off by default)", group=TOKENS, action="on")
 

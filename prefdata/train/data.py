@@ -40,6 +40,7 @@ class PairData:
     padding_free: bool = False
     shared_pairs: int = 0  # kept rows whose prompt goes through the model once
     loss_on_answer: bool = False  # `--loss-on answer`: rows carry per-half loss starts
+    has_loss_masks: bool = False  # rows carry per-token loss masks (turns the model did not write)
     has_public_refs: bool = False  # the reference's public-length sums (LD-DPO) are loaded
     # Image OUT: its `images` column (Arrow, memory-mapped; a batch's rows are read and decoded per
     # batch by prefdata.model.vision_inputs), indexed by dataset row like `dataset`.
@@ -77,7 +78,7 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     import pyarrow.compute as pc
 
     require_pairs(out_dir, "train")  # an unfinished or pair-less OUT: one line, before anything is written
-    from prefdata.core.schema import LOSS_START_COLUMNS, check_out, has_loss_starts
+    from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS, check_out, has_loss_masks, has_loss_starts
 
     check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.core.schema)
     try:
@@ -100,6 +101,7 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
             f"run `prefdata refs {out_dir} --model ...` again"
         )
     loss_on_answer = has_loss_starts(dataset.column_names)
+    loss_masks = has_loss_masks(dataset.column_names)
     if has_refs:
         check_refs_loss_on(manifest, loss_on_answer, out_dir)
     images = None
@@ -132,10 +134,11 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     columns = ["prompt_ids", "chosen_ids", "rejected_ids"] + (list(REF_COLUMNS) if has_refs else [])
     columns += list(PUBLIC_REF_COLUMNS) if has_public else []
     columns += list(LOSS_START_COLUMNS) if loss_on_answer else []
+    columns += list(LOSS_MASK_COLUMNS) if loss_masks else []
     return PairData(
         dataset=dataset.select_columns(columns), rows=rows, pair_tokens=pair_tokens, manifest=manifest,
         has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
-        loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images,
+        loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images, has_loss_masks=loss_masks,
     )
 
 
