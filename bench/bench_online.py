@@ -307,8 +307,12 @@ def learn_section(args: argparse.Namespace) -> None:
                 print(f"  {name}, TRL at its defaults: mean gain {g_default:+.4f}, {t_default * 1000:.0f} ms per prompt "
                       f"(prefdata {per_prompt['prefdata'] * 1000:.0f} ms: {t_default / per_prompt['prefdata']:.2f}x)")
             spread = {k: (max(v) - min(v)) if v else 0.0 for k, v in gains.items()}
+            # Paired by seed (same start policy and evaluation draws): is the difference beyond the noise?
+            diffs = [a - b for a, b in zip(gains["prefdata"], gains["TRL"])]
+            sem = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
             print(f"  CELL lr {args.lr:g} | {name} | prefdata {g_ours:+.4f} (spread {spread['prefdata']:.4f}) | "
                   f"TRL {g_theirs:+.4f} (spread {spread['TRL']:.4f}) | ratio {ratio} | "
+                  f"difference {statistics.fmean(diffs):+.4f} ± {sem:.4f} (standard error over seeds) | "
                   f"{per_prompt['prefdata'] * 1000:.0f} / {per_prompt['TRL'] * 1000:.0f} ms per prompt")
             print(f"  {name}: mean gain over {len(args.seeds)} seed(s): prefdata {g_ours:+.4f}, TRL {g_theirs:+.4f}; "
                   f"gain ratio prefdata/TRL = {ratio}; time per prompt: prefdata {per_prompt['prefdata'] * 1000:.0f} ms, "

@@ -130,10 +130,12 @@ def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = 
     tokenizer = _load_tokenizer((manifest.get("tokenizer") or {}).get("path"))
     pad = int(manifest.get("tokenizer", {}).get("pad_token_id") or 0)
     prompt, chosen, rejected = record["prompt_ids"], record["chosen_ids"], record["rejected_ids"]
-    # --loss-on answer: the reasoning stays outside the brackets, as refs and train score it.
+    # --loss-on answer: the reasoning stays outside the brackets, as refs and train score it; so do the
+    # turns a completion's loss mask keeps out (tool results, user turns): only trained spans are bracketed.
     starts = [record.get("chosen_loss_start")], [record.get("rejected_loss_start")]
     batch = build_pair_batch([prompt], [chosen], [rejected], "right", pad,
-                             *(s if s[0] is not None else None for s in starts))
+                             *(s if s[0] is not None else None for s in starts),
+                             [record.get("chosen_loss_mask")], [record.get("rejected_loss_mask")])
     chosen_mask, rejected_mask = sequence_masks(batch)
     lines = [
         f"row {index}  ({record['source_file']}:{record['source_line']})",

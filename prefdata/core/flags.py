@@ -26,6 +26,11 @@ BENCHMARK_OVERLAP = "benchmark_overlap"
 IMAGE_MISMATCH = "image_mismatch"  # image placeholders and images differ in number (checks.images)
 IMAGE_TRUNCATED = "image_truncated"  # truncation would cut an image's tokens (tokenize.truncate.truncate_pair)
 LENGTH_BALANCE = "length_balance"  # removed by prepare --balance-length's subsample (sets.balance)
+# Agent trajectories and multi-turn pairs (io.trajectory, tokenize.turns): what the model did not decide.
+ENVIRONMENT_DIFFERS = "environment_differs"  # the same tool call answered with different results
+DIVERGES_AT_NON_MODEL_TURN = "diverges_at_non_model_turn"  # the halves first differ at a user or tool turn
+NO_TRAINED_TOKENS = "no_trained_tokens"  # a half's loss mask covers no token (no model turn left)
+UNEQUAL_TURNS = "unequal_turns"  # one half has far more assistant turns than the other
 NOT_SELECTED = "not_selected"  # left out by `prefdata select` (its budget, thresholds, or a non-finite signal)
 
 ALL_FLAGS: tuple[str, ...] = (
@@ -54,11 +59,15 @@ ALL_FLAGS: tuple[str, ...] = (
     IMAGE_MISMATCH,
     IMAGE_TRUNCATED,
     LENGTH_BALANCE,
+    ENVIRONMENT_DIFFERS,
+    DIVERGES_AT_NON_MODEL_TURN,
+    NO_TRAINED_TOKENS,
+    UNEQUAL_TURNS,
     NOT_SELECTED,
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).
 TOKEN_FLAGS = frozenset(
     {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH, REASONING_LOST,
-     IMAGE_TRUNCATED}
+     IMAGE_TRUNCATED, NO_TRAINED_TOKENS}
 )

@@ -94,6 +94,10 @@ class TokenizedPair:
     # With --loss-on answer: leading completion tokens (the reasoning block) kept out of the loss.
     chosen_loss_start: int | None = None
     rejected_loss_start: int | None = None
+    # Completions holding turns the model did not write (tool results, user turns): 1 on the tokens of
+    # the trained assistant turns, 0 on the rest, aligned with the completion ids. None: all in the loss.
+    chosen_loss_mask: list[int] | None = None
+    rejected_loss_mask: list[int] | None = None
     # Image pairs through a processor: the tokens each image expanded to, in order (None otherwise).
     image_tokens: list[int] | None = None
 

@@ -42,6 +42,9 @@ PUBLIC_REF_COLUMNS = ("ref_chosen_public_logps", "ref_rejected_public_logps")
 # `prepare --loss-on answer`: per half, how many leading completion tokens (the reasoning block) stay in
 # the sequence but out of the loss. Absent: the whole completion is in the loss.
 LOSS_START_COLUMNS = ("chosen_loss_start", "rejected_loss_start")
+# Completions holding turns the model did not write (agent trajectories, multi-turn transcripts): per
+# half, one 0/1 entry per completion id (1 = in the loss). Absent, or null on a row: every token is.
+LOSS_MASK_COLUMNS = ("chosen_loss_mask", "rejected_loss_mask")
 # Optional per-pair loss inputs (given in the data, or written by `prefdata select --weight-by/--offset-by`):
 # `weight` scales the pair's loss (finite, >= 0), `offset` is ODPO's margin δ (finite). Absent: 1 and 0.
 WEIGHT_COLUMN, OFFSET_COLUMN = "weight", "offset"
@@ -68,6 +71,24 @@ def _both_or_neither(data: pa.PolarsData, names: tuple[str, ...], of_type: Any, 
     return None
 
 
+# Message fields besides role and content that chat templates read (tool calls, tool turns, reasoning):
+# prepare keeps them in the text columns where rows have them (prefdata.io.columns.MESSAGE_FIELD_TYPES).
+_OPTIONAL_MESSAGE_FIELDS = frozenset({"reasoning_content", "tool_calls", "tool_call_id", "name"})
+
+
+def _is_messages_dtype(dtype: pl.DataType) -> bool:
+    """TRL's message lists: role and content (a string, or image pairs' list of parts), plus any of the
+    optional fields a template reads."""
+    if dtype in (MESSAGES_DTYPE, PARTS_MESSAGES_DTYPE):
+        return True
+    if not (isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)):
+        return False
+    fields = {field.name: field.dtype for field in dtype.inner.fields}
+    content = fields.get("content")
+    return (fields.get("role") == pl.String and content in (pl.String, PARTS_MESSAGES_DTYPE.inner.fields[1].dtype)
+            and set(fields) - {"role", "content"} <= _OPTIONAL_MESSAGE_FIELDS)
+
+
 def _is_integer_list(dtype: pl.DataType) -> bool:
     return isinstance(dtype, pl.List) and dtype.inner.is_integer()
 
@@ -81,11 +102,29 @@ def has_loss_starts(columns: Any) -> bool:
     return bool(present)
 
 
+def has_loss_masks(columns: Any) -> bool:
+    """Whether rows carry per-token loss masks; PrefdataError when only one half does."""
+    present = [name for name in LOSS_MASK_COLUMNS if name in columns]
+    if len(present) == 1:
+        missing = next(name for name in LOSS_MASK_COLUMNS if name not in present)
+        raise PrefdataError(f"the data has {present[0]} but no {missing}: prepare it again")
+    return bool(present)
+
+
 def _skipped_tokens(half: str, schema: Any) -> pl.Expr:
     """Completion tokens of `half` kept out of the loss (0 without loss starts)."""
     if f"{half}_loss_start" not in schema:
         return pl.lit(0)
     return pl.min_horizontal(pl.col(f"{half}_loss_start"), pl.col(f"{half}_ids").list.len())
+
+
+def _loss_tokens(half: str, schema: Any) -> pl.Expr:
+    """Completion tokens of `half` in the loss: past its loss start, where its loss mask is 1."""
+    counted = pl.col(f"{half}_ids").list.len() - _skipped_tokens(half, schema)
+    if f"{half}_loss_mask" not in schema:
+        return counted
+    masked = pl.col(f"{half}_loss_mask").list.slice(_skipped_tokens(half, schema)).list.sum()
+    return pl.when(pl.col(f"{half}_loss_mask").is_null()).then(counted).otherwise(masked)
 
 
 class TokenPairs(pa.DataFrameModel):
@@ -121,6 +160,21 @@ class TokenPairs(pa.DataFrameModel):
         non_negative = [(pl.col(name) >= 0).fill_null(False) for name in LOSS_START_COLUMNS]
         return data.lazyframe.select(pl.all_horizontal(non_negative))
 
+
+    @pa.dataframe_check
+    def loss_masks_align_with_the_completion_ids(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """Per-token loss masks: both halves' columns or neither, on each row both or neither (null),
+        one 0/1 entry per completion id."""
+        settled = _both_or_neither(data, LOSS_MASK_COLUMNS, _is_integer_list, "loss_masks")
+        if settled is not None:
+            return settled
+        checks = [pl.col(LOSS_MASK_COLUMNS[0]).is_null() == pl.col(LOSS_MASK_COLUMNS[1]).is_null()]
+        for half in ("chosen", "rejected"):
+            mask = pl.col(f"{half}_loss_mask")
+            aligned = (mask.list.len() == pl.col(f"{half}_ids").list.len()) & mask.list.eval(
+                pl.element().is_in([0, 1])).list.all()
+            checks.append(mask.is_null() | aligned.fill_null(False))
+        return data.lazyframe.select(pl.all_horizontal(checks))
 
     @pa.dataframe_check
     def weights_and_offsets_are_finite(cls, data: pa.PolarsData) -> pl.LazyFrame:
@@ -162,7 +216,7 @@ class PreparedPairs(TokenPairs):
     @pa.dataframe_check
     def text_columns_are_strings_or_messages(cls, data: pa.PolarsData) -> pl.LazyFrame:
         schema = data.lazyframe.collect_schema()
-        ok = all(name in schema and schema[name] in (pl.String, MESSAGES_DTYPE, PARTS_MESSAGES_DTYPE)
+        ok = all(name in schema and (schema[name] == pl.String or _is_messages_dtype(schema[name]))
                  for name in TEXT_COLUMNS)
         return data.lazyframe.select(pl.lit(ok).alias("text_columns"))
 
@@ -204,11 +258,12 @@ class ScoredPairs(PreparedPairs):
 
     @pa.dataframe_check
     def token_counts_match_the_completion_ids(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        """The counts are what the loss masks sum to: one per completion id (from the loss start on)."""
+        """The counts are what the loss masks sum to: one per completion id (from the loss start on,
+        where the row's per-token loss mask is 1)."""
         schema = data.lazyframe.collect_schema()
         return data.lazyframe.select(
-            (pl.col("chosen_token_count") == pl.col("chosen_ids").list.len() - _skipped_tokens("chosen", schema))
-            & (pl.col("rejected_token_count") == pl.col("rejected_ids").list.len() - _skipped_tokens("rejected", schema))
+            (pl.col("chosen_token_count") == _loss_tokens("chosen", schema))
+            & (pl.col("rejected_token_count") == _loss_tokens("rejected", schema))
         )
 
 

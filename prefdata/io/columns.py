@@ -109,6 +109,9 @@ MESSAGE_COLUMNS = {name: f"{name}_messages" for name in TEXT_COLUMNS}  # used by
 _MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
 _ID_COLUMNS = frozenset({"prompt_ids", "chosen_ids", "rejected_ids"})
 _LOSS_START_COLUMNS = frozenset({"chosen_loss_start", "rejected_loss_start"})  # --loss-on answer
+# Per-token loss masks of completions holding turns the model did not write (null on the other rows).
+LOSS_MASK_TYPE = pa.list_(pa.int8())
+_LOSS_MASK_COLUMNS = frozenset({"chosen_loss_mask", "rejected_loss_mask"})
 
 
 def _ids_array(values: list[Any]) -> pa.Array | None:
@@ -143,6 +146,8 @@ def _column_array(name: str, values: list[Any]) -> pa.Array:
         return pa.array(values, type=CORE_SCHEMA.field(name).type)
     if name in _LOSS_START_COLUMNS:
         return pa.array(values, type=pa.int32())
+    if name in _LOSS_MASK_COLUMNS:
+        return pa.array(values, type=LOSS_MASK_TYPE)
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):

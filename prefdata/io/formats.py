@@ -27,6 +27,13 @@ from prefdata.io.messages import (
     _type_error,
     text_of,
 )
+from prefdata.io.trajectory import (
+    check_completion_length,
+    check_tool_results,
+    divergence_flags,
+    shared_lead,
+    split_point,
+)
 
 HH_ASSISTANT = "\n\nAssistant:"
 HH_HUMAN = "\n\nHuman:"
@@ -149,6 +156,19 @@ def _message_pair(
 ) -> Pair:
     _require_assistant(chosen, fields[0])
     _require_assistant(rejected, fields[1])
+    # Tool results must answer a call. Shapes whose chosen/rejected hold the whole conversation name
+    # each message by its place there; the others by its place in the prompt or the completion.
+    whole = shape in ("conversational_implicit", "llamafactory_v1")
+    for name, messages in zip(fields, (chosen, rejected)):
+        check_tool_results(prompt + messages, name, name if whole else "prompt", 0 if whole else len(prompt))
+    # Completions that share their leading messages split where they differ (the shared ones join the prompt).
+    lead = shared_lead(chosen, rejected)
+    if lead:
+        prompt, chosen, rejected = prompt + chosen[:lead], chosen[lead:], rejected[lead:]
+        _require_assistant(chosen, fields[0])
+        _require_assistant(rejected, fields[1])
+    check_completion_length(chosen, fields[0])
+    check_completion_length(rejected, fields[1])
     pair = Pair(
         tools=tools if tools is not None else _tools(row.get("tools")),
         source_file=raw.source_file,
@@ -164,6 +184,7 @@ def _message_pair(
     )
     if _assistant_turns(chosen) > 1 or _assistant_turns(rejected) > 1:
         pair.flags.append(flags.MULTI_TURN_COMPLETION)
+    pair.flags += divergence_flags(prompt, chosen, rejected)
     for messages in (prompt, chosen, rejected):
         for message in messages:
             if type(message["content"]) is list:
@@ -274,6 +295,10 @@ def _hh(raw: RawRecord, row: dict[str, Any], chosen: str, rejected: str) -> Pair
     )
     if multi_turn:
         pair.flags.append(flags.MULTI_TURN_COMPLETION)
+        # The same Assistant text, then different Human turns: the halves differ by what the user said.
+        first = [part.split(HH_HUMAN, 1) for part in (chosen_part, rejected_part)]
+        if all(len(parts) == 2 for parts in first) and first[0][0] == first[1][0]:
+            pair.flags.append(flags.DIVERGES_AT_NON_MODEL_TURN)
     return pair
 
 
@@ -291,28 +316,17 @@ def _conversational(raw: RawRecord, row: dict[str, Any]) -> Pair:
 
 
 def _shared_prefix(chosen: list[Message], rejected: list[Message]) -> int:
-    """How many leading messages both conversations share, moved back so that each completion
-    starts at an assistant turn in both lists (0 when none does)."""
-    limit = min(len(chosen), len(rejected))
-    shared = 0
-    while shared < limit and chosen[shared] == rejected[shared]:
-        shared += 1
-    while shared > 0 and not (
-        shared < len(chosen)
-        and shared < len(rejected)
-        and chosen[shared]["role"] == "assistant"
-        and rejected[shared]["role"] == "assistant"
-    ):
-        shared -= 1
-    return shared
+    """How many leading messages the prompt takes: every shared one, up to the first differing
+    message (io.trajectory.split_point)."""
+    return split_point(chosen, rejected)
 
 
 def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     """Full conversations in chosen/rejected: the prompt is their shared leading messages.
 
-    The split is moved back so each completion starts at an assistant turn; a `prompt` string
-    column (UltraFeedback-binarized) is not used for splitting, only as the user turn when the
-    two lists hold nothing but completions.
+    The split is at the first differing message (a pair that differs first at a tool result or a
+    user turn is flagged: io.trajectory); a `prompt` string column (UltraFeedback-binarized) is not
+    used for splitting, only as the user turn when the two lists hold nothing but completions.
     """
     chosen = _messages(row["chosen"], "chosen")
     rejected = _messages(row["rejected"], "rejected")
@@ -325,7 +339,7 @@ def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
                 raw, row, "conversational", _CONSUMED["explicit"], prompt, chosen, rejected
             )
         raise RecordError(
-            "fields 'chosen' and 'rejected' share no leading prompt messages before an assistant turn"
+            "fields 'chosen' and 'rejected' share no leading prompt messages to split at"
         )
     if prompt_text is not None and type(prompt_text) is not str:
         raise RecordError(_type_error("prompt", prompt_text, "a string or a list of messages"))
@@ -350,7 +364,7 @@ def _llamafactory_v1(raw: RawRecord, row: dict[str, Any]) -> Pair:
     shared = _shared_prefix(chosen, rejected)
     if shared == 0:
         raise RecordError(
-            "fields 'chosen_messages' and 'rejected_messages' share no leading prompt messages before an assistant turn"
+            "fields 'chosen_messages' and 'rejected_messages' share no leading prompt messages to split at"
         )
     pair = _message_pair(
         raw, row, "llamafactory_v1", _CONSUMED["llamafactory_v1"], chosen[:shared], chosen[shared:],

@@ -22,6 +22,7 @@ _RESERVED = frozenset(
     | {"ref_chosen_public_logps", "ref_rejected_public_logps"}
     | {"prompt_messages", "chosen_messages", "rejected_messages", "tools"}
     | {"chosen_loss_start", "rejected_loss_start"}
+    | {"chosen_loss_mask", "rejected_loss_mask"}
 )
 
 
@@ -47,6 +48,9 @@ def output_row(row: CheckedRow) -> dict[str, Any]:
     if tokenized.chosen_loss_start is not None:  # --loss-on answer
         out["chosen_loss_start"] = tokenized.chosen_loss_start
         out["rejected_loss_start"] = tokenized.rejected_loss_start
+    if tokenized.chosen_loss_mask is not None:  # a completion holds turns the model did not write
+        out["chosen_loss_mask"] = tokenized.chosen_loss_mask
+        out["rejected_loss_mask"] = tokenized.rejected_loss_mask
     if pair.image_data is not None:  # image pairs: the checked images themselves, as datasets.Image stores them
         out["images"] = [{"bytes": image.data, "path": image.name} for image in pair.image_data]
     for key, value in pair.extra.items():

@@ -190,10 +190,10 @@ def resolve_device(device: str) -> str:
 
 
 def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
-    from transformers import AutoTokenizer
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+        return load_pretrained_tokenizer(model_dir, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model_dir}: {str(exc).splitlines()[0]}") from None
 

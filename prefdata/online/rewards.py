@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+import numbers
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -120,10 +121,13 @@ class RewardFunctionScorer:
         for value in values:
             if value is None:  # TRL: None means "no reward for this one"
                 out.append(math.nan)
-            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+            elif isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's scalars are Real
                 raise PrefdataError(f"--reward-fn {self.spec} returned {type(value).__name__}, not a number")
             else:
-                out.append(float(value))
+                try:
+                    out.append(float(value))
+                except OverflowError:  # an int beyond any float is no reward, as NaN is
+                    out.append(math.nan)
         return out
 
 

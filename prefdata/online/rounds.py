@@ -3,8 +3,10 @@
 Each round samples from the current policy, scores the samples, pairs best vs worst per prompt, and
 sends the pairs through `prepare` (the same checks and policy as offline data, plus `tied_reward`),
 `compute_refs` (the reference is the starting policy unless `ref_model`) and `train`, which
-continues from the last round's policy. Many prompts per round is semi-online DPO; as many prompts
-per round as pairs per optimizer step (one step per round) is fully online.
+continues from the last round's policy. As many prompts per round as pairs per optimizer step (one
+step per round) is fully online, the default: it samples before every step as TRL's
+OnlineDPOTrainer does, and learns as TRL does at every learning rate (bench/bench_online.py --learn).
+Many prompts per round is semi-online: cheaper per prompt, but several steps on one sampling.
 
 One run, one optimizer: each round's `train` continues the previous round's AdamW state and a single
 learning-rate schedule planned over the whole run (rounds x epochs x ceil(prompts per round / batch
@@ -14,11 +16,12 @@ The pairs carry the sampled token ids (`generate` keeps them), so training sees 
 policy sampled; the checks read the decoded text next to them.
 
 Layout of DIR: `online_config.json`, `rounds.jsonl` (one line per finished round), `round-<r>/`
-(`generations.jsonl`, `pairs.jsonl`, `pairs/` = a prefdata OUT, `policy/` = that round's trained
-model and metrics.jsonl) and `policy/` (the final policy, save_pretrained). A round is finished when
-its line is in rounds.jsonl; a rerun after a kill redoes the unfinished round from the start, from
-the last finished round's policy and optimizer state (`round-<r>/policy/optimizer/`), so it ends
-where an uninterrupted run ends.
+(`generations.jsonl`, `pairs.jsonl`, `pairs/` = a prefdata OUT, `policy/` = metrics.jsonl and, at
+checkpoints (every `save_every` rounds), that round's trained model and optimizer state) and
+`policy/` (the final policy, save_pretrained). A round is finished when its line is in rounds.jsonl;
+a rerun after a kill redoes the rounds after the last checkpoint, from its policy and optimizer
+state (`round-<r>/policy/optimizer/`), with the same prompts and seeds, so it ends where an
+uninterrupted run ends.
 """
 
 from __future__ import annotations
@@ -58,6 +61,8 @@ _RESUME_DEFAULTS = {"score_reasoning": False, "missing_eos_penalty": None, "temp
                     "chat_template_file": None, "template_date": DEFAULT_TEMPLATE_DATE}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
 POLICY_FILE = "online_policy.toml"
+# The default checkpoint interval, in prompts: the policy and optimizer go to disk about this often.
+CHECKPOINT_PROMPTS = 64
 # The check policy of a run given no --policy: the default, except that an empty sampled answer is
 # kept (warned). It still ends with the EOS the policy sampled, so it has a token to train on, and it
 # is usually the worst sample: dropping its pairs hid from the policy that empty answers are bad
@@ -108,8 +113,8 @@ def run_online(
     output: str | Path,
     reward_model: str | Path | None = None,
     reward_fn: str | None = None,
-    rounds: int = 1,
-    prompts_per_round: int = 64,
+    rounds: int | None = None,
+    prompts_per_round: int | None = None,
     samples: int = 2,
     ref_model: str | Path | None = None,
     max_new_tokens: int = 128,
@@ -131,6 +136,7 @@ def run_online(
     lr_schedule: str = "cosine",
     missing_eos_penalty: float | None = None,
     keep_round_policies: bool = False,
+    save_every: int | None = None,
     device: str = "auto",
     progress: bool = True,
     trust_remote_code: bool = False,
@@ -142,9 +148,12 @@ def run_online(
     """Run `rounds` rounds of online DPO into `output` (see the module doc); continue a killed run.
     Generated reasoning stays in the completions that are trained on; rewards read the final answer
     unless `score_reasoning`. `missing_eos_penalty` is subtracted from unfinished samples' rewards
-    before pairing (TRL's). The template settings render prompts for generation (as `generate`)."""
-    if rounds < 1 or prompts_per_round < 1 or samples < 2:
-        raise PrefdataError("--rounds and --prompts-per-round must be at least 1, --samples at least 2")
+    before pairing (TRL's). The template settings render prompts for generation (as `generate`).
+    `save_every` rounds the policy and optimizer are written to the round's directory (a checkpoint a
+    rerun continues from); between checkpoints they stay in memory. Default: about every 64 prompts
+    (every round at 64 prompts per round, every 8th fully online with 8); the last round always."""
+    if any(v is not None and v < 1 for v in (rounds, prompts_per_round, save_every)) or samples < 2:
+        raise PrefdataError("--rounds, --prompts-per-round and --save-every must be at least 1, --samples at least 2")
     if epochs < 1 or batch_pairs < 1:
         raise PrefdataError("--epochs and --batch-pairs must be at least 1")
     with quiet_libraries(wants_quiet(progress)):  # third-party bars and notices stay quiet
@@ -154,9 +163,15 @@ def run_online(
             raise PrefdataError(f"--model {model} is not a local model directory")
         out = Path(output)
         prompt_rows = read_prompts(prompts).rows
-        if prompts_per_round > len(prompt_rows):
+        if prompts_per_round is None:  # fully online: a fresh sampling before every optimizer step (TRL's)
+            prompts_per_round = min(batch_pairs, len(prompt_rows))
+        elif prompts_per_round > len(prompt_rows):
             raise PrefdataError(f"--prompts-per-round {prompts_per_round} is more than the {len(prompt_rows)} "
                                 f"prompts in {prompts}")
+        if rounds is None:  # one pass over the prompts
+            rounds = math.ceil(len(prompt_rows) / prompts_per_round)
+        # vLLM loads the policy from its directory every round: each round's policy must be on disk.
+        save_every = 1 if engine == "vllm" else (save_every or math.ceil(CHECKPOINT_PROMPTS / prompts_per_round))
         config = {
             "prompts": str(prompts), "model": str(model), "ref_model": str(ref_model or model),
             "reward_model": None if reward_model is None else str(reward_model), "reward_fn": reward_fn,
@@ -169,8 +184,9 @@ def run_online(
             "template_kwargs": template.kwargs, "chat_template_file": template.chat_template_file,
             "template_date": template.date,
             "schedule_steps": planned_steps(rounds, prompts_per_round, epochs, batch_pairs),
+            "save_every": save_every,
         }
-        done = _start_or_resume(out, config)
+        done = _since_last_checkpoint(out, _start_or_resume(out, config))
         if policy is None:
             policy = out / POLICY_FILE
             atomic_write_text(policy, ONLINE_POLICY)
@@ -188,19 +204,25 @@ def run_online(
                           "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code,
                           "lr_schedule": lr_schedule, "schedule_steps": config["schedule_steps"],
                           "save_optimizer": True},
-            device=device, progress=progress, trust_remote_code=trust_remote_code,
+            device=device, progress=progress, trust_remote_code=trust_remote_code, save_every=save_every,
+            last_round=rounds,
         )
         result = OnlineResult(out, out / "policy", resumed_after=len(done))
-        current = current_policy(out, done, Path(model))
+        current = checkpoint = current_policy(out, done, Path(model))
         for r in range(len(done) + 1, rounds + 1):
             line = context.run(r, round_prompts(prompt_rows, r, prompts_per_round), current)
             if line["trained"]:
                 current = out / f"round-{r}" / "policy"
+            if r == rounds:
+                context.save_in_memory_policy(current)  # a last round that trained nothing
+            line["saved"] = (current / "config.json").is_file() or current == Path(model)
+            if line["saved"]:
+                checkpoint = current
             _append_round(out, line)
             print(format_round(line), flush=True)
             result.rounds.append(line)
             if not keep_round_policies:
-                _drop_old_weights(out, r, current)
+                _drop_old_weights(out, r, checkpoint)
         _publish_policy(current, out / "policy")
         result.rounds = read_jsonl(out / ROUNDS_FILE)
         return result
@@ -209,6 +231,16 @@ def run_online(
 def planned_steps(rounds: int, prompts_per_round: int, epochs: int, batch_pairs: int) -> int:
     """Optimizer steps of a run in which every prompt gives a kept pair: the schedule's length."""
     return rounds * epochs * math.ceil(prompts_per_round / batch_pairs)
+
+
+def _since_last_checkpoint(out: Path, done: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The finished rounds up to the last one whose policy is on disk (`saved`; lines written before
+    checkpoints existed saved every round); the rounds after it are redone, with the same prompts and
+    seeds, so the run ends where an uninterrupted one does."""
+    last = max((i for i, line in enumerate(done) if line.get("saved", True)), default=-1)
+    if last < len(done) - 1:
+        write_jsonl(out / ROUNDS_FILE, done[: last + 1])
+    return done[: last + 1]
 
 
 def round_prompts(rows: list[PromptRow], r: int, per_round: int) -> list[PromptRow]:
@@ -293,10 +325,13 @@ class _Round:
     trust_remote_code: bool
     score_reasoning: bool = False
     missing_eos_penalty: float | None = None
+    save_every: int = 1  # rounds between checkpoints (policy and optimizer on disk)
+    last_round: int = 1
     # Models kept in memory across rounds: the policy the last round trained (with its directory) and
     # the reference. Loading them again each round cost more than a small round's work; the
-    # directories stay the record a rerun starts from.
-    _policy: tuple[Path, Any] | None = None
+    # directories stay the record a rerun starts from. Between checkpoints the policy's directory
+    # holds only its metrics, and the optimizer state is carried here too.
+    _policy: tuple[Path, Any, Any] | None = None
     _reference: Any = None
 
     def run(self, r: int, prompts: list[PromptRow], policy_dir: Path) -> dict[str, Any]:
@@ -313,7 +348,11 @@ class _Round:
         settings = replace(self.generation, seed=self.generation.seed + r)  # per round: a rerun samples the same
         clock = _Clock()
         in_memory = self._policy[1] if self._policy and self._policy[0] == policy_dir else None
-        rows = generate_rows(prompts, policy_dir, settings, progress=self.progress,
+        optimizer_state = self._policy[2] if in_memory is not None else None
+        # A policy kept in memory between checkpoints has no weights or tokenizer on disk: the
+        # tokenizer is the starting model's (rounds never change it).
+        model_dir = policy_dir if (policy_dir / "config.json").is_file() else self.start_model
+        rows = generate_rows(prompts, model_dir, settings, progress=self.progress,
                              trust_remote_code=self.trust_remote_code, loaded_model=in_memory)
         clock.lap("generate")
         scored = score_generations(rows, self.scorer, rdir / "generations.jsonl", rdir / "pairs.jsonl", self.progress,
@@ -343,18 +382,32 @@ class _Round:
                 compute_refs(rdir / "pairs", model=str(self.ref_model), device=self.device, progress=self.progress,
                              trust_remote_code=self.trust_remote_code, loaded_model=self.reference())
                 clock.lap("refs")
-                # The first round starts the run's optimizer; later ones continue the last trained round's.
-                continued = None if policy_dir == self.start_model else policy_dir
-                trained = train(rdir / "pairs", model=policy_dir, output=rdir / "policy", seed=self.generation.seed + r,
+                # The first round starts the run's optimizer; later ones continue the last trained
+                # round's, from memory or (after a rerun) from its checkpoint.
+                continued = None if policy_dir == self.start_model or optimizer_state is not None else policy_dir
+                checkpoint = r % self.save_every == 0 or r == self.last_round
+                trained = train(rdir / "pairs", model=model_dir, output=rdir / "policy", seed=self.generation.seed + r,
                                 save_every=None, device=self.device, progress=self.progress,
-                                optimizer_from=continued, loaded_policy=in_memory, **self.train_kwargs)
-                self._policy = (rdir / "policy", trained.model)
+                                optimizer_from=continued, loaded_policy=in_memory, loaded_optimizer=optimizer_state,
+                                save_model=checkpoint, **self.train_kwargs)
+                self._policy = (rdir / "policy", trained.model, trained.optimizer_state)
                 clock.lap("train")
                 line.update(trained=True, steps=trained.steps, **_train_means(trained.metrics_path))
         line["seconds"] = round(time.time() - started, 3)
         line["stage_seconds"] = clock.laps
         return line
 
+
+    def save_in_memory_policy(self, policy_dir: Path) -> None:
+        """Write the policy (and optimizer) kept in memory for `policy_dir` to it, if not there yet."""
+        if self._policy is None or self._policy[0] != policy_dir or (policy_dir / "config.json").is_file():
+            return
+        from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
+        from prefdata.train.checkpoint import save_final_model, save_optimizer_states
+
+        model, (optimizer_state, scheduler_state) = self._policy[1], self._policy[2]
+        save_final_model(model, load_pretrained_tokenizer(self.start_model, self.trust_remote_code), policy_dir, False)
+        save_optimizer_states(policy_dir, optimizer_state, scheduler_state)
 
     def reference(self) -> Any:
         """The reference model, loaded once per run as `compute_refs` would load it."""

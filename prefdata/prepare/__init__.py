@@ -89,6 +89,7 @@ def prepare(
     chat_template_file: str | Path | None = None,
     template_date: str = DEFAULT_TEMPLATE_DATE,
     loss_on: str = "all",
+    train_turns: str = "all",
     pairing: str = "best-worst",
     pairing_seed: int = 0,
     min_score_margin: float = 0.0,
@@ -131,7 +132,7 @@ def prepare(
     template = TemplateSettings(kwargs=parse_template_kwargs(template_kwargs), date=template_date,
                                 chat_template_file=str(chat_template_file) if chat_template_file else None)
     settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
-                                template=template, loss_on=loss_on,
+                                template=template, loss_on=loss_on, train_turns=train_turns,
                                 images=_image_access(raw_path, hub, mix, allowed_image_root, loaded_policy))
     pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k,
                                        loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
@@ -225,6 +226,7 @@ def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settin
         "chat_template": settings.chat_template,
         **settings.template.record(),
         "loss_on": settings.loss_on,
+        "train_turns": settings.train_turns,
         **pairing.record(),
         "batch_size": run["batch_size"],
         "workers": run["workers"],

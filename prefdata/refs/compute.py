@@ -21,7 +21,7 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
     `ids` holds loss starts; with the images of `ids["images"]` through `vision` for image pairs)."""
     import pyarrow as pa
 
-    from prefdata.core.schema import LOSS_START_COLUMNS
+    from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS
     from prefdata.model.pairs import pair_logps
 
     rows, chosen, rejected, chosen_count, rejected_count, chosen_public, rejected_public = [], [], [], [], [], [], []
@@ -33,9 +33,11 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
         rejecteds = ids["rejected_ids"].take(take).to_pylist()
         # `--loss-on answer`: sum (and count) only the tokens after each half's reasoning block.
         starts = [ids[name].take(take).to_pylist() if name in ids else None for name in LOSS_START_COLUMNS]
+        # Agent trajectories: only the model's turns (mask 1) are summed and counted.
+        masks = [ids[name].take(take).to_pylist() if name in ids else None for name in LOSS_MASK_COLUMNS]
         images = ids["images"].take(take).to_pylist() if vision is not None and "images" in ids else None
         out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts, public=True,
-                         images=images, vision=vision)
+                         images=images, vision=vision, chosen_loss_masks=masks[0], rejected_loss_masks=masks[1])
         rows.append(np.asarray(batch_rows, dtype=np.int64))
         chosen.append(out.chosen.float().cpu().numpy())
         rejected.append(out.rejected.float().cpu().numpy())

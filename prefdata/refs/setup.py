@@ -88,7 +88,7 @@ def files_digest(directory: Path) -> str:
 
 
 def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remote_code: bool) -> str:
-    from transformers import AutoTokenizer
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
     if not expected:
@@ -97,7 +97,7 @@ def load_tokenizer_checked(model_dir: Path, manifest: dict[str, Any], trust_remo
     found = _FINGERPRINTS.get(key)
     if found is None:
         try:
-            tokenizer = AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
+            tokenizer = load_pretrained_tokenizer(model_dir, trust_remote_code=trust_remote_code)
         except (OSError, ValueError) as exc:
             raise PrefdataError(f"cannot load a tokenizer from {model_dir} to check it: {str(exc).splitlines()[0]}") from None
         found = _FINGERPRINTS[key] = tokenizer_fingerprint(tokenizer)
@@ -162,7 +162,7 @@ def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict
     import datasets
     import pyarrow.compute as pc
 
-    from prefdata.core.schema import LOSS_START_COLUMNS, has_loss_starts
+    from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS, has_loss_masks, has_loss_starts
 
     try:
         dataset = datasets.load_from_disk(str(out))
@@ -176,6 +176,8 @@ def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict
     lens = {name: pc.list_value_length(col).to_numpy(zero_copy_only=False) for name, col in ids.items()}
     if has_loss_starts(dataset.column_names):  # `--loss-on answer`: refs sum only the answer tokens
         ids.update({name: table.column(name).combine_chunks() for name in LOSS_START_COLUMNS})
+    if has_loss_masks(dataset.column_names):  # turns the model did not write: refs sum only the trained ones
+        ids.update({name: table.column(name).combine_chunks() for name in LOSS_MASK_COLUMNS})
     if images:
         from prefdata.model.vision_model import refuse_mismatched_rows
 

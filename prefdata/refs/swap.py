@@ -83,29 +83,46 @@ def swap_dataset(out: Path, dataset: Any) -> None:
 
 def with_ref_columns(dataset: Any, values: ShardValues, non_finite: np.ndarray) -> Any:
     """The dataset with (re)computed ref columns and the non-finite flag set exactly where due;
-    every other column keeps its place and content."""
-    from datasets import List, Value
+    every other column keeps its place and content.
 
-    old = [c for c in REF_COLUMNS if c in dataset.column_names]
-    if old:
-        dataset = dataset.remove_columns(old)
-    order = list(dataset.column_names)
-    if "flags" in order:
-        flags = dataset.data.table.column("flags").to_pylist()
-        dataset = dataset.remove_columns("flags")
+    Built on the Arrow table in one pass: `datasets`' add_column/remove_columns fingerprint and copy
+    the dataset at every call (65 ms for an 8-pair round of `prefdata online`, against 2 ms here)."""
+    import pyarrow as pa
+    from datasets import Dataset, Features, List, Value
+
+    dataset = dataset.flatten_indices() if dataset._indices is not None else dataset
+    table = dataset.data.table
+    features = {name: feature for name, feature in dataset.features.items() if name not in REF_COLUMNS}
+    if "flags" in table.column_names:
+        flags = table.column("flags").to_pylist()
     else:
-        flags = [[] for _ in range(len(dataset))]
-        order.append("flags")
+        flags = [[] for _ in range(table.num_rows)]
     new_flags = []
     for row_flags, bad in zip(flags, non_finite.tolist()):
         kept = [f for f in (row_flags or []) if f != F.NON_FINITE_REF_LOGPS]
         new_flags.append(kept + [F.NON_FINITE_REF_LOGPS] if bad else kept)
-    dataset = dataset.add_column("flags", new_flags, feature=List(Value("string")))
-    dataset = dataset.add_column("ref_chosen_logps", values.chosen, feature=Value("float32"))
-    dataset = dataset.add_column("ref_rejected_logps", values.rejected, feature=Value("float32"))
-    dataset = dataset.add_column("chosen_token_count", values.chosen_count, feature=Value("int64"))
-    dataset = dataset.add_column("rejected_token_count", values.rejected_count, feature=Value("int64"))
-    # LD-DPO (`train --ld-alpha`): the sums over each half's first min(|yc|, |yr|) tokens.
-    dataset = dataset.add_column("ref_chosen_public_logps", values.chosen_public, feature=Value("float32"))
-    dataset = dataset.add_column("ref_rejected_public_logps", values.rejected_public, feature=Value("float32"))
-    return dataset.select_columns(order + list(REF_COLUMNS))
+    features["flags"] = List(Value("string"))  # in its place, or last where OUT had none
+    # LD-DPO (`train --ld-alpha`) reads the public sums: each half's first min(|yc|, |yr|) tokens.
+    added = {"ref_chosen_logps": (values.chosen, "float32"), "ref_rejected_logps": (values.rejected, "float32"),
+             "chosen_token_count": (values.chosen_count, "int64"),
+             "rejected_token_count": (values.rejected_count, "int64"),
+             "ref_chosen_public_logps": (values.chosen_public, "float32"),
+             "ref_rejected_public_logps": (values.rejected_public, "float32")}
+    for name, (_, dtype) in added.items():
+        features[name] = Value(dtype)
+    order = list(features)
+    arrays = {name: table.column(name) for name in order if name in table.column_names and name != "flags"}
+    arrays["flags"] = pa.array(new_flags, type=pa.list_(pa.string()))
+    for name, (column, dtype) in added.items():
+        arrays[name] = pa.array(np.asarray(column), type=getattr(pa, dtype)())
+    schema_features = Features(features)
+    new_table = pa.table([arrays[name] for name in order], schema=schema_features.arrow_schema)
+    return Dataset(new_table, info=_info_with(dataset.info, schema_features))
+
+
+def _info_with(info: Any, features: Any) -> Any:
+    import copy
+
+    info = copy.deepcopy(info)
+    info.features = features
+    return info

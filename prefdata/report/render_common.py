@@ -40,6 +40,11 @@ FLAG_MEANINGS: dict[str, str] = {
     "image_mismatch": "the prompt's image placeholders and the row's images differ in number",
     "image_truncated": "fitting the length limits would cut an image's tokens: the pair is left uncut",
     "length_balance": "removed by --balance-length's seeded subsample toward its target share of chosen-longer pairs",
+    "environment_differs": "the trajectories first differ at a tool result to the same call: the environment "
+    "answered differently, the model decided nothing different",
+    "diverges_at_non_model_turn": "the halves first differ at a user or tool turn, not at a model decision",
+    "no_trained_tokens": "a completion's loss mask covers no token: no model turn of it is left to train",
+    "unequal_turns": "one half has far more assistant turns than the other (3x and at least 3 more)",
     "not_selected": "left out by `prefdata select`: beyond its budget, outside --min/--max, or a non-finite signal",
     "quarantined": "the record could not be read or normalized",
 }

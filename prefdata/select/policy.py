@@ -3,7 +3,7 @@
 It runs the same pair forward as `prefdata refs` and `train` (prefdata.model.pairs.pair_logps: one
 forward per pair, the prompt shared where the model runs block attention, else packed or padded;
 length-sorted batches under a token budget), over the same tokens they score (`--loss-on answer`
-starts included), so the signal measures what the loss will see. WPO (arXiv 2406.11827) weighs a pair
+starts and per-token loss masks included), so the signal measures what the loss will see. WPO (arXiv 2406.11827) weighs a pair
 by exp(mean log-prob of chosen) * exp(mean log-prob of rejected); `on_policy` is the log of that
 product's square root, the mean of the two means, so its order is WPO's.
 """
@@ -46,7 +46,7 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
     import pyarrow.compute as pc
     import torch
 
-    from prefdata.core.schema import LOSS_START_COLUMNS
+    from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS
     from prefdata.model.logprobs import plan_batches, plan_packed_batches
     from prefdata.model.pairs import BLOCK_LAYOUTS, choose_layout, pair_logps, pair_tokens, sharing_plan_for_lengths
 
@@ -64,12 +64,15 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
         batches = plan_batches((2 * (p + np.maximum(c, r))).tolist(), batch_tokens)
     chosen, rejected = np.full(table.num_rows, np.nan), np.full(table.num_rows, np.nan)
     has_starts = all(name in table.column_names for name in LOSS_START_COLUMNS)
+    has_masks = all(name in table.column_names for name in LOSS_MASK_COLUMNS)  # model turns only, as refs sums
     with torch.inference_mode():
         for rows in batches:
             take = pa.array(rows, type=pa.int64())
             ids = [table.column(name).take(take).to_pylist() for name in ("prompt_ids", "chosen_ids", "rejected_ids")]
             starts = [table.column(name).take(take).to_pylist() for name in LOSS_START_COLUMNS] if has_starts else []
-            out = pair_logps(net, *ids, layout, pad_token_id, *starts)
+            masks = {f"{half}_loss_masks": table.column(f"{half}_loss_mask").take(take).to_pylist()
+                     for half in ("chosen", "rejected")} if has_masks else {}
+            out = pair_logps(net, *ids, layout, pad_token_id, *starts, **masks)
             halves = ((chosen, out.chosen, out.chosen_counts), (rejected, out.rejected, out.rejected_counts))
             for target, sums, counts in halves:
                 counts_f = counts.float().cpu().numpy()

@@ -125,6 +125,11 @@ class TokenizeOptions(TemplateOptions):
     chat_template: bool = setting(
         False, "render plain-string rows through the tokenizer's chat template (one user + one assistant turn)",
         group=TEMPLATE, action="on")
+    train_turns: str = setting(
+        "all", "in completions that hold turns the model did not write (agent trajectories with tool results, "
+        "multi-turn transcripts): train every assistant turn after the split, or only the last; tool results, "
+        "user turns and role headers stay in the sequence as context, out of the loss (chosen_loss_mask / "
+        "rejected_loss_mask; refs and train honour them)", group=TOKENS, choices=("all", "last"))
     trust_remote_code: bool = setting(
         False, "allow tokenizer/model code from the model directory (off by default)", group=TOKENS, action="on")
 
@@ -319,7 +324,7 @@ class RefsSettings(Progress):
 
 @dataclass(kw_only=True)
 class TrainSettings(Progress):
-    python_only = frozenset({"loaded_policy"})
+    python_only = frozenset({"loaded_policy", "loaded_optimizer"})
 
     model: str | Path | None = setting(None, "policy model to start from", group=MODEL, metavar="PATH", required=True)
     processor: str | Path | None = setting(
@@ -376,6 +381,8 @@ class TrainSettings(Progress):
                                                 group=OPTIM, flag=False)
     save_optimizer: bool = setting(False, "save the optimizer state with the model (online rounds)", group=OPTIM,
                                    flag=False)
+    save_model: bool = setting(True, "save the final model (online rounds between checkpoints keep it in memory)",
+                               group=IO, flag=False)
 
 
 @dataclass(kw_only=True)
@@ -404,8 +411,13 @@ class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions
     model: str | Path | None = setting(None, "starting policy directory", group=MODEL, metavar="POLICY", required=True)
     output: str | Path | None = setting(None, "run directory: round-<r>/, rounds.jsonl, policy/", group=IO,
                                         metavar="DIR", required=True)
-    rounds: int = setting(1, "rounds to run", group=ROUNDS, metavar="R", parse=positive_int)
-    prompts_per_round: int = setting(64, "fresh prompts per round", group=ROUNDS, metavar="N", parse=positive_int)
+    rounds: int | None = setting(None, "rounds to run (the prompt file wraps around)", group=ROUNDS, metavar="R",
+                                 parse=positive_int, default_text="one pass over the prompts")
+    prompts_per_round: int | None = setting(
+        None, "fresh prompts sampled per round; more than --batch-pairs is semi-online: several steps on one "
+        "sampling, cheaper per prompt, but at a high learning rate it learns less than TRL (docs/online.md)",
+        group=ROUNDS, metavar="N", parse=positive_int,
+        default_text="--batch-pairs: fully online, a fresh sampling before every optimizer step, as TRL's OnlineDPOTrainer")
     ref_model: str | Path | None = setting(None, "reference model", group=MODEL, metavar="M",
                                            default_text="the starting policy")
     max_length: int | None = setting(None, "max prompt+completion tokens per half when preparing", group=TOKENS,
@@ -434,6 +446,10 @@ class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions
         group=REWARD, metavar="X", parse=float, default_text="none")
     keep_round_policies: bool = setting(False, "keep every round's weights (default: only the current policy's)",
                                         group=IO, action="on")
+    save_every: int | None = setting(
+        None, "write the policy and optimizer to disk every R rounds (a checkpoint a rerun continues from); between "
+        "checkpoints they stay in memory. The last round is always saved", group=IO, metavar="R", parse=positive_int,
+        default_text="about every 64 prompts: ceil(64 / prompts-per-round)")
 
 
 @dataclass(kw_only=True)

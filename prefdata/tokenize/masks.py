@@ -22,12 +22,18 @@ rejected halves alike: the historic bug masked only the chosen half's prompt).
 
 `--loss-on answer`: an optional per-sequence loss start ``k`` keeps the first ``k`` completion tokens
 (a reasoning block) in the sequence, where later tokens attend to them, but out of the loss mask.
+
+Agent trajectories and multi-turn completions: an optional per-sequence token mask (OUT's
+``chosen_loss_mask``/``rejected_loss_mask``, 1 = in the loss, one entry per completion token; None =
+every completion token) is ANDed into the loss mask, so tool results and user turns stay in the
+sequence as context, out of the loss. It composes with a loss start: a token is in the loss when it
+is past the loss start and its mask entry is 1.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 import torch
 
@@ -43,6 +49,30 @@ def _checked_starts(loss_starts: list[int] | None, n: int) -> list[int]:
     if any(k < 0 for k in starts):
         raise ValueError("a loss start is negative")
     return starts
+
+
+TokenMasks = Sequence["Sequence[int] | None"]
+
+
+def _checked_token_masks(token_masks: TokenMasks | None, completion_lens: list[int]) -> list[Sequence[int] | None]:
+    if token_masks is None:
+        return [None] * len(completion_lens)
+    masks = list(token_masks)
+    if len(masks) != len(completion_lens):
+        raise ValueError(f"{len(masks)} token masks for {len(completion_lens)} sequences")
+    for i, (mask, n) in enumerate(zip(masks, completion_lens)):
+        if mask is not None and len(mask) != n:
+            raise ValueError(f"sequence {i}: a loss mask of {len(mask)} entries for {n} completion tokens")
+    return masks
+
+
+def _allowed_tokens(prompt_lens: list[int], masks: list[Sequence[int] | None], completion_lens: list[int]) -> torch.Tensor:
+    """bool [total]: False on completion tokens a token mask keeps out of the loss, True elsewhere."""
+    parts: list[torch.Tensor] = []
+    for p, mask, n in zip(prompt_lens, masks, completion_lens):
+        parts.append(torch.ones(p, dtype=torch.bool))
+        parts.append(torch.ones(n, dtype=torch.bool) if mask is None else torch.as_tensor(list(mask), dtype=torch.bool))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.bool)
 
 
 @dataclass
@@ -134,11 +164,13 @@ def build_sequence_batch(
     layout: Layout,
     pad_token_id: int,
     loss_starts: list[int] | None = None,
+    token_masks: TokenMasks | None = None,
 ) -> SequenceBatch:
     """Lay out sequences ``prompt_ids[i] + completion_ids[i]`` as one batch.
 
     Sequence ``i`` of the result is ``prompt_ids[i] + completion_ids[i]``; its completion tokens
-    (and only those) carry the loss mask, from completion token ``loss_starts[i]`` on (default 0).
+    (and only those) carry the loss mask, from completion token ``loss_starts[i]`` on (default 0),
+    where ``token_masks[i]`` (when given and not None) is 1.
     """
     if len(prompt_ids) != len(completion_ids):
         raise ValueError(f"{len(prompt_ids)} prompts but {len(completion_ids)} completions")
@@ -159,6 +191,9 @@ def build_sequence_batch(
     starts = torch.cumsum(lens, 0) - lens  # start of each sequence in `flat`
     pos_in_seq = torch.arange(total, dtype=torch.long) - starts[seq_of_token]  # restart at 0
     is_completion = pos_in_seq >= loss_from[seq_of_token]
+    masks = _checked_token_masks(token_masks, [len(c) for c in completion_ids])
+    if any(mask is not None for mask in masks):
+        is_completion &= _allowed_tokens(prompt_lens, masks, [len(c) for c in completion_ids])
 
     if layout == "packed":
         return SequenceBatch(
@@ -196,18 +231,23 @@ def build_pair_batch(
     pad_token_id: int,
     chosen_loss_starts: list[int] | None = None,
     rejected_loss_starts: list[int] | None = None,
+    chosen_loss_masks: TokenMasks | None = None,
+    rejected_loss_masks: TokenMasks | None = None,
 ) -> SequenceBatch:
     """Both halves of ``n`` pairs in one batch: sequences ``[chosen_0..chosen_{n-1},
     rejected_0..rejected_{n-1}]``, each half with the same prompt ids and its own completion mask
-    (starting at its loss start, when given)."""
+    (starting at its loss start, and ANDed with its token mask, when given)."""
     n = len(prompt_ids)
     if not n == len(chosen_ids) == len(rejected_ids):
         raise ValueError("prompt_ids, chosen_ids and rejected_ids must have the same number of rows")
     starts = None
     if chosen_loss_starts is not None or rejected_loss_starts is not None:
         starts = _checked_starts(chosen_loss_starts, n) + _checked_starts(rejected_loss_starts, n)
+    masks = None
+    if chosen_loss_masks is not None or rejected_loss_masks is not None:
+        masks = list(chosen_loss_masks or [None] * n) + list(rejected_loss_masks or [None] * n)
     return build_sequence_batch(
-        list(prompt_ids) + list(prompt_ids), list(chosen_ids) + list(rejected_ids), layout, pad_token_id, starts
+        list(prompt_ids) + list(prompt_ids), list(chosen_ids) + list(rejected_ids), layout, pad_token_id, starts, masks
     )
 
 
@@ -224,17 +264,20 @@ def sequence_masks(batch: SequenceBatch) -> list[list[int]]:
 
 
 def check_loss_masks(batch: SequenceBatch, prompt_lens: list[int], completion_lens: list[int],
-                     loss_starts: list[int] | None = None) -> None:
+                     loss_starts: list[int] | None = None, token_masks: TokenMasks | None = None) -> None:
     """Raise ValueError unless every sequence's loss mask is 1 exactly on its completion tokens (from
-    its loss start on) and 0 on its prompt and on padding (invariant 1)."""
+    its loss start on, where its token mask is 1) and 0 on its prompt and on padding (invariant 1)."""
     if batch.num_sequences != len(prompt_lens) or len(prompt_lens) != len(completion_lens):
         raise ValueError("sequence counts do not match")
     if bool((batch.loss_mask & (batch.sequence_index < 0)).any()):
         raise ValueError("loss mask is set on padding")
     starts = _checked_starts(loss_starts, len(prompt_lens))
+    token = _checked_token_masks(token_masks, completion_lens)
     for i, mask in enumerate(sequence_masks(batch)):
         skipped = min(starts[i], completion_lens[i])
         expected = [0] * (prompt_lens[i] + skipped) + [1] * (completion_lens[i] - skipped)
+        if token[i] is not None:
+            expected[prompt_lens[i]:] = [e & int(bool(t)) for e, t in zip(expected[prompt_lens[i]:], token[i])]
         if mask != expected:
             where = "prompt" if any(mask[: prompt_lens[i]]) else "completion"
             raise ValueError(f"sequence {i}: loss mask is wrong on its {where} tokens")
@@ -247,13 +290,15 @@ def build_block_pair_batch(
     share: list[bool] | None = None,
     chosen_loss_starts: list[int] | None = None,
     rejected_loss_starts: list[int] | None = None,
+    chosen_loss_masks: TokenMasks | None = None,
+    rejected_loss_masks: TokenMasks | None = None,
 ) -> SequenceBatch:
     """``n`` pairs in one padding-free row of attention blocks; sequence ``i`` is chosen ``i`` and
     sequence ``n + i`` is rejected ``i``, as in `build_pair_batch`.
 
     ``share[i]`` puts pair ``i`` in one shared-prompt block (its prompt tokens appear once); other
     pairs get one causal block per half. Position ids are those each half would have alone. Loss
-    starts as in `build_pair_batch`.
+    starts and token masks as in `build_pair_batch`.
     """
     n = len(prompt_ids)
     if not n == len(chosen_ids) == len(rejected_ids):
@@ -263,6 +308,8 @@ def build_block_pair_batch(
         raise ValueError(f"share has {len(share)} entries for {n} pairs")
     chosen_starts = _checked_starts(chosen_loss_starts, n)
     rejected_starts = _checked_starts(rejected_loss_starts, n)
+    chosen_masks = _checked_token_masks(chosen_loss_masks, [len(c) for c in chosen_ids])
+    rejected_masks = _checked_token_masks(rejected_loss_masks, [len(r) for r in rejected_ids])
     ids: list[int] = []
     pos: list[int] = []
     seq: list[int] = []
@@ -271,16 +318,20 @@ def build_block_pair_batch(
     bounds: list[tuple[int, int]] = []
     shared_parts: list[tuple[int, int, int] | None] = []
 
-    def add_half(tokens: list[int], start_pos: int, seq_id: int, first_source: int, loss_from: int) -> None:
+    def add_half(tokens: list[int], start_pos: int, seq_id: int, first_source: int, loss_from: int,
+                 token_mask: Sequence[int] | None = None) -> None:
         # The first token's predictor is `first_source` (-1: none); later ones are predicted by the
         # token just before them in the row, which is in the same half. Tokens from `loss_from` on
-        # carry the loss (a prompt passes len(tokens): none).
+        # carry the loss (a prompt passes len(tokens): none), where `token_mask` is 1.
         base = len(ids)
         ids.extend(tokens)
         pos.extend(range(start_pos, start_pos + len(tokens)))
         seq.extend([seq_id] * len(tokens))
         skipped = min(loss_from, len(tokens))
-        loss.extend([False] * skipped + [True] * (len(tokens) - skipped))
+        if token_mask is None:
+            loss.extend([False] * skipped + [True] * (len(tokens) - skipped))
+        else:
+            loss.extend(k >= skipped and bool(m) for k, m in enumerate(token_mask))
         src.extend([first_source] + list(range(base, base + len(tokens) - 1)) if tokens else [])
 
     for i in range(n):
@@ -289,15 +340,16 @@ def build_block_pair_batch(
             start = len(ids)
             add_half(p, 0, i, -1, len(p))
             last_prompt = len(ids) - 1 if p else -1
-            add_half(c, len(p), i, last_prompt, chosen_starts[i])
-            add_half(r, len(p), n + i, last_prompt, rejected_starts[i])
+            add_half(c, len(p), i, last_prompt, chosen_starts[i], chosen_masks[i])
+            add_half(r, len(p), n + i, last_prompt, rejected_starts[i], rejected_masks[i])
             bounds.append((start, len(ids)))
             shared_parts.append((len(p), len(c), len(r)))
             continue
-        for completion, seq_id, loss_start in ((c, i, chosen_starts[i]), (r, n + i, rejected_starts[i])):
+        for completion, seq_id, loss_start, token_mask in ((c, i, chosen_starts[i], chosen_masks[i]),
+                                                           (r, n + i, rejected_starts[i], rejected_masks[i])):
             start = len(ids)
             add_half(p, 0, seq_id, -1, len(p))
-            add_half(completion, len(p), seq_id, len(ids) - 1 if p else -1, loss_start)
+            add_half(completion, len(p), seq_id, len(ids) - 1 if p else -1, loss_start, token_mask)
             bounds.append((start, len(ids)))
             shared_parts.append(None)
     bounds_kept = [(a, b) for a, b in bounds if b > a]

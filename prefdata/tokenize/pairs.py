@@ -44,6 +44,22 @@ from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.tokenize.template import Rendered, lost_fields, pinned_clock, template_fingerprint, template_messages
 from prefdata.tokenize.tokenizer import leading_special_ids, load_tokenizer, pick_anchor
 from prefdata.tokenize.truncate import truncate_pair
+from prefdata.tokenize.turns import (
+    Span,
+    completion_spans,
+    fit_mask,
+    generation_header,
+    generation_spans,
+    has_generation_blocks,
+    TurnRenders,
+    hh_spans,
+    needs_turn_masks,
+    render_chunks,
+    spans_from_renders,
+    token_mask,
+    trained_turns,
+    without_header,
+)
 
 # Characters of prompt and of completion on each side of the boundary that the boundary check
 # re-tokenizes (see `_boundary_mismatches`).
@@ -66,6 +82,12 @@ class _Texts:
     images: bool = False  # the prompt holds expanded image tokens (truncation must not cut them)
     image_tokens: list[int] | None = None  # tokens each image expanded to (None: not expanded)
     image_sizes: list[tuple[int, int]] | None = None  # (width, height) of each image expanded (spans by size)
+    # Completions holding turns the model did not write: the character spans of each half's trained
+    # turns (None: the whole completion is trained), and whether an EOS appended after it is trained.
+    chosen_spans: list[Span] | None = None
+    rejected_spans: list[Span] | None = None
+    chosen_tail: int = 1
+    rejected_tail: int = 1
 
 
 _NEEDS_PROCESSOR = "row has images: prepare image pairs with --processor (an AutoProcessor directory), not --tokenizer"
@@ -199,7 +221,13 @@ class PairTokenizer:
         """A plain-text row's texts, tokenized as written (no template). Tools cannot reach a model
         through plain text: that is a loss to report."""
         lost = (F.REASONING_LOST,) if pair.tools else ()
-        return _Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True, flags=lost)
+        texts = _Texts(pair.prompt, pair.chosen, pair.rejected, prompt_prefix_ids=True, flags=lost)
+        if pair.shape == "hh" and F.MULTI_TURN_COMPLETION in pair.flags:  # its Human turns stay out of the loss
+            texts.chosen_spans, ends = hh_spans(pair.chosen, self.settings.train_turns)
+            texts.chosen_tail = int(ends)
+            texts.rejected_spans, ends = hh_spans(pair.rejected, self.settings.train_turns)
+            texts.rejected_tail = int(ends)
+        return texts
 
     def _render_rows(self, pairs: list[Pair]) -> list[_Texts | RecordError]:
         """Render prompt (with generation prompt) once per row, and prompt + completion per half.
@@ -217,8 +245,11 @@ class PairTokenizer:
             prompts = self._render([c[0] for c in conversations], generation_prompt=True)
             fulls_c = self._render([c[0] + c[1] for c in conversations], generation_prompt=False)
             fulls_r = self._render([c[0] + c[2] for c in conversations], generation_prompt=False)
+            jobs = []
             for i, conversation, p, c, r in zip(plain, conversations, prompts, fulls_c, fulls_r):
                 out[i] = self._split_render(p, c, r, conversation, None)
+                jobs.append((out[i], conversation, _rendered(p, c, r)))
+            self._add_turn_spans(jobs, None)  # the batch's turn renders in a few batched calls
         except Exception:
             for i, conversation in zip(plain, conversations):
                 out[i] = self._render_one(conversation, None)
@@ -254,10 +285,12 @@ class PairTokenizer:
             p = self._render([prompt], True, tools)[0]
             c = self._render([prompt + chosen], False, tools)[0]
             r = self._render([prompt + rejected], False, tools)[0]
-        except Exception as exc:
+            texts = self._split_render(p, c, r, conversation, tools)
+            self._add_turn_spans([(texts, conversation, _rendered(p, c, r))], tools)
+        except Exception as exc:  # this row's template renders fail (a partial conversation too): this row only
             first = first_line(exc)
             return RecordError(f"chat template failed: {first}")
-        return self._split_render(p, c, r, conversation, tools)
+        return texts
 
     def _split_render(self, prompt: str, full_chosen: str, full_rejected: str,
                       conversation: tuple[list[Message], list[Message], list[Message]],
@@ -275,6 +308,52 @@ class PairTokenizer:
             if self._lost_fields(conversation, tools, rendered):
                 found = (F.REASONING_LOST,)
         return _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
+
+    def _add_turn_spans(self, jobs: list[tuple[_Texts, tuple[list[Message], list[Message], list[Message]], Rendered]],
+                        tools: list[Any] | None) -> None:
+        """For the rows whose completions need loss masks (tokenize.turns), the character spans of each
+        half's trained assistant turns: from the template's `{% generation %}` blocks where it has them,
+        else from renders up to and through each turn, made for many rows per call (`render_chunks`)."""
+        train_turns = self.settings.train_turns
+        pending: list[TurnRenders] = []
+        for texts, conversation, rendered in jobs:
+            if not needs_turn_masks(conversation[1:], train_turns):
+                continue
+            prompt = conversation[0]
+            header: str | None = None  # the generation prompt's header, rendered once when needed
+            for half, completion, full in (("chosen", conversation[1], rendered.fulls[0]),
+                                           ("rejected", conversation[2], rendered.fulls[1])):
+                turns = trained_turns(completion, train_turns)
+                blocks = None
+                if has_generation_blocks(self.tokenizer.chat_template):
+                    with pinned_clock(self._day):
+                        blocks = generation_spans(self.tokenizer, template_messages(prompt + completion), full, tools,
+                                                  self._render_kwargs)
+                if blocks is None:
+                    pending.append(TurnRenders(texts, half, prompt, completion, full, turns, rendered.cut))
+                    continue
+                if header is None:
+                    header = generation_header(rendered.prompt, self._render([prompt], False, tools)[0])
+                blocks = without_header([b for b in blocks if b[1] > rendered.cut], full, header)
+                self._put_spans(texts, half, completion, turns, blocks[-1:] if train_turns == "last" else blocks,
+                                rendered.cut, full)
+        for chunk in render_chunks(pending):
+            heads = self._render([job.prompt + job.completion[:j] for job in chunk for j in job.turns], True, tools)
+            ends = self._render([job.prompt + job.completion[: j + 1] for job in chunk for j in job.turns], False, tools)
+            k = 0
+            for job in chunk:
+                n = len(job.turns)
+                spans = spans_from_renders(heads[k : k + n], ends[k : k + n], job.full, self._special_strings)
+                self._put_spans(job.texts, job.half, job.completion, job.turns, spans, job.cut, job.full)
+                k += n
+
+    def _put_spans(self, texts: _Texts, half: str, completion: list[Message], turns: list[int], spans: list[Span],
+                   cut: int, full: str) -> None:
+        """A half's trained spans, relative to its completion text, and whether its end is trained."""
+        text = getattr(texts, half)
+        setattr(texts, f"{half}_spans", completion_spans(spans, cut, len(text), self._special_strings, full))
+        ends_trained = bool(completion) and completion[-1]["role"] == "assistant" and len(completion) - 1 in turns
+        setattr(texts, f"{half}_tail", int(ends_trained))
 
     def _lost_fields(self, conversation: tuple[list[Message], list[Message], list[Message]],
                      tools: list[Any] | None, rendered: Rendered) -> list[str]:
@@ -316,6 +395,7 @@ class PairTokenizer:
         all_texts = [r.prompt for r in rows] + chosen_texts + rejected_texts
         ids = encode_ids(self._backend, all_texts, self._anchor)
         starts = self._answer_starts(rows) if self.settings.loss_on == "answer" else None
+        masks = self._turn_masks(rows, ids, n)
 
         mismatch = self._boundary_mismatches(rows)
         eos = self._eos_id
@@ -333,11 +413,41 @@ class PairTokenizer:
             tokenized.image_tokens = row.image_tokens
             if starts is not None:
                 _set_loss_starts(tokenized, *starts[i])
+            if i in masks:
+                _set_loss_masks(tokenized, *masks[i], row)
             if mismatch[i]:
                 tokenized.flags.insert(0, F.PROMPT_BOUNDARY_MISMATCH)
             tokenized.flags[:0] = row.flags
             out.append(tokenized)
         return out
+
+    def _turn_masks(self, rows: list[_Texts], ids: list[Sequence[int]], n: int) -> dict[int, tuple[list[int], list[int]]]:
+        """Per row with turn spans: each half's loss mask over its completion ids as tokenized (before
+        the EOS handling and truncation that `_set_loss_masks` applies). Only those completions are
+        tokenized again, with offsets; a huge one counts the tokens before each span edge instead."""
+        anchor = self._anchor
+        jobs: list[tuple[int, int, str, int, list[Span]]] = []  # (row, half, text, anchor chars, spans)
+        for i, row in enumerate(rows):
+            if row.chosen_spans is None and row.rejected_spans is None:
+                continue
+            for half, text, spans in ((0, row.chosen, row.chosen_spans), (1, row.rejected, row.rejected_spans)):
+                lead = anchor if (anchor and row.prompt) else ""
+                jobs.append((i, half, lead + text, len(lead), [(0, len(text))] if spans is None else spans))
+        out: dict[int, list[list[int]]] = {}
+        small = [job for job in jobs if len(job[2]) < HUGE_TEXT_CHARS]
+        encodings = self._backend.encode_batch([job[2] for job in small], add_special_tokens=False) if small else []
+        for (i, half, _text, skip, spans), encoding in zip(small, encodings):
+            offsets = encoding.offsets[1:] if skip else encoding.offsets
+            out.setdefault(i, [[], []])[half] = token_mask(offsets, spans, skip)
+        for i, half, text, skip, spans in (job for job in jobs if len(job[2]) >= HUGE_TEXT_CHARS):
+            total = len(ids[(1 + half) * n + i]) - (1 if skip else 0)  # the anchor's id is still there
+            edges = [count_tokens_before(self._backend, text, anchor, skip + edge, 1 if skip else 0)
+                     for span in spans for edge in span]
+            mask = [0] * total
+            for start, stop in zip(edges[::2], edges[1::2]):
+                mask[start:stop] = [1] * (stop - start)
+            out.setdefault(i, [[], []])[half] = mask
+        return {i: (pair[0], pair[1]) for i, pair in out.items()}
 
     def _image_spans(self, prompt_ids: Sequence[int], row: _Texts) -> list[tuple[int, int]]:
         """[start, end) of each image's tokens in the prompt (prefdata.tokenize.vision)."""
@@ -471,6 +581,17 @@ def _end_with_one_eos(ids: Sequence[int], eos: int | None, append: bool = True) 
         ids.append(eos)
         return ids
     return ids + [eos]
+
+
+def _set_loss_masks(tokenized: TokenizedPair, chosen_mask: list[int], rejected_mask: list[int], row: _Texts) -> None:
+    """Each half's loss mask fitted to its final ids (an appended EOS belongs to the completion's last
+    turn; truncation cuts the mask with the ids); a half left with no trained token: `no_trained_tokens`."""
+    tokenized.chosen_loss_mask = fit_mask(chosen_mask, len(tokenized.chosen_ids), row.chosen_tail)
+    tokenized.rejected_loss_mask = fit_mask(rejected_mask, len(tokenized.rejected_ids), row.rejected_tail)
+    for mask, start in ((tokenized.chosen_loss_mask, tokenized.chosen_loss_start),
+                        (tokenized.rejected_loss_mask, tokenized.rejected_loss_start)):
+        if not any(mask[start or 0 :]) and F.NO_TRAINED_TOKENS not in tokenized.flags:
+            tokenized.flags.append(F.NO_TRAINED_TOKENS)
 
 
 def _set_loss_starts(tokenized: TokenizedPair, chosen_start: int, rejected_start: int) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from prefdata.core.errors import PrefdataError
 from prefdata.io.images import ImageAccess
 from prefdata.tokenize.template import TemplateSettings
+from prefdata.tokenize.turns import TRAIN_TURNS
 
 LOSS_ON = ("all", "answer")
 
@@ -20,6 +21,8 @@ class TokenizeSettings:
     template: template variables, a replacement template and the pinned date (tokenize.template).
     loss_on: "all" completion tokens, or only the "answer" (a leading reasoning block stays in the
     sequence, out of the loss: TokenizedPair.*_loss_start).
+    train_turns: in completions that hold turns the model did not write (agent trajectories, multi-turn
+    transcripts), "all" assistant turns are in the loss or only the "last" (TokenizedPair.*_loss_mask).
     """
 
     max_length: int | None = None
@@ -27,11 +30,14 @@ class TokenizeSettings:
     chat_template: bool = False
     template: TemplateSettings = field(default_factory=TemplateSettings)
     loss_on: str = "all"
+    train_turns: str = "all"
     images: ImageAccess = field(default_factory=ImageAccess)  # where image paths may be read from
 
     def __post_init__(self) -> None:
         if self.loss_on not in LOSS_ON:
             raise PrefdataError(f"--loss-on must be one of {', '.join(LOSS_ON)}, got {self.loss_on!r}")
+        if self.train_turns not in TRAIN_TURNS:
+            raise PrefdataError(f"--train-turns must be one of {', '.join(TRAIN_TURNS)}, got {self.train_turns!r}")
         for name in ("max_length", "max_prompt_length"):
             value = getattr(self, name)
             if value is None:

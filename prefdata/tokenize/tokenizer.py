@@ -24,14 +24,16 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
     elif os.path.isabs(path) or path.startswith((".", "~")) or path.count("/") > 1:
         raise PrefdataError(f"tokenizer directory not found: {path}")
     try:
-        from transformers import AutoTokenizer
+        from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
         # A name that is not a local directory is only looked up in the local HF cache: preparing
         # data never downloads anything.
-        local_only = not os.path.isdir(path)
-        tokenizer = AutoTokenizer.from_pretrained(
-            str(path), trust_remote_code=trust_remote_code, local_files_only=local_only
-        )
+        if os.path.isdir(path):
+            tokenizer = load_pretrained_tokenizer(path, trust_remote_code=trust_remote_code)
+        else:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
     except Exception as exc:  # any loading failure is a usage error: one line, no traceback
         if interrupted(exc):  # transformers' lazy imports wrap a Ctrl-C in RuntimeError
             raise KeyboardInterrupt from None

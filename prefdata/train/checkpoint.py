@@ -88,12 +88,17 @@ def save_final_model(policy, tokenizer, output: Path, lora: bool) -> None:
 
 def save_optimizer_state(output: Path, optimizer, scheduler) -> None:
     """The optimizer and schedule at the end of a run, to `output/optimizer/` (temporary dir + rename)."""
+    save_optimizer_states(output, optimizer.state_dict(), scheduler.state_dict())
+
+
+def save_optimizer_states(output: Path, optimizer_state: dict, scheduler_state: dict) -> None:
+    """`save_optimizer_state` from the state dicts (an online run's optimizer kept in memory)."""
     final = output / OPTIMIZER_DIR
     tmp = output / f".tmp-{OPTIMIZER_DIR}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(optimizer_state, tmp / "optimizer.pt")
+    torch.save(scheduler_state, tmp / "scheduler.pt")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
 

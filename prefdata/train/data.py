@@ -40,6 +40,7 @@ class PairData:
     padding_free: bool = False
     shared_pairs: int = 0  # kept rows whose prompt goes through the model once
     loss_on_answer: bool = False  # `--loss-on answer`: rows carry per-half loss starts
+    has_loss_masks: bool = False  # rows carry per-token loss masks (turns the model did not write)
     has_public_refs: bool = False  # the reference's public-length sums (LD-DPO) are loaded
     # Image OUT: its `images` column (Arrow, memory-mapped; a batch's rows are read and decoded per
     # batch by prefdata.model.vision_inputs), indexed by dataset row like `dataset`.
@@ -84,7 +85,8 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     import pyarrow.compute as pc
 
     require_pairs(out_dir, "train")  # an unfinished or pair-less OUT: one line, before anything is written
-    from prefdata.core.schema import LOSS_START_COLUMNS, OFFSET_COLUMN, WEIGHT_COLUMN, check_out, has_loss_starts
+    from prefdata.core.schema import (LOSS_MASK_COLUMNS, LOSS_START_COLUMNS, OFFSET_COLUMN, WEIGHT_COLUMN, check_out,
+                                      has_loss_masks, has_loss_starts)
 
     check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.core.schema)
     try:
@@ -107,6 +109,7 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
             f"run `prefdata refs {out_dir} --model ...` again"
         )
     loss_on_answer = has_loss_starts(dataset.column_names)
+    loss_masks = has_loss_masks(dataset.column_names)
     if has_refs:
         check_refs_loss_on(manifest, loss_on_answer, out_dir)
     images = None
@@ -142,10 +145,12 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     columns = ["prompt_ids", "chosen_ids", "rejected_ids"] + (list(REF_COLUMNS) if has_refs else [])
     columns += list(PUBLIC_REF_COLUMNS) if has_public else []
     columns += list(LOSS_START_COLUMNS) if loss_on_answer else []
+    columns += list(LOSS_MASK_COLUMNS) if loss_masks else []
     return PairData(
         dataset=dataset.select_columns(columns), rows=rows, pair_tokens=pair_tokens, manifest=manifest,
         has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
-        loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images, weights=weights, offsets=offsets,
+        loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images, has_loss_masks=loss_masks,
+        weights=weights, offsets=offsets,
     )
 
 
@@ -204,10 +209,10 @@ def pad_token_id(manifest: dict[str, Any], tokenizer: Any) -> int:
 
 
 def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir: Path, trust_remote_code: bool):
-    from transformers import AutoTokenizer
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(model), trust_remote_code=trust_remote_code)
+        tokenizer = load_pretrained_tokenizer(model, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model}: {str(exc).splitlines()[0]}") from None
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")

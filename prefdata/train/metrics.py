@@ -28,6 +28,8 @@ class TrainResult:
     # The trained model itself, for a caller in the same process (online rounds sample from it next
     # instead of loading the saved copy again); not part of any report.
     model: Any = field(default=None, repr=False, compare=False)
+    # The optimizer's and schedule's state dicts at the end, for a next call to continue in memory.
+    optimizer_state: Any = field(default=None, repr=False, compare=False)
 
     def summary(self) -> str:
         """What the CLI prints at the end: where the model and metrics are, and how it went."""

@@ -95,6 +95,8 @@ def train(
     save_optimizer: bool = False,
     ld_alpha: float | None = None,
     loaded_policy: Any = None,
+    loaded_optimizer: tuple[dict[str, Any], dict[str, Any]] | None = None,
+    save_model: bool = True,
     processor: str | Path | None = None,
 ) -> TrainResult:
     """Train a policy with a preference loss on OUT/ and save it to `output`.
@@ -108,7 +110,10 @@ def train(
     schedule spans (default: this run's steps), `save_optimizer` writes the optimizer and schedule
     state to `output/optimizer/`, and `optimizer_from` (such a directory's parent) continues them, so
     several calls train as one run with one optimizer and one schedule. `loaded_policy` is the model
-    at `model` already in memory (an earlier call's `TrainResult.model`): it is trained in place.
+    at `model` already in memory (an earlier call's `TrainResult.model`): it is trained in place;
+    `loaded_optimizer` (an earlier call's `TrainResult.optimizer_state`) continues its optimizer and
+    schedule without a trip through disk, and `save_model=False` leaves the model in memory only (an
+    online round between checkpoints).
     `ld_alpha` (LD-DPO, TRL's `ld_alpha`, in [0, 1]): the log-probs of each half's tokens beyond the
     shorter half's length are weighted by it, in the policy's and the reference's sums alike (needs
     refs from this prefdata: they store the reference's public-length sums). None: plain DPO.
@@ -148,9 +153,10 @@ def train(
     params = [p for p in policy.parameters() if p.requires_grad]
     span = schedule_steps if schedule_steps is not None else total_steps
     optimizer, scheduler, warmup_steps = _optimizer(params, lr, lr_schedule, warmup_ratio, span, schedule_steps is not None,
-                                                    optimizer_from, torch_device)
+                                                    optimizer_from, torch_device, loaded_optimizer)
     settings = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
-    config = _run_config(settings, out_dir, model, fwd.layout, data, total_steps, warmup_steps, span, optimizer_from, eval_dir)
+    continued = IN_MEMORY if loaded_optimizer is not None else optimizer_from
+    config = _run_config(settings, out_dir, model, fwd.layout, data, total_steps, warmup_steps, span, continued, eval_dir)
 
     # 5. resume or start clean, then the loop
     metrics_path = output / METRICS_FILE
@@ -172,7 +178,8 @@ def train(
         result.eval_metrics = run_eval(fwd, eval_data, batch_pairs=batch_pairs, batch_tokens=batch_tokens, rank=rank,
                                        world_size=world_size, step=step, epoch=result.epochs, metrics_path=metrics_path)
     result.model = policy
-    if rank == 0:
+    result.optimizer_state = (optimizer.state_dict(), scheduler.state_dict())
+    if rank == 0 and save_model:
         _save(output, policy, image_processor if vision is not None else tokenizer, lora, save_optimizer, optimizer, scheduler)
     if world_size > 1:
         _leave_distributed(created_group)
@@ -253,6 +260,9 @@ def _stall_detector(stall_steps: int, loss: str, beta: float, label_smoothing: f
     )
 
 
+# train_config.json's `optimizer_from` for a run that continued an optimizer handed over in memory.
+IN_MEMORY = "memory"
+
 # Settings recorded as given in train_config.json (and compared on resume, see checkpoint.py).
 _CONFIG_KEYS = (
     "loss", "beta", "label_smoothing", "simpo_gamma", "lr", "epochs", "max_steps", "batch_tokens", "batch_pairs",
@@ -270,8 +280,8 @@ def warmup_steps_for(warmup_ratio: float, span: int) -> int:
 
 
 def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, warmup_ratio: float, span: int,
-               continued: bool, optimizer_from: str | Path | None,
-               device: torch.device) -> tuple[torch.optim.Optimizer, Any, int]:
+               continued: bool, optimizer_from: str | Path | None, device: torch.device,
+               loaded: tuple[dict[str, Any], dict[str, Any]] | None = None) -> tuple[torch.optim.Optimizer, Any, int]:
     """AdamW (no weight decay) with linear warmup, then the schedule over `span` steps; the state of
     `optimizer_from` continued where given. `continued` (an online run's schedule, schedule_steps
     given) keeps TRL's warmup; see warmup_steps_for."""
@@ -281,7 +291,10 @@ def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, wa
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
                                   fused=device.type == "cuda")
     scheduler = make_scheduler(optimizer, lr_schedule, warmup_steps, span)
-    if optimizer_from is not None:
+    if loaded is not None:
+        optimizer.load_state_dict(loaded[0])
+        scheduler.load_state_dict(loaded[1])
+    elif optimizer_from is not None:
         load_optimizer_state(Path(optimizer_from), optimizer, scheduler, device)
     return optimizer, scheduler, warmup_steps
 

@@ -43,12 +43,17 @@ def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[Lo
     starts = (None, None)
     if data.loss_on_answer:
         starts = (batch_rows["chosen_loss_start"], batch_rows["rejected_loss_start"])
+    # Agent trajectories: the policy sums the same model turns as the stored refs (mask 1).
+    masks = {}
+    if data.has_loss_masks:
+        masks = {"chosen_loss_masks": batch_rows["chosen_loss_mask"], "rejected_loss_masks": batch_rows["rejected_loss_mask"]}
     with fwd.autocast:
         ld = fwd.ld_alpha is not None
         # Image pairs: the batch's images, read here and decoded per batch (model/vision_inputs).
         pixels = {"images": data.images_of(rows), "vision": fwd.vision} if fwd.vision is not None else {}
         logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
-                           fwd.layout, fwd.pad_token_id, *starts, **({"public": True} if ld else {}), **pixels)
+                           fwd.layout, fwd.pad_token_id, *starts, **({"public": True} if ld else {}), **pixels,
+                           **masks)
         ref_c = ref_r = None
         if data.has_refs:
             ref_c, ref_r = (torch.tensor(batch_rows[f"ref_{half}_logps"], dtype=torch.float32, device=logps.chosen.device)

@@ -10,6 +10,11 @@ and repeated, where TRL runs the image processor twice). What
 `processor(text, images)` adds on the text side (`token_type_ids`, `mm_token_type_ids`) comes from the
 processor's own `create_mm_token_type_ids` over the stored ids. Stored `ref_chosen_logps` /
 `ref_rejected_logps` pass through, as in TRL's text collator.
+
+`LossMaskCollator` wraps either for OUTs with per-token loss masks (agent trajectories, multi-turn
+completions): TRL's `completion_mask` is 1 on every completion token, and TRL sums log-probs where it
+is 1 (labels elsewhere are -100), so ANDing the stored masks into it makes TRL's loss sum exactly
+the tokens `prefdata refs` summed.
 """
 
 from __future__ import annotations
@@ -59,6 +64,34 @@ class ImagePairCollator:
 
             type_ids = torch.tensor(self.processor.create_mm_token_type_ids(batch["input_ids"]))
             batch.update({key: type_ids for key in self.type_id_keys})
+        return batch
+
+
+@dataclass
+class LossMaskCollator:
+    """A preference collator whose `completion_mask` keeps only the tokens OUT's loss masks mark 1.
+
+    TRL lays a batch out as rows [chosen_0..chosen_{n-1}, rejected_0..rejected_{n-1}], each
+    `prompt_ids + completion_ids`, right-padded and uncut (the hand-off holds `max_length` to OUT's)."""
+
+    base: Any
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        batch = self.base(examples)
+        mask = batch["completion_mask"]
+        n = len(examples)
+        for i, example in enumerate(examples):
+            start = len(example["prompt_ids"])
+            for row, half in ((i, "chosen"), (n + i, "rejected")):
+                kept = example.get(f"{half}_loss_mask")
+                if kept is None:
+                    continue
+                if len(kept) != len(example[f"{half}_ids"]) or start + len(kept) > mask.shape[1]:
+                    raise PrefdataError(f"a {half}_loss_mask does not fit its completion in the batch (cut by max_length?)")
+                span = mask[row, start : start + len(kept)]
+                mask[row, start : start + len(kept)] = span * torch.tensor(kept, dtype=span.dtype)
         return batch
 
 

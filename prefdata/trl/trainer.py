@@ -14,6 +14,10 @@ and training loop and changes only what the data needs:
   differs from OUT's, a `max_length` that disagrees with OUT's, and refs missing where the loss needs
   them; and data prepared with `--loss-on answer` (TRL's collator would put the reasoning tokens back
   in the loss). The settings come from OUT's DatasetInfo (prefdata.io.handoff), so `load_from_disk` is enough.
+- Per-token loss masks (`chosen_loss_mask`/`rejected_loss_mask`: agent trajectories, multi-turn
+  completions): `LossMaskCollator` (prefdata.trl.collator) ANDs them into TRL's `completion_mask`, so
+  TRL sums the policy's log-probs over the model's turns only, as the stored refs were summed; a custom
+  `data_collator` with such data is refused (it would put tool results and user turns in the loss).
 - Per-pair ODPO offsets (OUT's `offset` column, δ): TRL 1.16 has no offset input (TRL #5613), but its
   sigmoid, hinge and robust losses read the policy/reference log-ratios only through βΔ, so the hand-off
   gives TRL `ref_chosen_logps + δ/β`, which makes βΔ exactly βΔ - δ (TRL then logs rewards/chosen
@@ -32,7 +36,9 @@ that changes them): `DPOTrainer._prepare_dataset(dataset, processing_class, args
 `DPOTrainer._precompute_ref_logps(dataset, name, batch_size)`, `trl.trainer.dpo_trainer.hash_module`,
 the collator passing `ref_*_logps` through, `_compute_loss` reading them when
 `precompute_ref_log_probs` is set, and for image OUTs the `_is_vision_dataset` attribute and
-`_set_signature_columns_if_needed`.
+`_set_signature_columns_if_needed`; for per-token loss masks, `DataCollatorForPreference`'s layout
+(rows [chosen..., rejected...], each prompt + completion, right-padded) and `_compute_loss` summing
+where `completion_mask` is 1 (tests/test_trajectories.py::test_trl_hand_off_trains_on_the_masked_tokens_only).
 """
 
 from __future__ import annotations
@@ -54,12 +60,13 @@ from packaging.specifiers import SpecifierSet
 
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
-from prefdata.core.schema import LOSS_START_COLUMNS, OFFSET_COLUMN, PUBLIC_REF_COLUMNS, WEIGHT_COLUMN, check_table
+from prefdata.core.schema import (LOSS_MASK_COLUMNS, LOSS_START_COLUMNS, OFFSET_COLUMN, PUBLIC_REF_COLUMNS,
+                                  WEIGHT_COLUMN, check_table)
 from prefdata.io.handoff import read_settings
 from prefdata.io.manifest import tokenizer_fingerprint
 from prefdata.tokenize.processor import load_processor
 from prefdata.tokenize.vision import processor_fingerprint
-from prefdata.trl.collator import ImagePairCollator
+from prefdata.trl.collator import ImagePairCollator, LossMaskCollator
 
 __all__ = ["DPOConfig", "DPOTrainer", "load_out", "out_settings", "TESTED_TRL"]
 
@@ -135,6 +142,12 @@ def check_max_length(max_length: int | None, settings: dict[str, Any], dataset: 
             f"DPOConfig(max_length={max_length}) disagrees with {name}'s max_length={prepared} (prepared and "
             f"scored at that length): pass max_length={prepared} or None, or prepare again with --max-length {max_length}"
         )
+
+
+def has_loss_masks(dataset: datasets.Dataset) -> bool:
+    """Whether some row carries per-token loss masks (turns the model did not write)."""
+    present = [c for c in LOSS_MASK_COLUMNS if c in dataset.column_names]
+    return bool(present) and dataset.data.table.column(present[0]).null_count < dataset.num_rows
 
 
 def check_loss_on(settings: dict[str, Any], dataset: datasets.Dataset, name: str) -> None:
@@ -382,11 +395,22 @@ class DPOTrainer(_trl.DPOTrainer):
         template = getattr(self, "_prefdata_template", None)
         if template:  # OUT was rendered with --chat-template-file: the saved tokenizer carries that template
             _tokenizer_of(processing_class).chat_template = template
+        masked = any(has_loss_masks(dataset) for _, dataset in named)
+        if masked and data_collator is not None:
+            raise PrefdataError(
+                "the data has per-token loss masks (chosen_loss_mask: turns the model did not write) and a custom "
+                "data_collator was passed, which would put those turns in the loss: pass no data_collator"
+            )
         if images and data_collator is None:  # OUT's ids as written, plus the images' pixel values
             data_collator = ImagePairCollator(
                 processor=processing_class, pad_token_id=_pad_token_id(_tokenizer_of(processing_class), args),
                 max_length=args.max_length, pad_to_multiple_of=args.pad_to_multiple_of,
             )
+        if masked:  # TRL's completion mask ANDed with OUT's: the model's turns only, as the refs were summed
+            data_collator = LossMaskCollator(data_collator or _dpo_module.DataCollatorForPreference(
+                pad_token_id=_pad_token_id(_tokenizer_of(processing_class), args), max_length=args.max_length,
+                truncation_mode=args.truncation_mode, pad_to_multiple_of=args.pad_to_multiple_of,
+            ))
         content_hash = str(out_settings(train_dataset).get("content_hash"))
         with _no_model_hash(content_hash):
             super().__init__(
@@ -452,7 +476,7 @@ class DPOTrainer(_trl.DPOTrainer):
         """The columns the collator reads (TRL's tokenized ones, plus the images), which
         `remove_unused_columns` keeps."""
         if self._signature_columns is None:
-            self._signature_columns = [*ID_COLUMNS, *REF_COLUMNS, IMAGE_COLUMN]
+            self._signature_columns = [*ID_COLUMNS, *REF_COLUMNS, IMAGE_COLUMN, *LOSS_MASK_COLUMNS]
 
     def _prepare_dataset(self, dataset: Any, processing_class: Any, args: DPOConfig, dataset_name: str) -> Any:
         """OUT's rows as written: TRL would re-tokenize the text columns here and overwrite the ids."""

@@ -73,6 +73,7 @@ def validate(
     max_length: int | None = None,
     max_prompt_length: int | None = None,
     chat_template: bool = False,
+    train_turns: str = "all",
     progress: bool = True,
     trust_remote_code: bool = False,
     batch_size: int = 1000,
@@ -147,7 +148,8 @@ def validate(
                        benchmarks=index, image_tokens=image_token_counter(processor, input_path, trust_remote_code))
     else:
         settings = _tokenize_settings(input_path, hub, mix, loaded_policy, max_length, max_prompt_length, chat_template,
-                                      template_kwargs, chat_template_file, template_date, allowed_image_root)
+                                      template_kwargs, chat_template_file, template_date, allowed_image_root,
+                                      train_turns)
         pair_tokenizer = select_pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
         check_raw(
             mix or input_path, builder, loaded_policy, settings, pair_tokenizer=pair_tokenizer, against=against,
@@ -214,7 +216,7 @@ def _tokenize_settings(
     input_path: Path, hub: Any, mix: MixPlan | None, policy: Policy, max_length: int | None,
     max_prompt_length: int | None, chat_template: bool, template_kwargs: dict[str, Any] | list[str] | None,
     chat_template_file: str | Path | None, template_date: str | None,
-    allowed_image_root: str | Path | list[str | Path] | None,
+    allowed_image_root: str | Path | list[str | Path] | None, train_turns: str = "all",
 ) -> Any:
     """How raw INPUT is rendered and tokenized, as `prepare` would; image paths are read under
     INPUT's directory (a mixture's: the mix file's) or an allowed root."""
@@ -228,7 +230,7 @@ def _tokenize_settings(
         date=template_date or DEFAULT_TEMPLATE_DATE,
     )
     return TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length,
-                            chat_template=chat_template, template=template,
+                            chat_template=chat_template, template=template, train_turns=train_turns,
                             images=image_access(None if hub else (input_path.parent if mix else input_path),
                                                 mix is not None, allowed_image_root,
                                                 policy.max_image_pixels))

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
 # re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
 _STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
-_STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION, F.TIED_REWARD, F.REWARD_DISAGREES)
+_STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION, F.TIED_REWARD, F.REWARD_DISAGREES, F.ENVIRONMENT_DIFFERS,
+                      F.DIVERGES_AT_NON_MODEL_TURN, F.UNEQUAL_TURNS)
 
 
 def is_prepared_dir(path: str | Path) -> bool:
@@ -157,6 +158,8 @@ def iter_prepared_rows(
                 v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
             )
             extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
+            if _untrained_half(batch, i):  # checked on the stored masks, as refs and train read them
+                extra.append(F.NO_TRAINED_TOKENS)
             if stored_batch is not None and stored_batch[i]:
                 pair.image_data = _stored_images(stored_batch[i], pair, out_dir, policy.max_image_pixels)
                 tokenized.image_tokens = image_tokens(pair.image_data) if image_tokens is not None else None
@@ -164,6 +167,16 @@ def iter_prepared_rows(
             ordinal += 1
             raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
             yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
+
+
+def _untrained_half(batch: dict[str, list[Any]], i: int) -> bool:
+    """Whether a half's stored loss mask has no 1 past its loss start (`no_trained_tokens`)."""
+    for half in ("chosen", "rejected"):
+        mask = batch.get(f"{half}_loss_mask", [None] * (i + 1))[i]
+        start = batch.get(f"{half}_loss_start", [None] * (i + 1))[i] or 0
+        if mask is not None and not any(mask[start:]):
+            return True
+    return False
 
 
 def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path, max_pixels: int) -> list[Any]:

@@ -39,6 +39,10 @@ DESIGN_DEFAULTS = {
     F.IMAGE_MISMATCH: "error",
     F.IMAGE_TRUNCATED: "drop",
     F.LENGTH_BALANCE: "drop",
+    F.ENVIRONMENT_DIFFERS: "drop",
+    F.DIVERGES_AT_NON_MODEL_TURN: "drop",
+    F.NO_TRAINED_TOKENS: "drop",
+    F.UNEQUAL_TURNS: "warn",
     F.NOT_SELECTED: "drop",
 }
 

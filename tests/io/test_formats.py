@@ -127,16 +127,17 @@ def test_conversational_implicit_multi_turn_shared_prefix():
     assert pair.flags == []
 
 
-def test_conversational_implicit_diverging_at_a_user_turn_is_multi_turn():
+def test_conversational_implicit_diverging_at_a_user_turn_is_flagged_not_moved_back():
     pair = _pair(
         {
             "chosen": [user("Q1"), assistant("A1"), user("Q2"), assistant("A2")],
             "rejected": [user("Q1"), assistant("A1"), user("other"), assistant("B2")],
         }
     )
-    assert pair.prompt_messages == [user("Q1")]  # the cut moves back to an assistant turn
-    assert pair.chosen == "assistant: A1\n\nuser: Q2\n\nassistant: A2"
-    assert pair.flags == [flags.MULTI_TURN_COMPLETION]
+    # Split where they differ (a user turn): the halves answer different questions, not a model decision.
+    assert pair.prompt_messages == [user("Q1"), assistant("A1")]
+    assert pair.chosen == "user: Q2\n\nassistant: A2"
+    assert pair.flags == [flags.DIVERGES_AT_NON_MODEL_TURN]
 
 
 def test_conversational_implicit_identical_lists_split_at_last_assistant_turn():

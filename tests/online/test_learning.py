@@ -46,7 +46,7 @@ def test_rounds_train_on_the_sampled_ids_and_still_check_the_text(tmp_path, tiny
     line = _lines(out / "rounds.jsonl")[1]
     assert line["unfinished"] == sum(not g["finished"] for g in _lines(out / "round-2" / "generations.jsonl"))
     config = json.loads((out / "round-2" / "policy" / "train_config.json").read_text())
-    assert config["optimizer_from"] == str(out / "round-1" / "policy")  # round 2 continued round 1's optimizer
+    assert config["optimizer_from"] == "memory"  # round 2 continued round 1's optimizer (no checkpoint between)
     assert config["schedule_steps"] == 2 * 1 * 2  # rounds x epochs x ceil(4 prompts / 2 pairs)
 
 
@@ -64,12 +64,17 @@ def test_text_checks_run_on_pairs_that_carry_their_ids(tmp_path, tiny_model_dir)
     assert result.rows_out == 1 and result.flag_counts.get("identical") == 1
 
 
+@pytest.mark.parametrize(("save_every", "resumed_after"), [(1, 2), (2, 2), (3, 0)])
 def test_a_killed_run_ends_where_an_uninterrupted_run_ends(tmp_path, tiny_model_dir, prompts_file, rules_file,
-                                                            monkeypatch):
+                                                            monkeypatch, save_every, resumed_after):
+    """Killed in round 3, rerun: it continues from the last checkpoint (every `save_every` rounds;
+    rounds after it are redone) and ends with the weights of a run that was never killed and saved
+    every round (the policy and optimizer kept in memory between checkpoints train the same)."""
     import prefdata.train as train_module
 
     kwargs = dict(model=tiny_model_dir, reward_fn=f"{rules_file}:length", rounds=3, **RUN)
-    run_online(prompts_file, output=tmp_path / "whole", **kwargs)
+    run_online(prompts_file, output=tmp_path / "whole", **kwargs, save_every=1)
+    kwargs["save_every"] = save_every
 
     real_train = train_module.train
     calls = []
@@ -86,7 +91,9 @@ def test_a_killed_run_ends_where_an_uninterrupted_run_ends(tmp_path, tiny_model_
         run_online(prompts_file, output=tmp_path / "killed", **kwargs)
     monkeypatch.setattr(train_module, "train", real_train)
     result = run_online(prompts_file, output=tmp_path / "killed", **kwargs)
-    assert result.resumed_after == 2
+    assert result.resumed_after == resumed_after
+    saved = [line["saved"] for line in _lines(tmp_path / "killed" / "rounds.jsonl")]
+    assert saved == [r % save_every == 0 or r == 3 for r in (1, 2, 3)]
 
     whole, resumed = _weights(tmp_path / "whole" / "policy"), _weights(tmp_path / "killed" / "policy")
     assert all(torch.equal(whole[k], resumed[k]) for k in whole)

@@ -68,7 +68,8 @@ def test_a_killed_run_continues_from_the_last_finished_round(tmp_path, tiny_mode
                                                               monkeypatch):
     out = tmp_path / "run"
     kwargs = {"model": tiny_model_dir, "output": out, "reward_model": reward_model_dir, "prompts_per_round": 4,
-              "samples": 2, "max_new_tokens": 4, "batch_pairs": 2, "device": "cpu", "progress": False}
+              "samples": 2, "max_new_tokens": 4, "batch_pairs": 2, "device": "cpu", "progress": False,
+              "save_every": 1}
     real_run = R._Round.run
 
     def killed_in_round_2(self, r, prompts, policy_dir):
@@ -96,3 +97,21 @@ def test_a_killed_run_continues_from_the_last_finished_round(tmp_path, tiny_mode
 
     with pytest.raises(PrefdataError, match="other settings"):
         run_online(prompts_file, rounds=3, **{**kwargs, "samples": 3})
+
+
+def test_by_default_a_run_is_fully_online_over_one_pass_of_the_prompts(tmp_path, tiny_model_dir, prompts_file,
+                                                                        rules_file):
+    """No --prompts-per-round: each round samples --batch-pairs prompts and takes one step, as TRL's
+    OnlineDPOTrainer samples before every step; no --rounds: one pass over the 16 prompts. The policy
+    goes to disk every ceil(64 / 4) = 16 rounds and after the last: here only after round 4."""
+    out = tmp_path / "run"
+    result = run_online(prompts_file, model=tiny_model_dir, output=out, reward_fn=f"{rules_file}:length",
+                        samples=2, max_new_tokens=4, batch_pairs=4, lr=1e-2, device="cpu", progress=False)
+    lines = _lines(out / "rounds.jsonl")
+    assert [line["prompts"] for line in lines] == [4, 4, 4, 4]
+    assert all(line["steps"] == 1 for line in lines if line["trained"])
+    assert [line["saved"] for line in lines] == [False, False, False, True]
+    config = json.loads((out / "online_config.json").read_text())
+    assert (config["prompts_per_round"], config["rounds"], config["save_every"]) == (4, 4, 16)
+    assert (result.policy / "config.json").is_file()
+    assert not (out / "round-2" / "policy" / "config.json").exists()  # between checkpoints: metrics only

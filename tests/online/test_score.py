@@ -178,3 +178,21 @@ def test_prompts_of_a_one_line_json_array_stay_apart():
         row["reward"] = reward
     pairs, stats = make_pairs(rows)
     assert stats.prompts == 2 and [(p["prompt"], p["chosen"], p["rejected"]) for p in pairs] == [("A", "y", "x"), ("B", "z", "w")]
+
+
+def test_reward_function_values_beyond_any_float_are_no_reward_and_numpy_numbers_count(tmp_path):
+    """A reward function is user code: a 400-digit int is no reward (as NaN), not an OverflowError
+    traceback; numpy's scalars are numbers; a string is refused in one line."""
+    import numpy as np
+
+    from prefdata.core.errors import PrefdataError
+    from prefdata.online.rewards import RewardFunctionScorer
+
+    (tmp_path / "r.py").write_text(
+        "import numpy as np\n"
+        "def huge(prompts, completions, **kw):\n    return [10 ** 400, np.float32(0.5), np.int64(2), None]\n"
+        "def text(prompts, completions, **kw):\n    return ['high'] * len(prompts)\n")
+    values = RewardFunctionScorer(f"{tmp_path / 'r.py'}:huge")(["p"] * 4, ["c"] * 4)
+    assert np.isnan(values[0]) and values[1:3] == [0.5, 2.0] and np.isnan(values[3])
+    with pytest.raises(PrefdataError, match="returned str, not a number"):
+        RewardFunctionScorer(f"{tmp_path / 'r.py'}:text")(["p"], ["c"])

@@ -1,0 +1,62 @@
+"""Loading a tokenizer from a local directory once per process.
+
+`prefdata online` runs generate, prepare, refs and train once per round, and each of them loads the
+policy's tokenizer: three loads of 12-25 ms per round on a small tokenizer, and more for a real one.
+With one optimizer step per round (fully online) that fixed cost weighed as much as the step. The
+first load is kept; later calls get a deep copy (about 7 ms), so a caller that changes its
+tokenizer (a chat template set from a file, padding side) never changes another caller's.
+
+The cache key includes every file of the directory with its size and modification time: a tokenizer
+saved again into the same directory is loaded afresh. Names that are not local directories (the
+Hugging Face cache) are not cached.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections import OrderedDict
+from typing import Any
+
+_KEEP = 4  # tokenizers held at once: a run uses the policy's and perhaps a reward model's
+_LOADED: OrderedDict[tuple, Any] = OrderedDict()
+
+
+def _directory_key(path: str, trust_remote_code: bool, kwargs: dict[str, Any]) -> tuple | None:
+    if not os.path.isdir(path):
+        return None
+    try:
+        entries = sorted(os.scandir(path), key=lambda entry: entry.name)
+        files = tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file())
+    except OSError:
+        return None
+    return (os.path.realpath(path), trust_remote_code, tuple(sorted(kwargs.items())), files)
+
+
+def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False, **kwargs: Any) -> Any:
+    """`AutoTokenizer.from_pretrained(path, ...)`, loaded from disk once per process for a local
+    directory whose files have not changed since; each call returns its own copy."""
+    from transformers import AutoTokenizer
+
+    path = str(path)
+    try:
+        key = _directory_key(path, trust_remote_code, kwargs)
+        hash(key)
+    except TypeError:  # unhashable keyword values: load without the cache
+        key = None
+    if key is not None and key in _LOADED:
+        _LOADED.move_to_end(key)
+        try:
+            return copy.deepcopy(_LOADED[key])
+        except Exception:  # a tokenizer that cannot be copied is loaded afresh every time
+            del _LOADED[key]
+            key = None
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    if key is not None:
+        try:
+            _LOADED[key] = copy.deepcopy(tokenizer)  # the caller may change the one it gets
+        except Exception:
+            return tokenizer
+        while len(_LOADED) > _KEEP:
+            _LOADED.popitem(last=False)
+    return tokenizer
