@@ -409,3 +409,39 @@ def test_selection_does_not_depend_on_how_out_was_written(outs, tmp_path, tiny_m
     assert _manifest(tmp_path / "one")["content_hash"] == _manifest(tmp_path / "many")["content_hash"]
     assert _table(tmp_path / "one") == _table(tmp_path / "many")
     assert (tmp_path / "one" / "dropped.jsonl").read_text() == (tmp_path / "many" / "dropped.jsonl").read_text()
+
+
+def test_on_policy_scores_only_the_model_turns_of_a_trajectory(tmp_path):
+    """Rows with per-token loss masks (agent trajectories): the mean runs over the tokens the loss sums
+    (mask 1), as refs and train sum them, not over tool results and user turns."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from prefdata.select import _policy_pass
+    from tests.test_trajectories import ROWS, _write
+    from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
+    from prefdata.tiny.text import REASONING_TEMPLATE
+
+    build_tiny_tokenizer(tmp_path / "tok", chat_template=REASONING_TEMPLATE)
+    build_tiny_model(tmp_path / "model", tokenizer_dir=tmp_path / "tok")
+    model_dir, out = str(tmp_path / "model"), tmp_path / "out"
+    prepare(_write(tmp_path / "raw.jsonl", ROWS), out, tokenizer=model_dir, progress=False, workers=1)
+    dataset = datasets.load_from_disk(str(out))
+    assert "chosen_loss_mask" in dataset.column_names
+    got = compute_signal("on_policy", Columns(dataset.data.table, "OUT", 0,
+                                              _policy_pass(dataset.data.table, model_dir, _manifest(out), "cpu")))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+    def masked_mean(prompt, completion, mask):
+        ids = torch.tensor([prompt + completion])
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], dim=-1)
+        mask = mask if mask is not None else [1] * len(completion)
+        picked = [float(logp[len(prompt) + k - 1, completion[k]]) for k in range(len(completion))
+                  if mask[k] and len(prompt) + k >= 1]
+        return sum(picked) / len(picked)
+
+    want = [(masked_mean(r["prompt_ids"], r["chosen_ids"], r["chosen_loss_mask"])
+             + masked_mean(r["prompt_ids"], r["rejected_ids"], r["rejected_loss_mask"])) / 2 for r in dataset.to_list()]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert any(0 in (r["chosen_loss_mask"] or []) for r in dataset.to_list())  # masks really leave tokens out
