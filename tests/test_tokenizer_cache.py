@@ -29,3 +29,11 @@ def test_a_tokenizer_saved_again_into_the_directory_is_reloaded(tmp_path):
     time.sleep(0.01)  # a distinct modification time even on coarse clocks
     tokenizer.save_pretrained(str(tmp_path / "tok"))
     assert load_pretrained_tokenizer(tmp_path / "tok").chat_template == "{{ 'saved again' }}"
+
+
+def test_read_only_callers_share_the_cached_tokenizer_and_others_still_get_copies(tmp_path):
+    build_tiny_tokenizer(tmp_path / "tok")
+    load_pretrained_tokenizer(tmp_path / "tok")
+    shared = load_pretrained_tokenizer(tmp_path / "tok", read_only=True)
+    assert shared is load_pretrained_tokenizer(tmp_path / "tok", read_only=True)
+    assert load_pretrained_tokenizer(tmp_path / "tok") is not shared

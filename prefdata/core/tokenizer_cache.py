@@ -33,9 +33,11 @@ def _directory_key(path: str, trust_remote_code: bool, kwargs: dict[str, Any]) -
     return (os.path.realpath(path), trust_remote_code, tuple(sorted(kwargs.items())), files)
 
 
-def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False, **kwargs: Any) -> Any:
+def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False, *, read_only: bool = False,
+                              **kwargs: Any) -> Any:
     """`AutoTokenizer.from_pretrained(path, ...)`, loaded from disk once per process for a local
-    directory whose files have not changed since; each call returns its own copy."""
+    directory whose files have not changed since; each call returns its own copy, except with
+    `read_only`: a caller that only encodes, fingerprints or saves it gets the cached one itself."""
     from transformers import AutoTokenizer
 
     path = str(path)
@@ -46,6 +48,8 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
         key = None
     if key is not None and key in _LOADED:
         _LOADED.move_to_end(key)
+        if read_only:
+            return _LOADED[key]
         try:
             return copy.deepcopy(_LOADED[key])
         except Exception:  # a tokenizer that cannot be copied is loaded afresh every time

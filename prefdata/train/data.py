@@ -212,7 +212,8 @@ def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir:
     from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
     try:
-        tokenizer = load_pretrained_tokenizer(model, trust_remote_code=trust_remote_code)
+        # Read only: fingerprinted, its pad id read, saved with the model.
+        tokenizer = load_pretrained_tokenizer(model, trust_remote_code=trust_remote_code, read_only=True)
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model}: {str(exc).splitlines()[0]}") from None
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
