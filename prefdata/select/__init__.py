@@ -22,6 +22,7 @@ from prefdata.core.quiet import quiet_libraries, wants_quiet
 from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
 from prefdata.io.manifest import require_pairs, sha256_file
 from prefdata.io.out_dir import abandon, prepare_output_dir, publish
+from prefdata.report import render_selection
 from prefdata.report import selection as report
 from prefdata.select.rule import Selection, choose, parse_keep, weights_from
 from prefdata.select.signals import SIGNALS, Columns, available_signals, compute_signal
@@ -47,7 +48,7 @@ class SelectResult:
     problem: str = ""  # one line when nothing was kept (exit 1)
 
     def summary(self) -> str:
-        return (f"{report.summary_line(self.report)}\nwrote {self.new_dir}/ (report: {self.new_dir}/report.html, "
+        return (f"{render_selection.summary_line(self.report)}\nwrote {self.new_dir}/ (report: {self.new_dir}/report.html, "
                 f"{self.new_dir}/report.md)")
 
 
@@ -110,8 +111,8 @@ def select_pairs(
         copy_quarantine(out, staging)
         built = _report(by, settings, values, chosen, extra, columns, table, accounting, lineage)
         (staging / "report.json").write_text(json.dumps(built, indent=2) + "\n", encoding="utf-8")
-        (staging / "report.md").write_text(report.render_markdown(built), encoding="utf-8")
-        (staging / "report.html").write_text(report.render_html(built), encoding="utf-8")
+        (staging / "report.md").write_text(render_selection.render_markdown(built), encoding="utf-8")
+        (staging / "report.html").write_text(render_selection.render_html(built), encoding="utf-8")
         write_new_manifest(staging, manifest, accounting=accounting, new_hash=new_hash, columns=written,
                            not_selected=not_selected, lineage=lineage, selection=settings)
         publish(staging, new)

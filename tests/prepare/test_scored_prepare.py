@@ -212,7 +212,7 @@ def test_pairing_flags_are_on_prepare_and_validate(capsys) -> None:
         with pytest.raises(SystemExit):
             build_parser().parse_args([command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
-        for flag in ("--pairing {best-worst,best-vs-random-lower,all-pairs,top-k}", "--pairing-seed", "--min-score-margin",
+        for flag in ("--pairing {best-worst,best-vs-random-lower,all-pairs,top-k,sweet-spot}", "--pairing-seed", "--min-score-margin",
                      "--rating", "--top-k", "lower rank"):
             assert flag in text, (command, flag)
     args = build_parser().parse_args(["prepare", "r", "o", "--pairing", "top-k", "--top-k", "3", "--min-score-margin", "0.5",
