@@ -1,6 +1,7 @@
-"""`python -m prefdata.tiny.online_demo`: online DPO on CPU in about a minute, with tiny models built in code.
+"""`python -m prefdata.tiny.online_demo`: online DPO on CPU in well under a minute, with tiny models built in code.
 
-Four rounds of generate -> score -> prepare -> refs -> train on the learning case of
+Fully online rounds (4 prompts, one step each; 16 rounds = 4 passes over the 16 prompts) of
+generate -> score -> prepare -> refs -> train on the learning case of
 `bench/bench_online.py --learn` (a tiny random Llama policy, a 6k-vocabulary ChatML tokenizer, a rule
 reward = the answer's share of letters a to m), printing each round and the curve of the mean reward
 of fresh samples: it rises as the policy learns. Then an offline preference file scored by a tiny
@@ -10,6 +11,7 @@ reward model with its own tokenizer, for `reward_disagrees`.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_demo(work: Path, rounds: int = 4) -> int:
+def run_demo(work: Path, passes: int = 4) -> int:
     import statistics
 
     from prefdata.online.generate import generate_rows
@@ -36,22 +38,28 @@ def run_demo(work: Path, rounds: int = 4) -> int:
     build_tiny_reward_model(work / "tiny-reward-model")
 
     run = work / "online"
+    shutil.rmtree(run, ignore_errors=True)  # the demo's own run: each demo starts afresh, whatever ran there before
+    # Fully online (the default): 4 prompts a round, one step each; `passes` passes over the 16 prompts.
+    rounds = passes * 16 // 4
     print(f"[2/3] prefdata online {case['prompts']} --model {case['policy']} --reward-fn {case['reward_fn']} "
-          f"--rounds {rounds} --prompts-per-round 16 --samples 4 --max-new-tokens 16 --lr 5e-2 --batch-pairs 4 "
-          f"--output {run}")
+          f"--rounds {rounds} --samples 4 --max-new-tokens 32 --lr 2e-2 --batch-pairs 4 --output {run}")
     result = run_online(
         case["prompts"], model=case["policy"], output=run, reward_fn=str(case["reward_fn"]), rounds=rounds,
-        prompts_per_round=16, samples=4, max_new_tokens=16, lr=5e-2, beta=0.1, batch_pairs=4, batch_size=64,
+        samples=4, max_new_tokens=32, lr=2e-2, beta=0.1, batch_pairs=4, batch_size=64,
         seed=0, device="cpu", progress=False,
     )
 
     def fresh_reward(policy: Path) -> float:
-        settings = SamplingSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
+        settings = SamplingSettings(samples=8, max_new_tokens=32, seed=123, batch_size=64, device="cpu")
         rows = generate_rows(read_prompts(case["prompts"]).rows, policy, settings, progress=False)
         return statistics.fmean(first_half_share([], [row["completion"] for row in rows]))
 
-    curve = [line["reward_mean"] for line in result.rounds] + [fresh_reward(result.policy)]
-    print("      mean reward of fresh samples, round 1 .. final policy: " + " -> ".join(f"{m:.3f}" for m in curve))
+    lines = result.rounds
+    curve = [statistics.fmean(line["reward_mean"] for line in lines[i : i + 4]) for i in range(0, len(lines), 4)]
+    finished = [sum(line["samples"] - line["unfinished"] for line in lines[i : i + 4]) for i in range(0, len(lines), 4)]
+    print("      mean reward of fresh samples by pass over the prompts, then the final policy: "
+          + " -> ".join(f"{m:.3f}" for m in [*curve, fresh_reward(result.policy)]))
+    print("      finished samples (ended with EOS) by pass, of 64: " + ", ".join(map(str, finished)))
 
     print(f"[3/3] prefdata score {REPO / 'examples' / 'pairs'} --reward-model {work / 'tiny-reward-model'}")
     scored = score(REPO / "examples" / "pairs", reward_model=work / "tiny-reward-model",
@@ -64,12 +72,13 @@ def run_demo(work: Path, rounds: int = 4) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prefdata.tiny.online_demo", description=__doc__)
     parser.add_argument("--work", default=str(REPO / "demo-out" / "online"), help="where everything is written")
-    parser.add_argument("--rounds", type=int, default=4, help="online rounds (default 4)")
+    parser.add_argument("--passes", type=int, default=4,
+                        help="passes over the 16 prompts, 4 fully online rounds each (default 4)")
     args = parser.parse_args(argv)
     from prefdata.core.quiet import quiet_libraries
 
     with quiet_libraries(True):  # prefdata's own lines only
-        return run_demo(Path(args.work), args.rounds)
+        return run_demo(Path(args.work), args.passes)
 
 
 if __name__ == "__main__":
