@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 from prefdata.core.errors import PrefdataError
 from prefdata.io.lock import LOCK_NAME
@@ -83,3 +84,17 @@ def abandon(staging: Path, out: Path) -> None:
     shutil.rmtree(staging, ignore_errors=True)
     if out.is_dir() and [entry.name for entry in out.iterdir() if entry.name != LOCK_NAME] == [MARKER]:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def load_out_dataset(path: str | Path, command: str) -> Any:
+    """OUT's dataset as `datasets.load_from_disk(OUT)` gives it, for `command` (train, select, the
+    TRL hand-off); one line instead of a traceback when it cannot be read or holds several splits."""
+    import datasets
+
+    try:
+        dataset = datasets.load_from_disk(str(path))
+    except (OSError, ValueError) as exc:
+        raise PrefdataError(f"cannot open the prepared data in {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(dataset, datasets.Dataset):
+        raise PrefdataError(f"{path} holds several splits; {command} takes one prepared OUT per split")
+    return dataset

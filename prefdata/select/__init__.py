@@ -143,15 +143,9 @@ def _policy_pass(table: Any, policy_model: str | Path | None, manifest: dict[str
 
 
 def _load(out: Path) -> Any:
-    import datasets
+    from prefdata.io.out_dir import load_out_dataset
 
-    try:
-        dataset = datasets.load_from_disk(str(out))
-    except (OSError, ValueError) as exc:
-        raise PrefdataError(f"cannot open the prepared data in {out}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(dataset, datasets.Dataset):
-        raise PrefdataError(f"{out} holds several splits; select one prepared OUT at a time")
-    return dataset
+    return load_out_dataset(out, "select")
 
 
 def _added_columns(chosen: Selection, extra: dict[str, np.ndarray], weight_by: str | None, offset_by: str | None,

@@ -15,6 +15,7 @@ from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
 from prefdata.core.ranks import is_main_process
 from prefdata.io.manifest import read_manifest, require_pairs, tokenizer_fingerprint
+from prefdata.io.out_dir import load_out_dataset
 from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
 from prefdata.model.vision_model import is_image_out, refuse_mismatched_rows
@@ -80,7 +81,6 @@ class PairData:
 def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False) -> PairData:
     """Open OUT/, check it has what the loss needs, and keep the rows that can be trained on.
     `need_public_refs` (`--ld-alpha`): also the reference's public-length sums."""
-    import datasets
     import polars as pl
     import pyarrow.compute as pc
 
@@ -91,11 +91,9 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
     check_out(out_dir, tokens_only=True)  # the part of OUT's contract train reads (prefdata.core.schema)
     try:
         manifest = read_manifest(out_dir)
-        dataset = datasets.load_from_disk(str(out_dir))
     except (OSError, ValueError, json.JSONDecodeError) as exc:
         raise PrefdataError(f"cannot open the prepared data in {out_dir}: {exc}") from None
-    if isinstance(dataset, datasets.DatasetDict):
-        raise PrefdataError(f"{out_dir} holds several splits; train expects one prepared OUT per split")
+    dataset = load_out_dataset(out_dir, "train")
     missing = [c for c in ("prompt_ids", "chosen_ids", "rejected_ids") if c not in dataset.column_names]
     if missing:
         raise PrefdataError(f"{out_dir} has no {', '.join(missing)} column: run `prefdata prepare` with a tokenizer first")

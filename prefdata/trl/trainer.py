@@ -84,13 +84,9 @@ OFFSET_LOSSES = frozenset({"sigmoid", "hinge", "robust"})
 
 def load_out(path: str | Path) -> datasets.Dataset:
     """OUT's dataset, loaded as `datasets.load_from_disk` does; a one-line error otherwise."""
-    try:
-        dataset = datasets.load_from_disk(str(path))
-    except (OSError, ValueError) as exc:
-        raise PrefdataError(f"cannot load a prepared dataset from {path}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(dataset, datasets.Dataset):
-        raise PrefdataError(f"{path} holds several splits; pass one prepared OUT per split")
-    return dataset
+    from prefdata.io.out_dir import load_out_dataset
+
+    return load_out_dataset(path, "the TRL hand-off")
 
 
 def out_settings(dataset: datasets.Dataset, name: str = "train_dataset") -> dict[str, Any]:
