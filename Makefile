@@ -12,7 +12,7 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q -p no:cacheprovider
 
-# The data-path tests (read, tokenize, check, report, prepare, validate, show, refs) once more at the
+# The data-path tests (read, tokenize, check, report, prepare, validate, show, refs, select, trajectories) once more at the
 # lowest releases pyproject.toml allows (scripts/floors.txt), in a second venv, .venv-floors.
 # CI runs it after `make test`: 4 to 5 minutes on a clean 2-core machine, building the venv included.
 test-floors:

@@ -189,7 +189,8 @@ class TokenPairs(pa.DataFrameModel):
             value = pl.col(name).cast(pl.Float64)
             ok = value.is_finite() if floor is None else value.is_finite() & (value >= floor)
             rules.append(ok.fill_null(False))
-        return data.lazyframe.select(pl.all_horizontal(rules) if rules else pl.lit(True))
+        # Aliased: a bare `pl.lit(True)` is a column named "literal", which older pandera cannot find.
+        return data.lazyframe.select((pl.all_horizontal(rules) if rules else pl.lit(True)).alias("weights_and_offsets"))
 
 
 class ScoredTokenPairs(TokenPairs):

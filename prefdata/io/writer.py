@@ -314,7 +314,7 @@ def rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -
                 if field.name not in batch.schema.names:
                     base = field.name.removesuffix("_messages")
                     if MESSAGE_COLUMNS.get(base) == field.name and _is_messages_type(batch.schema.field(base).type):
-                        columns.append(batch.column(base).cast(field.type))  # a messages part of a mixed dataset
+                        columns.append(_cast(batch.column(base), field.type))  # a messages part of a mixed dataset
                     else:
                         columns.append(pa.nulls(batch.num_rows, field.type))
                     continue
@@ -328,9 +328,19 @@ def rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -
                     # string contents in a dataset with image pairs: one text part each
                     column = pa.array(_content_parts(column.to_pylist()) or column.to_pylist(), field.type)
                 elif column.type != field.type:
-                    column = column.cast(field.type)
+                    column = _cast(column, field.type)
                 columns.append(column)
             writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+
+
+def _cast(column: Any, target: pa.DataType) -> Any:
+    """`column.cast(target)`; where pyarrow cannot cast, through Python values. pyarrow before 17
+    cannot cast a struct to one with more fields (messages without `tool_calls` in one shard, with
+    them in another), which `pa.array` fills with nulls in every release."""
+    try:
+        return column.cast(target)
+    except (pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return pa.array(column.to_pylist(), target)
 
 
 def _write_datasets_metadata(
