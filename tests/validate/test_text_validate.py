@@ -294,9 +294,12 @@ def _processes_reading(path: Path) -> list[str]:
 def _start(data: Path) -> subprocess.Popen:
     process = subprocess.Popen([sys.executable, "-m", "prefdata", "validate", str(data), "--no-progress"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
+    # Wait for the worker processes, but not for long: validate reads the 100 MB for about a minute on
+    # a loaded machine, and a signal sent as it finishes (after a long wait for workers that read
+    # without a visible descriptor) met a process that exited 0, a race and not a lost Ctrl-C.
+    deadline = time.time() + 5
     while len(_processes_reading(data)) < 3 and process.poll() is None and time.time() < deadline:
-        time.sleep(0.05)  # wait for the worker processes
+        time.sleep(0.05)
     time.sleep(0.5)
     return process
 
