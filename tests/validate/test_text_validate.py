@@ -292,12 +292,12 @@ def _processes_reading(path: Path) -> list[str]:
 
 
 def _start(data: Path) -> subprocess.Popen:
+    # Ctrl-C as a terminal delivers it: a test run started in the background (`cmd &` in a script)
+    # inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler at all.
     process = subprocess.Popen([sys.executable, "-m", "prefdata", "validate", str(data), "--no-progress"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # Wait for the worker processes, but not for long: validate reads the 100 MB for about a minute on
-    # a loaded machine, and a signal sent as it finishes (after a long wait for workers that read
-    # without a visible descriptor) met a process that exited 0, a race and not a lost Ctrl-C.
-    deadline = time.time() + 5
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 60
     while len(_processes_reading(data)) < 3 and process.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)
