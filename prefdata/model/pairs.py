@@ -18,6 +18,8 @@ from prefdata.model.attention import supports_blocks
 from prefdata.model.logprobs import (
     completion_logps,
     packing_is_efficient,
+    plan_batches,
+    plan_packed_batches,
     supports_packing,
 )
 from prefdata.model.vision_inputs import VisionInputs
@@ -92,6 +94,25 @@ def sharing_plan_for_lengths(prompt_lens: Any, chosen_lens: Any, rejected_lens: 
 def pair_tokens(prompt_len: int, chosen_len: int, rejected_len: int, shared: bool) -> int:
     """Tokens one pair puts through the model in a padding-free layout."""
     return prompt_len * (1 if shared else 2) + chosen_len + rejected_len
+
+
+def batch_costs(net: Any, layout: str, lens: dict[str, Any]) -> tuple[list[int], bool, int]:
+    """What each pair costs in a batch under `layout`, whether batches are padding-free (sum of
+    costs) or padded (rows x widest), and how many pairs share their prompt."""
+    import numpy as np
+
+    p, c, r = lens["prompt_ids"], lens["chosen_ids"], lens["rejected_ids"]
+    if layout not in BLOCK_LAYOUTS:
+        return (2 * (p + np.maximum(c, r))).astype(np.int64).tolist(), False, 0  # halves padded to the longer
+    share = np.asarray(sharing_plan_for_lengths(p, c, r) if layout == "shared" else [False] * len(p), dtype=bool)
+    return (p * np.where(share, 1, 2) + c + r).astype(np.int64).tolist(), True, int(share.sum())
+
+
+def plan_pair_batches(net: Any, layout: str, lens: dict[str, Any], batch_tokens: int) -> tuple[list[list[int]], int]:
+    """Row batches under a token budget, length-sorted, as every pair forward plans them (refs, the
+    on_policy signal), and how many pairs share their prompt. `lens`: the id lists' lengths per row."""
+    costs, padding_free, shared_pairs = batch_costs(net, layout, lens)
+    return (plan_packed_batches if padding_free else plan_batches)(costs, batch_tokens), shared_pairs
 
 
 def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]],

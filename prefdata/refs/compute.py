@@ -59,15 +59,10 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
 
 
 def batch_costs(net: Any, layout: str, lens: dict[str, np.ndarray]) -> tuple[list[int], bool, int]:
-    """What each pair costs in a batch under `layout`, whether batches are padding-free (sum of
-    costs) or padded (rows x widest), and how many pairs share their prompt."""
-    from prefdata.model.pairs import BLOCK_LAYOUTS, sharing_plan_for_lengths
+    """prefdata.model.pairs.batch_costs, imported when called: importing prefdata.refs loads no torch."""
+    from prefdata.model.pairs import batch_costs as costs
 
-    p, c, r = lens["prompt_ids"], lens["chosen_ids"], lens["rejected_ids"]
-    if layout not in BLOCK_LAYOUTS:
-        return (2 * (p + np.maximum(c, r))).astype(np.int64).tolist(), False, 0  # halves padded to the longer
-    share = np.asarray(sharing_plan_for_lengths(p, c, r) if layout == "shared" else [False] * len(p), dtype=bool)
-    return (p * np.where(share, 1, 2) + c + r).astype(np.int64).tolist(), True, int(share.sum())
+    return costs(net, layout, lens)
 
 
 def compute_shards(net: Any, shards: list[list[list[int]]], todo: list[int], work: Path, ids: dict[str, Any],

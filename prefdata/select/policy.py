@@ -47,8 +47,7 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
     import torch
 
     from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS
-    from prefdata.model.logprobs import plan_batches, plan_packed_batches
-    from prefdata.model.pairs import BLOCK_LAYOUTS, choose_layout, pair_logps, pair_tokens, sharing_plan_for_lengths
+    from prefdata.model.pairs import choose_layout, pair_logps, plan_pair_batches
 
     if "images" in table.column_names:
         raise PrefdataError("the on_policy signal is not built for image OUTs yet")
@@ -56,12 +55,7 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
     layout = choose_layout(net, "auto")
     lens = {name: pc.list_value_length(table.column(name)).to_numpy(zero_copy_only=False)
             for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
-    p, c, r = lens["prompt_ids"], lens["chosen_ids"], lens["rejected_ids"]
-    if layout in BLOCK_LAYOUTS:
-        share = sharing_plan_for_lengths(p, c, r) if layout == "shared" else [False] * len(p)
-        batches = plan_packed_batches([pair_tokens(a, b, d, s) for a, b, d, s in zip(p, c, r, share)], batch_tokens)
-    else:
-        batches = plan_batches((2 * (p + np.maximum(c, r))).tolist(), batch_tokens)
+    batches, _ = plan_pair_batches(net, layout, lens, batch_tokens)
     chosen, rejected = np.full(table.num_rows, np.nan), np.full(table.num_rows, np.nan)
     has_starts = all(name in table.column_names for name in LOSS_START_COLUMNS)
     has_masks = all(name in table.column_names for name in LOSS_MASK_COLUMNS)  # model turns only, as refs sums
