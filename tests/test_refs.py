@@ -339,3 +339,37 @@ def test_refs_on_gpu_bf16_close_to_cpu_fp32(tmp_path, model_dir):
     result = R.compute_refs(gpu, model_dir, device="cuda", progress=False)
     assert result.dtype == "bfloat16" and result.device.startswith("cuda")
     np.testing.assert_allclose(_refs(gpu)["ref_chosen_logps"], _refs(cpu)["ref_chosen_logps"], atol=1.0, rtol=0.05)
+
+
+def test_new_weights_saved_into_the_same_directory_are_not_taken_for_the_held_refs(tmp_path, tiny_tokenizer_dir):
+    """The model's fingerprint is remembered per process while its files stay as they were (online
+    rounds check the same reference every round); weights saved again into the directory are hashed
+    afresh, so refs computes instead of saying OUT already holds them."""
+    from prefdata.tiny import build_tiny_model
+
+    model = tmp_path / "model"
+    build_tiny_model(model, tokenizer_dir=tiny_tokenizer_dir, architecture="llama", seed=1)
+    out = make_out(tmp_path / "out", str(model))
+    R.compute_refs(out, str(model), batch_tokens=500, progress=False)
+    assert R.compute_refs(out, str(model), batch_tokens=500, progress=False).already_computed_at
+    first = _refs(out)
+    build_tiny_model(model, tokenizer_dir=tiny_tokenizer_dir, architecture="llama", seed=2)
+    result = R.compute_refs(out, str(model), batch_tokens=500, progress=False)
+    assert not result.already_computed_at and result.tokens > 0
+    assert not np.array_equal(_refs(out)["ref_chosen_logps"], first["ref_chosen_logps"])
+
+
+def test_refs_cut_into_several_data_files_load_as_one_dataset_in_row_order(tmp_path, model_dir, monkeypatch):
+    """The swapped-in dataset is cut into files of at most ~500 MB, as `datasets.save_to_disk` cuts:
+    every row once, in order, with the features and the manifest's shard list to match."""
+    whole = make_out(tmp_path / "whole", model_dir)
+    R.compute_refs(whole, model_dir, batch_tokens=500, progress=False)
+    monkeypatch.setattr(refs_swap, "_MAX_FILE_BYTES", 200)  # a few rows per file
+    cut = make_out(tmp_path / "cut", model_dir)
+    R.compute_refs(cut, model_dir, batch_tokens=500, progress=False)
+    shards = read_manifest(cut)["shards"]
+    assert len(shards) > 3 and sum(s["rows"] for s in shards) == N_ROWS
+    assert sorted(p.name for p in cut.glob("*.arrow")) == sorted(s["file"] for s in shards)
+    a, b = datasets.load_from_disk(str(whole)), datasets.load_from_disk(str(cut))
+    assert a.features == b.features
+    assert a.to_list() == b.to_list()

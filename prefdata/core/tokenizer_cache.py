@@ -54,6 +54,7 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
             return copy.deepcopy(_LOADED[key])
         except Exception:  # a tokenizer that cannot be copied is loaded afresh every time
             del _LOADED[key]
+            _FINGERPRINTS.pop(key, None)
             key = None
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
     if key is not None:
@@ -62,5 +63,23 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
         except Exception:
             return tokenizer
         while len(_LOADED) > _KEEP:
-            _LOADED.popitem(last=False)
+            dropped, _ = _LOADED.popitem(last=False)
+            _FINGERPRINTS.pop(dropped, None)
     return tokenizer
+
+
+def cached_fingerprint(tokenizer: Any) -> str:
+    """`tokenizer_fingerprint(tokenizer)`, computed once for a tokenizer this cache hands out read
+    only (it never changes); computed afresh for any other, which a caller may have changed."""
+    from prefdata.io.manifest import tokenizer_fingerprint
+
+    for key, held in _LOADED.items():
+        if held is tokenizer:
+            found = _FINGERPRINTS.get(key)
+            if found is None:
+                found = _FINGERPRINTS[key] = tokenizer_fingerprint(tokenizer)
+            return found
+    return tokenizer_fingerprint(tokenizer)
+
+
+_FINGERPRINTS: dict[tuple, str] = {}  # by cache key, for the tokenizers in _LOADED

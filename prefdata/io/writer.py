@@ -245,7 +245,7 @@ def finish_dataset(
         for path, _final, _encode in jobs:
             path.unlink()
     description = describe({**settings, "text_columns": written.text_columns}) if settings is not None else ""
-    _write_datasets_metadata(directory, schema, data_files, fingerprint, description)
+    write_datasets_metadata(directory, schema, data_files, fingerprint, description)
     return schema, shards
 
 
@@ -343,7 +343,7 @@ def _cast(column: Any, target: pa.DataType) -> Any:
         return pa.array(column.to_pylist(), target)
 
 
-def _write_datasets_metadata(
+def write_datasets_metadata(
     directory: Path, schema: pa.Schema, data_files: list[dict[str, str]], fingerprint: str, description: str = ""
 ) -> None:
     """The two small JSON files that make `datasets.load_from_disk(OUT)` work."""

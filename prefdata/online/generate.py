@@ -114,7 +114,8 @@ def generate_rows(
     model_dir = Path(model)
     if not model_dir.is_dir():
         raise PrefdataError(f"--model {model} is not a local model directory")
-    tokenizer = _load_tokenizer(model_dir, trust_remote_code)
+    # Only a replacement template changes the tokenizer (render_prompts): otherwise the cached one is shared.
+    tokenizer = _load_tokenizer(model_dir, trust_remote_code, read_only=settings.template.chat_template_text is None)
     prompt_ids = render_prompts(tokenizer, prompts, settings.chat_template, settings.template)
     keep = think_tag_tokens(tokenizer)
     if settings.engine == "vllm":
@@ -189,11 +190,11 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _load_tokenizer(model_dir: Path, trust_remote_code: bool) -> Any:
+def _load_tokenizer(model_dir: Path, trust_remote_code: bool, read_only: bool = False) -> Any:
     from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
 
     try:
-        return load_pretrained_tokenizer(model_dir, trust_remote_code=trust_remote_code)
+        return load_pretrained_tokenizer(model_dir, trust_remote_code=trust_remote_code, read_only=read_only)
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model_dir}: {str(exc).splitlines()[0]}") from None
 

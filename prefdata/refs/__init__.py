@@ -214,7 +214,7 @@ def compute_refs(
     merged = merge_shards(work, len(shards), num_rows)
     non_finite = ~(np.isfinite(merged.chosen) & np.isfinite(merged.rejected))
     result.non_finite_rows = int(non_finite.sum())
-    swap_dataset(out, with_ref_columns(dataset, merged, non_finite))
+    swap_dataset(out, with_ref_columns(dataset, merged, non_finite), dataset.info.description or "")
     manifest = read_manifest(out)  # fresh copy: keep every key other stages wrote
     manifest["refs"] = _refs_record(
         model_dir, fingerprint, tok_fp, vision is not None, result, batch_tokens, world_size, settings_hash,

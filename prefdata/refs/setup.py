@@ -193,11 +193,32 @@ def early_fingerprint(model_dir: Path, dtype: str, trust_remote_code: bool) -> d
     then reports why)."""
     from transformers import AutoConfig
 
+    key = _directory_state(model_dir, dtype, trust_remote_code)
+    if key is not None and key in _EARLY_FINGERPRINTS:
+        return _EARLY_FINGERPRINTS[key]
     try:
         config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
         return None
-    return model_fingerprint(model_dir, config, dtype)
+    found = model_fingerprint(model_dir, config, dtype)
+    if key is not None:
+        _EARLY_FINGERPRINTS[key] = found
+    return found
+
+
+# Fingerprints of model directories whose files have not changed since (name, size, mtime, inode):
+# `prefdata online` runs refs every round against the same reference, and hashing its weights again
+# each time cost a real model seconds per round.
+_EARLY_FINGERPRINTS: dict[tuple, dict[str, Any]] = {}
+
+
+def _directory_state(model_dir: Path, *extra: Any) -> tuple | None:
+    try:
+        entries = sorted(os.scandir(model_dir), key=lambda entry: entry.name)
+        files = tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns, e.stat().st_ino) for e in entries if e.is_file())
+    except OSError:
+        return None
+    return (os.path.realpath(model_dir), files, *extra)
 
 
 def held_refs(manifest: dict[str, Any], fingerprint: dict[str, Any], device_type: str) -> dict[str, Any] | None:

@@ -12,8 +12,10 @@ from prefdata.core.errors import PrefdataError, first_line
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
-    """Load a fast Hugging Face tokenizer from a local directory (or a name already in the HF cache)."""
+def load_tokenizer(path: str, trust_remote_code: bool = False, *, read_only: bool = False) -> Any:
+    """Load a fast Hugging Face tokenizer from a local directory (or a name already in the HF cache).
+    `read_only`: the caller never changes it, so it may get the process's cached one itself
+    (prefdata.core.tokenizer_cache), not a copy."""
     path = str(path)
     if os.path.isfile(path):  # e.g. tok/vocab.json: the files come as a set, from their directory
         parent = os.path.dirname(path) or "."
@@ -29,7 +31,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
         # A name that is not a local directory is only looked up in the local HF cache: preparing
         # data never downloads anything.
         if os.path.isdir(path):
-            tokenizer = load_pretrained_tokenizer(path, trust_remote_code=trust_remote_code)
+            tokenizer = load_pretrained_tokenizer(path, trust_remote_code=trust_remote_code, read_only=read_only)
         else:
             from transformers import AutoTokenizer
 

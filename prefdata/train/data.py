@@ -14,7 +14,7 @@ import torch
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
 from prefdata.core.ranks import is_main_process
-from prefdata.io.manifest import read_manifest, require_pairs, tokenizer_fingerprint
+from prefdata.io.manifest import read_manifest, require_pairs
 from prefdata.io.out_dir import load_out_dataset
 from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
@@ -207,7 +207,7 @@ def pad_token_id(manifest: dict[str, Any], tokenizer: Any) -> int:
 
 
 def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir: Path, trust_remote_code: bool):
-    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
+    from prefdata.core.tokenizer_cache import cached_fingerprint, load_pretrained_tokenizer
 
     try:
         # Read only: fingerprinted, its pad id read, saved with the model.
@@ -215,7 +215,7 @@ def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir:
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model}: {str(exc).splitlines()[0]}") from None
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
-    actual = tokenizer_fingerprint(tokenizer)
+    actual = cached_fingerprint(tokenizer)
     if expected is None and is_main_process():  # under torchrun: said once
         print(f"warning: {out_dir}/manifest.json records no tokenizer fingerprint; cannot check {model}'s tokenizer",
               file=sys.stderr)
