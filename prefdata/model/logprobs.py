@@ -28,6 +28,11 @@ _PACKING_ATTENTION = {"eager", "sdpa", "flex_attention", "flash_attention_2", "f
 _VARLEN_ATTENTION = {"flash_attention_2", "flash_attention_3"}
 
 DEFAULT_CHUNK_ROWS = 1024
+# Under grad the output head's fp32 logits are recomputed in backward (checkpointed) only when
+# keeping them for the whole batch would take more than this: a 151k vocabulary needs 0.6 MB per
+# token. Below it they are kept, as TRL keeps them, and backward skips a second head pass (a small
+# model's fully online round spent about 10% of its step on that recompute).
+KEEP_HEAD_LOGITS_BYTES = 256 * 2**20
 
 
 def _attn_implementation(model: Any) -> str:
@@ -181,13 +186,14 @@ def _loss_sources(batch: SequenceBatch) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                     public_pairs: bool = False) -> CompletionLogps:
+                     public_pairs: bool = False, recompute_head: bool | None = None) -> CompletionLogps:
     """Sum of log-probs over each sequence's completion tokens, their counts and logit sums.
 
     `public_pairs`: the sequences are the halves of pairs, [chosen..., rejected...]; also sum each
     half's public part (`public_logps`, for LD-DPO). Only the hidden states that predict a completion token go through the output head (never a
     prompt position), a chunk of rows at a time; under grad each head chunk is recomputed in
-    backward, so its logits are not kept. A completion token with no predicting token (first token
+    backward, so its logits are not kept, when they would take more than KEEP_HEAD_LOGITS_BYTES
+    (`recompute_head` decides instead when given). A completion token with no predicting token (first token
     of an empty prompt) is not counted.
     """
     if batch.layout == "packed" and batch.input_ids.shape[0] > 0 and not supports_packing(model):
@@ -215,11 +221,13 @@ def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT
     seq = batch.sequence_index.flatten().index_select(0, target_idx)
 
     keep_graph = torch.is_grad_enabled() and source_hidden.requires_grad
+    if recompute_head is None:
+        recompute_head = target_idx.numel() * _vocab_size(model) * 4 > KEEP_HEAD_LOGITS_BYTES
     token_logps, token_means = [], []
     for start in range(0, target_idx.numel(), chunk_rows):
         h = source_hidden[start : start + chunk_rows]
         t = targets[start : start + chunk_rows]
-        if keep_graph:
+        if keep_graph and recompute_head:
             lp, mean = checkpoint(_head_logps, model, h, t, use_reentrant=False)
         else:
             lp, mean = _head_logps(model, h, t)
@@ -233,6 +241,13 @@ def completion_logps(model: Any, batch: SequenceBatch, chunk_rows: int = DEFAULT
         in_public = _token_ranks(seq, counts) <= public_lengths(counts).index_select(0, seq)
         public = public.index_add(0, seq[in_public], token_logps_all[in_public])
     return CompletionLogps(sums, counts, logit_sums, public)
+
+
+def _vocab_size(model: Any) -> int:
+    """The output head's width (the vocabulary), from its weight; a head without one counts as huge."""
+    head = model.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    return int(weight.shape[0]) if weight is not None and weight.dim() == 2 else 1 << 40
 
 
 def public_lengths(counts: torch.Tensor) -> torch.Tensor:

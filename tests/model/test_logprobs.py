@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from prefdata.model.logprobs import packing_is_efficient, plan_batches, sequence_logps, supports_packing
+from prefdata.model.logprobs import (completion_logps, packing_is_efficient, plan_batches, sequence_logps,
+                                     supports_packing)
 from prefdata.tokenize.masks import LAYOUTS, SequenceBatch, build_pair_batch, build_sequence_batch
 
 VOCAB = 97
@@ -189,18 +190,37 @@ def test_chunking_and_gradients_match_plain():
         chunked, _ = sequence_logps(model, batch, chunk_rows=3)
     torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=0)
 
-    # Gradient through the checkpointed head chunks equals the gradient of the plain computation.
-    logps, _ = sequence_logps(model, batch, chunk_rows=4)
-    logps.sum().backward()
-    ours = model.lm_head.weight.grad.clone()
-    model.zero_grad()
+    # Gradient through the head chunks equals the gradient of the plain computation, with the
+    # head's logits kept (small batches) or recomputed in backward (large ones).
     plain = 0.0
     for p, c in zip(prompts, chosen):
         ids = torch.tensor([p + c])
         logp = torch.log_softmax(model(input_ids=ids).logits.float()[0], dim=-1)
         plain = plain + sum(logp[t - 1, ids[0, t]] for t in range(len(p), len(p) + len(c)))
     plain.backward()
-    torch.testing.assert_close(ours, model.lm_head.weight.grad, atol=1e-5, rtol=1e-4)
+    expected = model.lm_head.weight.grad.clone()
+    for recompute in (True, False, None):
+        model.zero_grad()
+        completion_logps(model, batch, chunk_rows=4, recompute_head=recompute).logps.sum().backward()
+        torch.testing.assert_close(model.lm_head.weight.grad, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_the_head_is_recomputed_in_backward_only_for_large_logits(monkeypatch):
+    """Kept logits cost memory (tokens x vocabulary floats): past KEEP_HEAD_LOGITS_BYTES the head
+    runs again in backward instead, so a 151k vocabulary fits; below it there is no second pass."""
+    from prefdata.model import logprobs as L
+
+    model = _tiny("qwen2", "eager")
+    prompts, chosen, _ = _random_pairs(3, seed=5)
+    batch = build_sequence_batch(prompts, chosen, "packed", PAD)
+    calls = []
+    real = L._head_logps
+    monkeypatch.setattr(L, "_head_logps", lambda *a: calls.append(1) or real(*a))
+    for limit, passes in ((1 << 30, 1), (1, 2)):  # per chunk: once, or again in backward
+        monkeypatch.setattr(L, "KEEP_HEAD_LOGITS_BYTES", limit)
+        calls.clear()
+        L.completion_logps(model, batch, chunk_rows=1 << 20).logps.sum().backward()
+        assert len(calls) == passes
 
 
 def test_empty_prompt_first_token_is_not_counted():
