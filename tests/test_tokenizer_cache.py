@@ -68,7 +68,7 @@ def test_a_replacement_template_in_one_prepare_does_not_reach_the_next(tmp_path)
 
 
 def test_fingerprints_are_remembered_for_shared_tokenizers_only(tmp_path):
-    from prefdata.core.tokenizer_cache import cached_fingerprint
+    from prefdata.io.manifest import shared_tokenizer_fingerprint as cached_fingerprint
     from prefdata.io.manifest import tokenizer_fingerprint
 
     build_tiny_tokenizer(tmp_path / "tok")

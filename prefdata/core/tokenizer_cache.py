@@ -16,21 +16,17 @@ from __future__ import annotations
 import copy
 import os
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Callable
+
+from prefdata.core.directory_state import directory_state
 
 _KEEP = 4  # tokenizers held at once: a run uses the policy's and perhaps a reward model's
 _LOADED: OrderedDict[tuple, Any] = OrderedDict()
 
 
 def _directory_key(path: str, trust_remote_code: bool, kwargs: dict[str, Any]) -> tuple | None:
-    if not os.path.isdir(path):
-        return None
-    try:
-        entries = sorted(os.scandir(path), key=lambda entry: entry.name)
-        files = tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file())
-    except OSError:
-        return None
-    return (os.path.realpath(path), trust_remote_code, tuple(sorted(kwargs.items())), files)
+    state = directory_state(path)
+    return None if state is None else (*state, trust_remote_code, tuple(sorted(kwargs.items())))
 
 
 def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False, *, read_only: bool = False,
@@ -54,7 +50,7 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
             return copy.deepcopy(_LOADED[key])
         except Exception:  # a tokenizer that cannot be copied is loaded afresh every time
             del _LOADED[key]
-            _FINGERPRINTS.pop(key, None)
+            _REMEMBERED.pop(key, None)
             key = None
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
     if key is not None:
@@ -64,22 +60,21 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
             return tokenizer
         while len(_LOADED) > _KEEP:
             dropped, _ = _LOADED.popitem(last=False)
-            _FINGERPRINTS.pop(dropped, None)
+            _REMEMBERED.pop(dropped, None)
     return tokenizer
 
 
-def cached_fingerprint(tokenizer: Any) -> str:
-    """`tokenizer_fingerprint(tokenizer)`, computed once for a tokenizer this cache hands out read
-    only (it never changes); computed afresh for any other, which a caller may have changed."""
-    from prefdata.io.manifest import tokenizer_fingerprint
 
+def remembered(tokenizer: Any, what: str, compute: Callable[[Any], Any]) -> Any:
+    """`compute(tokenizer)`, kept under `what` for a tokenizer this cache hands out read only (it
+    never changes); computed afresh for any other, which its caller may have changed."""
     for key, held in _LOADED.items():
         if held is tokenizer:
-            found = _FINGERPRINTS.get(key)
-            if found is None:
-                found = _FINGERPRINTS[key] = tokenizer_fingerprint(tokenizer)
-            return found
-    return tokenizer_fingerprint(tokenizer)
+            values = _REMEMBERED.setdefault(key, {})
+            if what not in values:
+                values[what] = compute(tokenizer)
+            return values[what]
+    return compute(tokenizer)
 
 
-_FINGERPRINTS: dict[tuple, str] = {}  # by cache key, for the tokenizers in _LOADED
+_REMEMBERED: dict[tuple, dict[str, Any]] = {}  # by cache key, for the tokenizers in _LOADED

@@ -63,6 +63,14 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def shared_tokenizer_fingerprint(tokenizer: Any) -> str:
+    """`tokenizer_fingerprint`, computed once per process for the shared tokenizer that
+    prefdata.core.tokenizer_cache hands out read only; afresh for any other tokenizer."""
+    from prefdata.core.tokenizer_cache import remembered
+
+    return remembered(tokenizer, "fingerprint", tokenizer_fingerprint)
+
+
 def require_pairs(out_dir: str | Path, command: str) -> dict[str, Any]:
     """OUT's manifest, once OUT is known to be finished and to hold at least one pair; otherwise a
     PrefdataError (one line, exit 2) naming why. `refs` and `train` call it before writing anything,

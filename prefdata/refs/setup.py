@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from prefdata.core.directory_state import directory_state
 from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import sha256_file, tokenizer_fingerprint
 from prefdata.refs.swap import REF_COLUMNS
@@ -193,7 +194,8 @@ def early_fingerprint(model_dir: Path, dtype: str, trust_remote_code: bool) -> d
     then reports why)."""
     from transformers import AutoConfig
 
-    key = _directory_state(model_dir, dtype, trust_remote_code)
+    state = directory_state(model_dir)
+    key = None if state is None else (*state, dtype, trust_remote_code)
     if key is not None and key in _EARLY_FINGERPRINTS:
         return _EARLY_FINGERPRINTS[key]
     try:
@@ -210,15 +212,6 @@ def early_fingerprint(model_dir: Path, dtype: str, trust_remote_code: bool) -> d
 # `prefdata online` runs refs every round against the same reference, and hashing its weights again
 # each time cost a real model seconds per round.
 _EARLY_FINGERPRINTS: dict[tuple, dict[str, Any]] = {}
-
-
-def _directory_state(model_dir: Path, *extra: Any) -> tuple | None:
-    try:
-        entries = sorted(os.scandir(model_dir), key=lambda entry: entry.name)
-        files = tuple((e.name, e.stat().st_size, e.stat().st_mtime_ns, e.stat().st_ino) for e in entries if e.is_file())
-    except OSError:
-        return None
-    return (os.path.realpath(model_dir), files, *extra)
 
 
 def held_refs(manifest: dict[str, Any], fingerprint: dict[str, Any], device_type: str) -> dict[str, Any] | None:

@@ -38,7 +38,7 @@ from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError, RecordError, first_line
 from prefdata.core.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.core.records import Message, Pair, TokenizedPair
-from prefdata.core.tokenizer_cache import cached_fingerprint
+from prefdata.io.manifest import shared_tokenizer_fingerprint
 from prefdata.tokenize.pieces import HUGE_TEXT_CHARS, count_tokens_before, encode_ids
 from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.tokenize.template import Rendered, lost_fields, pinned_clock, template_fingerprint, template_messages
@@ -132,7 +132,7 @@ class PairTokenizer:
             raise PrefdataError(f"tokenizer at {self.tokenizer_path} has no EOS token; completions need one")
         # The tokenizer's own fingerprint (its template included) is what refs and train compare with
         # a model's tokenizer; a replacement template is part of `template_fingerprint` instead.
-        self._fingerprint = cached_fingerprint(tokenizer)  # computed once for the process's shared tokenizer
+        self._fingerprint = shared_tokenizer_fingerprint(tokenizer)  # computed once for the process's shared tokenizer
         template = self.settings.template
         if template.chat_template_text is not None:
             tokenizer.chat_template = template.chat_template_text

@@ -207,7 +207,8 @@ def pad_token_id(manifest: dict[str, Any], tokenizer: Any) -> int:
 
 
 def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir: Path, trust_remote_code: bool):
-    from prefdata.core.tokenizer_cache import cached_fingerprint, load_pretrained_tokenizer
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
+    from prefdata.io.manifest import shared_tokenizer_fingerprint
 
     try:
         # Read only: fingerprinted, its pad id read, saved with the model.
@@ -215,7 +216,7 @@ def load_checked_tokenizer(model: str | Path, manifest: dict[str, Any], out_dir:
     except (OSError, ValueError) as exc:
         raise PrefdataError(f"cannot load a tokenizer from {model}: {str(exc).splitlines()[0]}") from None
     expected = (manifest.get("tokenizer") or {}).get("fingerprint")
-    actual = cached_fingerprint(tokenizer)
+    actual = shared_tokenizer_fingerprint(tokenizer)
     if expected is None and is_main_process():  # under torchrun: said once
         print(f"warning: {out_dir}/manifest.json records no tokenizer fingerprint; cannot check {model}'s tokenizer",
               file=sys.stderr)
