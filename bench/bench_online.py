@@ -128,6 +128,12 @@ def _import_both_sides(*model_dirs: Path) -> None:
     import prefdata.prepare  # noqa: F401
     import prefdata.refs  # noqa: F401
     import prefdata.train  # noqa: F401
+    # What those import lazily, inside the stages (pandera and polars for the schema checks: 0.3 s).
+    import prefdata.core.schema  # noqa: F401
+    import prefdata.model.logprobs  # noqa: F401
+    import prefdata.online.generate  # noqa: F401
+    import prefdata.refs.compute  # noqa: F401
+    import prefdata.train.recipe  # noqa: F401
 
     for model_dir in model_dirs:
         AutoTokenizer.from_pretrained(str(model_dir))
