@@ -123,7 +123,8 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
             window.add(sums, grad_norm, step_lr, time.perf_counter() - started)
             bar.update(1)
             bar.set_postfix(loss=f"{step_metrics['loss']:.4f}", acc=f"{step_metrics['rewards/accuracies']:.2f}")
-            _check_stall(loop, result, step, step_metrics, grad_norm, step_lr, bar)
+            _check_stall(loop, result, step, step_metrics, grad_norm, step_lr, bar,
+                         rows=[row for micro in step_batches for row in micro])
             if step % loop.log_every == 0 or step == total_steps:
                 line = window.flush(step, step / steps_per_epoch, time.perf_counter() - loop_started)
                 result.last_metrics = line
@@ -169,13 +170,13 @@ def _accumulate(loop: Loop, step_batches: list[list[int]]) -> torch.Tensor:
 
 
 def _check_stall(loop: Loop, result: TrainResult, step: int, step_metrics: dict[str, float] | None, grad_norm: float,
-                 step_lr: float, bar: Any, steps_run: int = 0) -> None:
+                 step_lr: float, bar: Any, steps_run: int = 0, rows: list[int] | None = None) -> None:
     """After each step (`step_metrics`), and once at the end of the run (None: a short run whose
     every step stalled, fewer than --stall-steps, is reported too)."""
     if step_metrics is None:
         event = loop.stall.finish(step, steps_run)
     else:
-        event = loop.stall.update(step, step_metrics["loss"], step_metrics["abs_margin"], grad_norm, step_lr)
+        event = loop.stall.update(step, step_metrics["loss"], step_metrics["abs_margin"], grad_norm, step_lr, rows)
     if event is None:
         return
     result.stall_events.append(event)

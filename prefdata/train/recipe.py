@@ -52,7 +52,7 @@ from prefdata.train.runtime import (
     seed_everything,
 )
 from prefdata.train.stall import StallDetector
-from prefdata.train.step import PairForward, run_eval, zero_margin_loss
+from prefdata.train.step import PairForward, run_eval, zero_margin_loss, zero_margin_losses
 
 __all__ = ["TrainResult", "train"]
 
@@ -253,10 +253,13 @@ def _run_config(settings: dict[str, Any], out_dir: Path, model: str | Path, layo
 
 def _stall_detector(stall_steps: int, loss: str, beta: float, label_smoothing: float, simpo_gamma: float,
                     data: Any) -> StallDetector:
+    by_row = None
+    if data.offsets is not None and loss != "ipo":  # ipo refuses offsets when the loss first runs
+        by_row = zero_margin_losses(loss, beta, label_smoothing, simpo_gamma, data.offsets)
     return StallDetector(
         steps=stall_steps, zero_margin_loss=zero_margin_loss(loss, beta, label_smoothing, simpo_gamma),
         flag_counts=dict(data.manifest.get("flag_counts") or {}), identical_pairs=data.identical_pairs,
-        num_pairs=len(data.rows),
+        num_pairs=len(data.rows), zero_margin_by_row=by_row,
     )
 
 

@@ -45,7 +45,9 @@ class StallDetector:
 
     A step is stalled when the loss is within `loss_tol` of `zero_margin_loss` (what the loss is when
     chosen and rejected score alike) and the mean |reward margin| is below `margin_tol`, or when the
-    gradient norm is (numerically) zero.
+    gradient norm is (numerically) zero. With ODPO offsets each pair's zero-margin loss is its own
+    (-logσ(-δ) for sigmoid): `zero_margin_by_row` holds them by OUT row, and a step compares its loss
+    with the mean over its pairs.
     """
 
     steps: int = 20
@@ -57,6 +59,7 @@ class StallDetector:
     identical_pairs: int | None = None  # rows whose chosen_ids == rejected_ids in the training data
     num_pairs: int | None = None
     lr: float | None = None
+    zero_margin_by_row: Any = None  # numpy array by OUT row when pairs carry offsets, else None
     _run: int = 0
     _fired: bool = False
     _window: deque = field(default_factory=lambda: deque(maxlen=1))
@@ -66,20 +69,32 @@ class StallDetector:
             raise ValueError(f"stall steps must be >= 1, got {self.steps}")
         self._window = deque(maxlen=self.steps)
 
-    def is_stalled_step(self, loss: float, mean_abs_margin: float, grad_norm: float) -> bool:
-        flat_loss = abs(loss - self.zero_margin_loss) <= self.loss_tol and mean_abs_margin <= self.margin_tol
+    def zero_margin_for(self, rows: list[int] | None) -> float:
+        """The zero-margin loss of a step over `rows` (OUT row indices): the mean of the pairs' own
+        values with offsets, else the loss's one value."""
+        if self.zero_margin_by_row is None or not rows:
+            return self.zero_margin_loss
+        return float(self.zero_margin_by_row[rows].mean())
+
+    def is_stalled_step(self, loss: float, mean_abs_margin: float, grad_norm: float,
+                        zero_margin_loss: float | None = None) -> bool:
+        zero = self.zero_margin_loss if zero_margin_loss is None else zero_margin_loss
+        flat_loss = abs(loss - zero) <= self.loss_tol and mean_abs_margin <= self.margin_tol
         no_gradient = math.isfinite(grad_norm) and grad_norm <= self.grad_tol
         return flat_loss or no_gradient
 
-    def update(self, step: int, loss: float, mean_abs_margin: float, grad_norm: float, lr: float) -> dict[str, Any] | None:
-        """Feed one optimizer step; returns the stall event the first time the run reaches `steps`."""
-        if not self.is_stalled_step(loss, mean_abs_margin, grad_norm):
+    def update(self, step: int, loss: float, mean_abs_margin: float, grad_norm: float, lr: float,
+               rows: list[int] | None = None) -> dict[str, Any] | None:
+        """Feed one optimizer step (over the OUT rows `rows`); returns the stall event the first time
+        the run reaches `steps`."""
+        zero = self.zero_margin_for(rows)
+        if not self.is_stalled_step(loss, mean_abs_margin, grad_norm, zero):
             self._run = 0
             self._fired = False  # a later, separate stall is reported again
             self._window.clear()
             return None
         self._run += 1
-        self._window.append((loss, mean_abs_margin, grad_norm, lr))
+        self._window.append((loss, mean_abs_margin, grad_norm, lr, zero))
         if self._run < self.steps or self._fired:
             return None
         self._fired = True
@@ -114,7 +129,7 @@ class StallDetector:
             "step": step,
             "stalled_steps": self._run,
             "loss": mean_loss,
-            "zero_margin_loss": self.zero_margin_loss,
+            "zero_margin_loss": sum(w[4] for w in self._window) / n,
             "mean_abs_margin": mean_margin,
             "max_grad_norm": max_grad,
             "max_lr": max_lr,

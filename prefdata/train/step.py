@@ -92,6 +92,19 @@ def zero_margin_loss(loss: str, beta: float, label_smoothing: float, simpo_gamma
                           chosen_counts=one, rejected_counts=one, simpo_gamma=simpo_gamma).losses[0])
 
 
+def zero_margin_losses(loss: str, beta: float, label_smoothing: float, simpo_gamma: float,
+                       offsets: Any) -> Any:
+    """Each pair's loss when chosen and rejected score alike, given its ODPO offset δ (numpy, by
+    row): -logσ(-δ) for sigmoid. A stalled run with offsets sits at their mean, not at ln 2."""
+    import numpy as np
+
+    shift = torch.as_tensor(np.asarray(offsets, dtype=np.float32))
+    zero, one = torch.zeros_like(shift), torch.ones_like(shift)
+    out = dpo_loss(zero, zero, zero, zero, loss_type=loss, beta=beta, label_smoothing=label_smoothing,
+                   chosen_counts=one, rejected_counts=one, simpo_gamma=simpo_gamma, offsets=shift)
+    return out.losses.numpy().astype(np.float64)
+
+
 @torch.no_grad()
 def evaluate(fwd: PairForward, data: PairData, *, batch_pairs: int, batch_tokens: int | None, rank: int = 0,
              world_size: int = 1) -> dict[str, float]:

@@ -192,3 +192,18 @@ def test_weight_and_offset_given_in_the_raw_data_pass_through_prepare_to_train(t
     assert data.weights.tolist() == [r["weight"] for r in rows]
     assert data.offsets.tolist() == [r["offset"] for r in rows]
     assert data.weights_of([1, 2]) == [0.5, 2.0]
+
+
+def test_a_stalled_run_with_offsets_is_recognised_at_its_own_zero_margin_loss(weighted_out, tiny_model_dir, tmp_path):
+    """With offsets a pair's loss at zero margin is -logσ(-δ), not ln 2: a run that cannot move the
+    policy (lr 0, policy = reference) sits at their mean over the step's pairs, and the stall detector
+    says so; it compared with ln 2 before and stayed silent."""
+    import math
+
+    result = train(weighted_out, model=tiny_model_dir, output=tmp_path / "run", max_steps=2, stall_steps=2,
+                   save_every=None, lr=0.0, batch_pairs=3, warmup_ratio=0.0, progress=False, device="cpu")
+    (event,) = result.stall_events
+    expected = sum(math.log1p(math.exp(d)) for d in OFFSETS) / len(OFFSETS)  # -logσ(-δ) = softplus(δ)
+    assert abs(expected - math.log(2)) > 0.1
+    assert event["zero_margin_loss"] == pytest.approx(expected, abs=1e-5)
+    assert event["loss"] == pytest.approx(expected, abs=1e-3)
