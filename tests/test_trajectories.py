@@ -394,3 +394,47 @@ def test_validate_takes_train_turns_as_prepare_does(tmp_path, tool_model_dir):
                          max_length=cut, train_turns=turns, policy=None)
         assert (F.NO_TRAINED_TOKENS in report["flags"]) == flagged == (result.rows_dropped == 1)
     assert whole.rows_out == 1
+
+
+def test_pre_tokenized_rows_give_their_own_loss_masks(tmp_path, tool_model_dir):
+    """`chosen_loss_mask`/`rejected_loss_mask` next to pre-tokenized ids are OUT's mask columns (cut
+    with the completions), honoured by refs; a mask that trains nothing is dropped, and a mask that
+    does not fit its ids is quarantined in one line. They passed through as unused raw_* columns."""
+    from transformers import AutoModelForCausalLM
+
+    rows = [
+        {"prompt_ids": [5, 6, 7], "chosen_ids": [8, 9, 10, 11, 2], "rejected_ids": [12, 13, 2],
+         "chosen_loss_mask": [0, 0, 1, 1, 1], "rejected_loss_mask": [1, 0, 1]},
+        {"prompt_ids": [5, 6], "chosen_ids": [8, 9, 2], "rejected_ids": [14, 2],
+         "chosen_loss_mask": [0, 0, 0], "rejected_loss_mask": [1, 1]},
+        {"prompt_ids": [5, 6], "chosen_ids": [8, 9, 2], "rejected_ids": [15, 2],
+         "chosen_loss_mask": [0, 1], "rejected_loss_mask": [1, 1]},
+        {"prompt_ids": [5, 6], "chosen_ids": [8, 9, 2], "rejected_ids": [16, 2], "chosen_loss_mask": [0, 1, 1]},
+        {"prompt_ids": [5, 6], "chosen_ids": [8, 9, 2], "rejected_ids": [17, 2],
+         "chosen_loss_mask": [0, 2, 1], "rejected_loss_mask": [1, 1]},
+        {"prompt_ids": [5, 6], "chosen_ids": [8, 9, 2], "rejected_ids": [18, 19, 2]},
+    ]
+    out = tmp_path / "out"
+    lenient = tmp_path / "lenient.toml"  # this file drops and quarantines most of its rows on purpose
+    lenient.write_text("[thresholds]\nmax_dropped_share = 1.0\n", encoding="utf-8")
+    prepare(_write(tmp_path / "raw.jsonl", rows), out, tokenizer=tool_model_dir, progress=False, workers=1,
+            max_length=7, policy=lenient)
+    ds = datasets.load_from_disk(str(out))
+    assert not [c for c in ds.column_names if c.startswith("raw_")]
+    kept = {row["source_line"]: row for row in ds}
+    assert sorted(kept) == [1, 6]
+    # max_length 7 leaves 4 tokens per completion: the masks are cut with the ids.
+    assert kept[1]["chosen_ids"] == [8, 9, 10, 11] and kept[1]["chosen_loss_mask"] == [0, 0, 1, 1]
+    assert kept[1]["rejected_loss_mask"] == [1, 0, 1] and kept[6]["chosen_loss_mask"] is None
+    assert [d["flags"] for d in _lines(out / "dropped.jsonl")] == [[F.NO_TRAINED_TOKENS]]
+    errors = {q["source_line"]: q["error"] for q in _lines(out / "quarantine.jsonl")}
+    assert sorted(errors) == [3, 4, 5] and all("\n" not in e for e in errors.values())
+    assert "2 entries for 3 chosen_ids" in errors[3] and "give both or neither" in errors[4] and "0 or 1" in errors[5]
+
+    compute_refs(out, tool_model_dir, device="cpu", dtype="float32", progress=False)
+    model = AutoModelForCausalLM.from_pretrained(tool_model_dir, dtype=torch.float32).eval()
+    for row in datasets.load_from_disk(str(out)):
+        for half in ("chosen", "rejected"):
+            expected, count = _masked_plain(model, row["prompt_ids"], row[f"{half}_ids"], row[f"{half}_loss_mask"])
+            assert row[f"ref_{half}_logps"] == pytest.approx(expected, rel=1e-4, abs=1e-3)
+            assert row[f"{half}_token_count"] == count

@@ -54,6 +54,9 @@ class Pair:
     prompt_ids: list[int] | None = None
     chosen_ids: list[int] | None = None
     rejected_ids: list[int] | None = None
+    # Pre-tokenized rows may give per-token loss masks (0/1 per completion id), as OUT stores them.
+    chosen_loss_mask: list[int] | None = None
+    rejected_loss_mask: list[int] | None = None
     tools: list[Any] | None = None  # the row's tool schemas (JSON objects), passed to the chat template
     extra: dict[str, Any] = field(default_factory=dict)  # pass-through columns, untouched
     flags: list[str] = field(default_factory=list)  # flags found while normalizing

@@ -48,7 +48,8 @@ _CONSUMED = {
     "openai": frozenset({"input", "preferred_output", "non_preferred_output", "tools"}),
     "llamafactory_v1": frozenset({"chosen_messages", "rejected_messages", "tools"}),
     "pretokenized": frozenset(
-        {"prompt_ids", "chosen_ids", "rejected_ids", "prompt", "chosen", "rejected"}
+        {"prompt_ids", "chosen_ids", "rejected_ids", "prompt", "chosen", "rejected", "chosen_loss_mask",
+         "rejected_loss_mask"}
     ),
 }
 
@@ -435,6 +436,7 @@ def _pretokenized(raw: RawRecord, row: dict[str, Any]) -> Pair:
     ids = {key: _ids(row, key) for key in ("prompt_ids", "chosen_ids", "rejected_ids")}
     # Text next to the ids (TRL keeps it, as strings or message lists) is used for text-level checks.
     texts = {key: text_of(row.get(key, ""), completion=key != "prompt") for key in ("prompt", "chosen", "rejected")}
+    masks = _loss_masks(row, ids)
     return Pair(
         source_file=raw.source_file,
         source_line=raw.source_line,
@@ -444,6 +446,32 @@ def _pretokenized(raw: RawRecord, row: dict[str, Any]) -> Pair:
         prompt_ids=ids["prompt_ids"],
         chosen_ids=ids["chosen_ids"],
         rejected_ids=ids["rejected_ids"],
+        chosen_loss_mask=masks["chosen"],
+        rejected_loss_mask=masks["rejected"],
         extra=_extra(row, _CONSUMED["pretokenized"]),
         shape="pretokenized",
     )
+
+
+def _loss_masks(row: dict[str, Any], ids: dict[str, list[int]]) -> dict[str, list[int] | None]:
+    """A pre-tokenized row's `chosen_loss_mask`/`rejected_loss_mask`: both or neither, each one 0 or
+    1 per completion id (1: the token is trained), as OUT stores them."""
+    given = [half for half in ("chosen", "rejected") if row.get(f"{half}_loss_mask") is not None]
+    if not given:
+        return {"chosen": None, "rejected": None}
+    if len(given) == 1:
+        other = "rejected" if given == ["chosen"] else "chosen"
+        raise RecordError(f"field '{given[0]}_loss_mask' is given without '{other}_loss_mask': give both or neither")
+    masks: dict[str, list[int] | None] = {}
+    for half in ("chosen", "rejected"):
+        key, value = f"{half}_loss_mask", row[f"{half}_loss_mask"]
+        if type(value) is not list:
+            raise RecordError(_type_error(key, value, "a list of 0/1, one per completion id"))
+        if any(type(v) not in (int, bool) or v not in (0, 1) for v in value):
+            bad = next(v for v in value if type(v) not in (int, bool) or v not in (0, 1))
+            raise RecordError(f"field '{key}' holds {bad!r:.40}: a loss mask holds 0 or 1 per completion id")
+        if len(value) != len(ids[f"{half}_ids"]):
+            raise RecordError(f"field '{key}' has {len(value)} entries for {len(ids[f'{half}_ids'])} {half}_ids: "
+                              "a loss mask holds one 0/1 per completion id")
+        masks[half] = [int(v) for v in value]
+    return masks

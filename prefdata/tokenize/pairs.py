@@ -188,10 +188,16 @@ class PairTokenizer:
         templated: list[int] = []
         for index, pair in enumerate(pairs):
             if pair.is_pretokenized:
-                results[index] = truncate_pair(
+                tokenized = truncate_pair(
                     pair.prompt_ids or [], pair.chosen_ids or [], pair.rejected_ids or [],
                     self.settings, self._eos_id,
                 )
+                if pair.chosen_loss_mask is not None and pair.rejected_loss_mask is not None:
+                    # The given masks, cut with the completions (truncation cuts them from the right).
+                    tokenized.chosen_loss_mask = list(pair.chosen_loss_mask[: len(tokenized.chosen_ids)])
+                    tokenized.rejected_loss_mask = list(pair.rejected_loss_mask[: len(tokenized.rejected_ids)])
+                    _flag_untrained(tokenized)
+                results[index] = tokenized
             elif pair.images is not None and not self.reads_images:
                 results[index] = RecordError(_NEEDS_PROCESSOR)
             elif pair.is_conversational or self.settings.chat_template:
@@ -590,9 +596,14 @@ def _set_loss_masks(tokenized: TokenizedPair, chosen_mask: list[int], rejected_m
     turn; truncation cuts the mask with the ids); a half left with no trained token: `no_trained_tokens`."""
     tokenized.chosen_loss_mask = fit_mask(chosen_mask, len(tokenized.chosen_ids), row.chosen_tail)
     tokenized.rejected_loss_mask = fit_mask(rejected_mask, len(tokenized.rejected_ids), row.rejected_tail)
+    _flag_untrained(tokenized)
+
+
+def _flag_untrained(tokenized: TokenizedPair) -> None:
+    """`no_trained_tokens` when a half's loss mask has no 1 past its loss start."""
     for mask, start in ((tokenized.chosen_loss_mask, tokenized.chosen_loss_start),
                         (tokenized.rejected_loss_mask, tokenized.rejected_loss_start)):
-        if not any(mask[start or 0 :]) and F.NO_TRAINED_TOKENS not in tokenized.flags:
+        if mask is not None and not any(mask[start or 0 :]) and F.NO_TRAINED_TOKENS not in tokenized.flags:
             tokenized.flags.append(F.NO_TRAINED_TOKENS)
 
 
