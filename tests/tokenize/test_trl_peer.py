@@ -6,7 +6,10 @@ The one rule (README, "Reasoning and tool data"): a completion ends where the te
 assistant turn. Differences from TRL, each asserted here rather than hidden:
 - whitespace a template writes after its end-of-turn token (ChatML's "\\n" after <|im_end|>) belongs
   to the next turn: TRL keeps it in the completion, prefdata does not;
-- prefdata appends EOS only where the template ends the turn with nothing (no template here does).
+- prefdata appends EOS only where the template ends the turn with nothing (no template here does);
+- a tool call's `arguments` given as JSON text reach the template as an object in prefdata, as text
+  in TRL (Qwen2.5 then writes an escaped string).
+Agent trajectories (multi-turn completions) get TRL's ids too; their loss masks are prefdata's own.
 """
 
 from __future__ import annotations
@@ -171,3 +174,72 @@ def test_scored_completions_give_trls_ids_for_the_pair_they_make(shape, shared_t
     assert mine["prompt_ids"] == theirs["prompt_ids"]
     assert mine["chosen_ids"] == turn_end(theirs["chosen_ids"], tokenizer)
     assert mine["rejected_ids"] == turn_end(theirs["rejected_ids"], tokenizer)
+
+
+def _agent_rows(arguments) -> list[dict]:
+    """Agent trajectories with no separate prompt (TRL extracts the shared leading messages, as
+    prefdata splits at the first differing message): a tool-calling one and a plain multi-turn chat.
+    Call ids are 9 characters, as Mistral's template requires."""
+    def call(call_id, name):
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments({"city": "Paris"})}}]}
+
+    def result(call_id, text):
+        return {"role": "tool", "tool_call_id": call_id, "name": "get_weather", "content": text}
+
+    user = {"role": "user", "content": "Weather in Paris? Umbrella?"}
+    start = [user, call("call00001", "get_weather"), result("call00001", "14C, cloudy")]
+    agent = {"chosen": start + [call("call00002", "get_weather"), result("call00002", "rain 80%"),
+                                {"role": "assistant", "content": "Bring one."}],
+             "rejected": start + [{"role": "assistant", "content": "No need."}], "tools": json.dumps(TOOLS)}
+    chat = {"chosen": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello there!"},
+                       {"role": "user", "content": "A joke?"}, {"role": "assistant", "content": "Sure, a short one."}],
+            "rejected": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Go away."},
+                         {"role": "user", "content": "A joke?"}, {"role": "assistant", "content": "No."}]}
+    return [agent, chat]
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_agent_trajectories_give_trls_ids(name, shared_tokenizer, tmp_path):
+    """Multi-turn completions (tool calls, tool results, user turns) split where TRL splits them and
+    tokenized to TRL's ids; the per-turn loss masks are prefdata's own (TRL has none)."""
+    from transformers import AutoTokenizer
+
+    tokenizer_dir = shared_tokenizer(name)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    rows = _agent_rows(lambda args: args)
+    raw = tmp_path / "rows.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    policy = tmp_path / "keep.toml"  # templates without tools drop the calls: flagged, kept here to compare
+    policy.write_text('[flags]\nreasoning_lost = "warn"\nunequal_turns = "warn"\n')
+    result = prepare(raw, tmp_path / "out", tokenizer=tokenizer_dir, progress=False, workers=1, policy=policy,
+                     template_date=datetime.date.today().isoformat())
+    assert result.rows_out == len(rows)
+    ours = datasets.load_from_disk(str(tmp_path / "out"))
+    theirs = trl_ids(rows, tokenizer_dir, tmp_path)
+    for index, (mine, trl_row) in enumerate(zip(ours, theirs)):
+        where = f"{name} row {index}"
+        assert mine["prompt_ids"] == trl_row["prompt_ids"], where
+        for half in ("chosen_ids", "rejected_ids"):
+            assert mine[half] == turn_end(trl_row[half], tokenizer), f"{where} {half}"
+
+
+def test_arguments_given_as_json_text_reach_the_template_as_an_object(shared_tokenizer, tmp_path):
+    """OpenAI's messages carry a call's `arguments` as JSON text. prefdata hands templates an object
+    (transformers' documented tool-call format), so Qwen2.5 writes {"city": "Paris"}; TRL passes the
+    text through and Qwen2.5's `| tojson` writes it as an escaped string. Asserted, not hidden: with
+    objects in the data both give the same ids (the test above)."""
+    tokenizer_dir = shared_tokenizer("qwen2.5-instruct")
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    rows = _agent_rows(json.dumps)[:1]
+    raw = tmp_path / "rows.jsonl"
+    raw.write_text(json.dumps(rows[0]) + "\n", encoding="utf-8")
+    prepare(raw, tmp_path / "out", tokenizer=tokenizer_dir, progress=False, workers=1)
+    (mine,) = datasets.load_from_disk(str(tmp_path / "out"))
+    (theirs,) = trl_ids(rows, tokenizer_dir, tmp_path)
+    assert '"arguments": {"city": "Paris"}' in tokenizer.decode(mine["chosen_ids"])
+    assert '"arguments": "{\\"city\\": \\"Paris\\"}"' in tokenizer.decode(theirs["chosen_ids"])
+    (as_objects,) = trl_ids(_agent_rows(lambda args: args)[:1], tokenizer_dir, tmp_path)
+    assert mine["chosen_ids"] == turn_end(as_objects["chosen_ids"], tokenizer)
