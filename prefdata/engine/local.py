@@ -121,19 +121,28 @@ def _terminate_workers(pool: ProcessPoolExecutor, grace_s: float = 2.0) -> None:
     after `grace_s` (a handler a library installed may hold SIGTERM off). The pool then finds its
     workers gone and shuts down without waiting for their units. The workers ignore SIGINT, so
     this is what makes Ctrl-C stop a busy worker."""
+    result_queue = getattr(pool, "_result_queue", None)  # taken first: a shutdown drops it
     terminate_workers = getattr(pool, "terminate_workers", None)  # Python 3.14+
     if terminate_workers is not None:
         terminate_workers()
-        return
-    processes = list((getattr(pool, "_processes", None) or {}).values())
-    for process in processes:
-        process.terminate()
-    deadline = time.monotonic() + grace_s
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
-        if process.is_alive():
-            process.kill()
-            process.join()
+    else:
+        processes = list((getattr(pool, "_processes", None) or {}).values())
+        for process in processes:
+            process.terminate()
+        deadline = time.monotonic() + grace_s
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                process.kill()
+                process.join()
+    # A worker killed while sending its result (a chunk's is MBs, the pipe holds 64 KB) leaves the
+    # pool's manager thread reading the rest of that message, forever: this process holds the
+    # result pipe's write end too, so no EOF comes, and shutdown(wait=True) waited on that thread
+    # (Ctrl-C then hung validate). Closing our copy lets the read end in EOF, the pool counts itself
+    # broken and shuts down. Nothing here writes to that pipe; the workers have their own copies.
+    writer = getattr(result_queue, "_writer", None)
+    if writer is not None:
+        writer.close()
 
 
 class OrderedResults(Generic[U, R]):
