@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import time
 
 import pytest
@@ -143,3 +144,33 @@ def test_prepare_stages_run_unchanged_on_another_engine(tmp_path, monkeypatch) -
 
     monkeypatch.setattr(stream, "CHUNK_BYTES", 1000)  # many chunks
     assert checked(engine=CopyingEngine()) == checked(workers=2) == checked(workers=1)
+
+
+# Armed by the test below: sends this process SIGINT from inside an at-fork hook, where Python prints
+# and drops the KeyboardInterrupt it raises (hooks cannot be unregistered, hence the flag).
+_INTERRUPT_NEXT_FORK: list[bool] = []
+
+
+def _interrupt_inside_the_fork_hook() -> None:
+    if _INTERRUPT_NEXT_FORK:
+        _INTERRUPT_NEXT_FORK.clear()
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(100_000):  # Python runs the signal handler here, inside the hook
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_parent=_interrupt_inside_the_fork_hook)
+
+
+def test_ctrl_c_while_the_workers_are_forked_is_not_lost() -> None:
+    """A Ctrl-C landing while the workers fork stops the run; it used to vanish in a fork hook and the
+    run finished as if never interrupted."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as a terminal's Ctrl-C finds it
+    try:
+        _INTERRUPT_NEXT_FORK.append(True)
+        with pytest.raises(KeyboardInterrupt):
+            list(LocalEngine(workers=2).map_ordered(Square(), range(20)))
+    finally:
+        _INTERRUPT_NEXT_FORK.clear()
+        signal.signal(signal.SIGINT, previous)
