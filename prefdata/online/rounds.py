@@ -30,6 +30,7 @@ import json
 import math
 import shutil
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,6 +171,10 @@ def run_online(
                                 f"prompts in {prompts}")
         if rounds is None:  # one pass over the prompts
             rounds = math.ceil(len(prompt_rows) / prompts_per_round)
+        # Each stage shows its own bar only where a round is long (several steps on one sampling); a
+        # fully online round is one step, and its stages' bars would add two lines a round: one bar
+        # over the rounds instead.
+        stage_bars = progress and prompts_per_round > batch_pairs
         # vLLM loads the policy from its directory every round: each round's policy must be on disk.
         save_every = 1 if engine == "vllm" else (save_every or math.ceil(CHECKPOINT_PROMPTS / prompts_per_round))
         config = {
@@ -204,11 +209,12 @@ def run_online(
                           "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code,
                           "lr_schedule": lr_schedule, "schedule_steps": config["schedule_steps"],
                           "save_optimizer": True},
-            device=device, progress=progress, trust_remote_code=trust_remote_code, save_every=save_every,
+            device=device, progress=stage_bars, trust_remote_code=trust_remote_code, save_every=save_every,
             last_round=rounds,
         )
         result = OnlineResult(out, out / "policy", resumed_after=len(done))
         current = checkpoint = current_policy(out, done, Path(model))
+        bar = _rounds_bar(rounds, len(done), enabled=progress and not stage_bars)
         for r in range(len(done) + 1, rounds + 1):
             line = context.run(r, round_prompts(prompt_rows, r, prompts_per_round), current)
             if line["trained"]:
@@ -219,13 +225,25 @@ def run_online(
             if line["saved"]:
                 checkpoint = current
             _append_round(out, line)
-            print(format_round(line), flush=True)
+            bar.write(format_round(line))  # above the bar; plain stdout when there is none
+            if line["trained"]:
+                bar.set_postfix(reward=f"{line['reward_mean']:.4g}", loss=f"{line['loss']:.4f}", refresh=False)
+            bar.update(1)
             result.rounds.append(line)
             if not keep_round_policies:
                 _drop_old_weights(out, r, checkpoint)
+        bar.close()
         _publish_policy(current, out / "policy")
         result.rounds = read_jsonl(out / ROUNDS_FILE)
         return result
+
+
+def _rounds_bar(rounds: int, done: int, enabled: bool) -> Any:
+    """The run's progress over rounds (stderr); its `write` puts the round lines on stdout above it."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=rounds, initial=done, desc="online", unit="round", disable=not enabled, dynamic_ncols=True,
+                file=sys.stderr)
 
 
 def planned_steps(rounds: int, prompts_per_round: int, epochs: int, batch_pairs: int) -> int:

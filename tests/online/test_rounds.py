@@ -115,3 +115,20 @@ def test_by_default_a_run_is_fully_online_over_one_pass_of_the_prompts(tmp_path,
     assert (config["prompts_per_round"], config["rounds"], config["save_every"]) == (4, 4, 16)
     assert (result.policy / "config.json").is_file()
     assert not (out / "round-2" / "policy" / "config.json").exists()  # between checkpoints: metrics only
+
+
+@pytest.mark.parametrize("per_round", [None, 8])
+def test_fully_online_shows_one_bar_over_rounds_and_long_rounds_show_their_stages(
+        tmp_path, tiny_model_dir, prompts_file, rules_file, capsys, per_round):
+    """A fully online round is one step: its stages' bars would add two lines a round, so the run
+    shows one bar over the rounds. Rounds of several steps show each stage's bar as before. The
+    round lines are on stdout either way."""
+    run_online(prompts_file, model=tiny_model_dir, output=tmp_path / "run", reward_fn=f"{rules_file}:length",
+               samples=2, max_new_tokens=4, batch_pairs=4, prompts_per_round=per_round, rounds=2, lr=1e-2,
+               device="cpu", progress=True)
+    out, err = capsys.readouterr()
+    assert [line.split(":")[0] for line in out.splitlines()] == ["round 1", "round 2"]
+    if per_round is None:
+        assert "online:" in err and "2/2" in err and "train:" not in err and "refs:" not in err
+    else:
+        assert "online:" not in err and "train:" in err
