@@ -8,7 +8,8 @@ tokenizer (a chat template set from a file, padding side) never changes another 
 
 The cache key includes every file of the directory with its size and modification time: a tokenizer
 saved again into the same directory is loaded afresh. Names that are not local directories (the
-Hugging Face cache) are not cached.
+Hugging Face cache) are not cached. What is computed from a tokenizer handed out read only (its
+fingerprint) is kept with it (`remembered`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from prefdata.core.directory_state import directory_state
 
 _KEEP = 4  # tokenizers held at once: a run uses the policy's and perhaps a reward model's
 _LOADED: OrderedDict[tuple, Any] = OrderedDict()
+_REMEMBERED: dict[tuple, dict[str, Any]] = {}  # values computed from a cached tokenizer (`remembered`), by key
 
 
 def _directory_key(path: str, trust_remote_code: bool, kwargs: dict[str, Any]) -> tuple | None:
@@ -64,7 +66,6 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
     return tokenizer
 
 
-
 def remembered(tokenizer: Any, what: str, compute: Callable[[Any], Any]) -> Any:
     """`compute(tokenizer)`, kept under `what` for a tokenizer this cache hands out read only (it
     never changes); computed afresh for any other, which its caller may have changed."""
@@ -76,5 +77,3 @@ def remembered(tokenizer: Any, what: str, compute: Callable[[Any], Any]) -> Any:
             return values[what]
     return compute(tokenizer)
 
-
-_REMEMBERED: dict[tuple, dict[str, Any]] = {}  # by cache key, for the tokenizers in _LOADED

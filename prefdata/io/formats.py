@@ -467,9 +467,9 @@ def _loss_masks(row: dict[str, Any], ids: dict[str, list[int]]) -> dict[str, lis
         key, value = f"{half}_loss_mask", row[f"{half}_loss_mask"]
         if type(value) is not list:
             raise RecordError(_type_error(key, value, "a list of 0/1, one per completion id"))
-        if any(type(v) not in (int, bool) or v not in (0, 1) for v in value):
-            bad = next(v for v in value if type(v) not in (int, bool) or v not in (0, 1))
-            raise RecordError(f"field '{key}' holds {bad!r:.40}: a loss mask holds 0 or 1 per completion id")
+        for v in value:
+            if type(v) not in (int, bool) or v not in (0, 1):
+                raise RecordError(f"field '{key}' holds {v!r:.40}: a loss mask holds 0 or 1 per completion id")
         if len(value) != len(ids[f"{half}_ids"]):
             raise RecordError(f"field '{key}' has {len(value)} entries for {len(ids[f'{half}_ids'])} {half}_ids: "
                               "a loss mask holds one 0/1 per completion id")

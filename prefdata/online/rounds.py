@@ -226,6 +226,7 @@ def run_online(
                 checkpoint = current
             _append_round(out, line)
             bar.write(format_round(line))  # above the bar; plain stdout when there is none
+            sys.stdout.flush()  # a log file or pipe gets each round as it finishes
             if line["trained"]:
                 bar.set_postfix(reward=f"{line['reward_mean']:.4g}", loss=f"{line['loss']:.4f}", refresh=False)
             bar.update(1)

@@ -83,7 +83,6 @@ def swap_dataset(out: Path, table: Any, description: str = "") -> None:
     _finish_swap(out)
 
 
-
 def save_table(table: Any, directory: Path, description: str = "") -> None:
     """`table` in `datasets.save_to_disk`'s layout: Arrow stream files of at most about 500 MB each,
     state.json and dataset_info.json (with `description`, where prefdata's settings travel) and a
