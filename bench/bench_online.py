@@ -111,7 +111,7 @@ def run_trl(prompts: list, policy: Path, rm: Path, out: Path, args: argparse.Nam
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
-    trainer.train()
+    loop = trainer.train().metrics["train_runtime"]  # the Trainer's own clock: its training loop
     seconds = time.perf_counter() - started
     print(f"  TRL:      {seconds:7.2f}s  steps {trainer.state.global_step}")
     return seconds
@@ -172,7 +172,10 @@ def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new
     return statistics.fmean(rewards)
 
 
-def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace, seed: int) -> tuple[float, list[float]]:
+def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace,
+                   seed: int) -> tuple[float, list[float], float]:
+    """(seconds of the whole run, each round's mean sampled reward, seconds of its rounds by their
+    own clock, rounds.jsonl's `seconds`: the loop without the run's set-up)."""
     from prefdata.online.rounds import run_online
 
     started = time.perf_counter()
@@ -184,11 +187,12 @@ def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace
         batch_pairs=args.batch_pairs, lr=args.lr, beta=args.beta, lr_schedule=args.lr_schedule, epochs=1,
         seed=seed, device="cpu", progress=False, **reward,
     )
-    return time.perf_counter() - started, [line["reward_mean"] for line in result.rounds]
+    loop = sum(line["seconds"] for line in result.rounds)
+    return time.perf_counter() - started, [line["reward_mean"] for line in result.rounds], loop
 
 
 def learn_trl(case: dict, out: Path, reward: dict, args: argparse.Namespace, seed: int,
-              trl_defaults: bool = False) -> tuple[float, list[float]]:
+              trl_defaults: bool = False) -> tuple[float, list[float], float]:
     """TRL at prefdata's settings (fp32, no gradient checkpointing), or with `trl_defaults` at its own
     defaults for those two (gradient checkpointing on, bf16); lr, batch, steps, schedule stay equal."""
     import datasets
@@ -223,14 +227,14 @@ def learn_trl(case: dict, out: Path, reward: dict, args: argparse.Namespace, see
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # its per-step dicts would drown the comparison
-    trainer.train()
+    loop = trainer.train().metrics["train_runtime"]  # the Trainer's own clock: its training loop
     seconds = time.perf_counter() - started
     trainer.save_model(str(out / "final"))
     steps_per_round = -(-args.prompts // args.batch_pairs)
     scores = [log["objective/scores"] for log in trainer.state.log_history if "objective/scores" in log]
     curve = [sum(scores[i:i + steps_per_round]) / len(scores[i:i + steps_per_round])
              for i in range(0, len(scores), steps_per_round)]
-    return seconds, curve
+    return seconds, curve, loop
 
 
 def _own_prompts(source: Path, dest: Path, n: int) -> Path:
@@ -276,11 +280,12 @@ def learn_section(args: argparse.Namespace) -> None:
         for name, reward, scorer in cases:
             gains: dict[str, list[float]] = {"prefdata": [], "TRL": [], "TRL defaults": []}
             times: dict[str, list[float]] = {"prefdata": [], "TRL": [], "TRL defaults": []}
+            loops: dict[str, list[float]] = {"prefdata": [], "TRL": []}
             for seed in args.seeds:
                 start = _eval_reward(case["policy"], case["prompts"], scorer, args.eval_samples, args.max_new_tokens,
                                      1000 + seed, args.gen_batch)
-                ours_s, ours_curve = learn_prefdata(case, work / f"p-{name[:4]}-{seed}", reward, args, seed)
-                theirs_s, theirs_curve = learn_trl(case, work / f"t-{name[:4]}-{seed}", reward, args, seed)
+                ours_s, ours_curve, ours_loop = learn_prefdata(case, work / f"p-{name[:4]}-{seed}", reward, args, seed)
+                theirs_s, theirs_curve, theirs_loop = learn_trl(case, work / f"t-{name[:4]}-{seed}", reward, args, seed)
                 ours = _eval_reward(work / f"p-{name[:4]}-{seed}" / "policy", case["prompts"], scorer,
                                     args.eval_samples, args.max_new_tokens, 1000 + seed, args.gen_batch)
                 theirs = _eval_reward(work / f"t-{name[:4]}-{seed}" / "final", case["prompts"], scorer,
@@ -290,14 +295,17 @@ def learn_section(args: argparse.Namespace) -> None:
                 print("    TRL:      " + " -> ".join(f"{v:.4f}" for v in theirs_curve))
                 print(f"    evaluation ({args.eval_samples} fresh samples per prompt): start {start:.4f}; prefdata {ours:.4f} "
                       f"(gain {ours - start:+.4f}); TRL {theirs:.4f} (gain {theirs - start:+.4f})")
-                print(f"    time: prefdata {ours_s:.1f}s, TRL {theirs_s:.1f}s")
+                print(f"    time: prefdata {ours_s:.1f}s, TRL {theirs_s:.1f}s; training loops by their own clocks: "
+                      f"prefdata {ours_loop:.1f}s, TRL {theirs_loop:.1f}s")
+                loops["prefdata"].append(ours_loop)
+                loops["TRL"].append(theirs_loop)
                 gains["prefdata"].append(ours - start)
                 gains["TRL"].append(theirs - start)
                 times["prefdata"].append(ours_s)
                 times["TRL"].append(theirs_s)
                 if args.trl_defaults:
                     out = work / f"d-{name[:4]}-{seed}"
-                    default_s, _ = learn_trl(case, out, reward, args, seed, trl_defaults=True)
+                    default_s, _, _ = learn_trl(case, out, reward, args, seed, trl_defaults=True)
                     default = _eval_reward(out / "final", case["prompts"], scorer, args.eval_samples, args.max_new_tokens,
                                      1000 + seed, args.gen_batch)
                     print(f"    TRL at its defaults (bf16, gradient checkpointing): {default:.4f} "
@@ -322,7 +330,10 @@ def learn_section(args: argparse.Namespace) -> None:
                   f"{per_prompt['prefdata'] * 1000:.0f} / {per_prompt['TRL'] * 1000:.0f} ms per prompt")
             print(f"  {name}: mean gain over {len(args.seeds)} seed(s): prefdata {g_ours:+.4f}, TRL {g_theirs:+.4f}; "
                   f"gain ratio prefdata/TRL = {ratio}; time per prompt: prefdata {per_prompt['prefdata'] * 1000:.0f} ms, "
-                  f"TRL {per_prompt['TRL'] * 1000:.0f} ms ({per_prompt['TRL'] / per_prompt['prefdata']:.2f}x faster)")
+                  f"TRL {per_prompt['TRL'] * 1000:.0f} ms ({per_prompt['TRL'] / per_prompt['prefdata']:.2f}x faster); "
+                  f"training loops by their own clocks: {statistics.fmean(loops['prefdata']) / (args.prompts * args.rounds) * 1000:.0f} "
+                  f"vs {statistics.fmean(loops['TRL']) / (args.prompts * args.rounds) * 1000:.0f} ms per prompt "
+                  f"({statistics.fmean(loops['TRL']) / statistics.fmean(loops['prefdata']):.2f}x faster)")
 
 
 def main() -> int:
