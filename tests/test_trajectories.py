@@ -157,15 +157,20 @@ def _masked_plain(model, prompt, completion, mask) -> tuple[float, int]:
     return float(sum(logp[t - 1, ids[0, t]] for t in positions)), len(positions)
 
 
-def test_refs_sum_only_the_model_turns(scored, tool_model_dir):
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(tool_model_dir, dtype=torch.float32).eval()
-    for row in datasets.load_from_disk(str(scored)):
+def assert_refs_sum_the_masked_tokens(out: Path, model) -> None:
+    """Each stored ref sum and token count equals a plain forward summed over the mask's 1s."""
+    model.eval()
+    for row in datasets.load_from_disk(str(out)):
         for half in ("chosen", "rejected"):
             expected, count = _masked_plain(model, row["prompt_ids"], row[f"{half}_ids"], row[f"{half}_loss_mask"])
             assert row[f"ref_{half}_logps"] == pytest.approx(expected, rel=1e-4, abs=1e-3)
             assert row[f"{half}_token_count"] == count
+
+
+def test_refs_sum_only_the_model_turns(scored, tool_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    assert_refs_sum_the_masked_tokens(scored, AutoModelForCausalLM.from_pretrained(tool_model_dir, dtype=torch.float32))
     check_out(scored)  # counts agree with the masks (the contract's rule)
 
 
@@ -432,9 +437,4 @@ def test_pre_tokenized_rows_give_their_own_loss_masks(tmp_path, tool_model_dir):
     assert "2 entries for 3 chosen_ids" in errors[3] and "give both or neither" in errors[4] and "0 or 1" in errors[5]
 
     compute_refs(out, tool_model_dir, device="cpu", dtype="float32", progress=False)
-    model = AutoModelForCausalLM.from_pretrained(tool_model_dir, dtype=torch.float32).eval()
-    for row in datasets.load_from_disk(str(out)):
-        for half in ("chosen", "rejected"):
-            expected, count = _masked_plain(model, row["prompt_ids"], row[f"{half}_ids"], row[f"{half}_loss_mask"])
-            assert row[f"ref_{half}_logps"] == pytest.approx(expected, rel=1e-4, abs=1e-3)
-            assert row[f"{half}_token_count"] == count
+    assert_refs_sum_the_masked_tokens(out, AutoModelForCausalLM.from_pretrained(tool_model_dir, dtype=torch.float32))

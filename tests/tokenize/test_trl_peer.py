@@ -75,6 +75,30 @@ def turn_end(ids: list[int], tokenizer) -> list[int]:
     return ids[:end] if end and ids[end - 1] in special else ids
 
 
+def prepare_as_trl_does(rows: list[dict], tokenizer_dir: str, tokenizer, tmp_path, name: str,
+                        warn: tuple[str, ...]) -> None:
+    """Prepare `rows` keeping every pair (the `warn` flags only warn: the peer check is about ids, not
+    verdicts), and assert their ids are TRL's."""
+    raw = tmp_path / "rows.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    policy = tmp_path / "keep.toml"
+    policy.write_text("[flags]\n" + "".join(f'{f} = "warn"\n' for f in warn))
+    # TRL renders today's date where a template prints one (SmolLM3): pin prefdata's to today to compare.
+    result = prepare(raw, tmp_path / "out", tokenizer=tokenizer_dir, progress=False, workers=1, policy=policy,
+                     template_date=datetime.date.today().isoformat())
+    assert result.rows_out == len(rows)
+    assert_trls_ids(datasets.load_from_disk(str(tmp_path / "out")), trl_ids(rows, tokenizer_dir, tmp_path), tokenizer, name)
+
+
+def assert_trls_ids(ours, theirs, tokenizer, name: str) -> None:
+    """Row by row: the same prompt ids, and TRL's completion ids up to the template's end of turn."""
+    for index, (mine, trl_row) in enumerate(zip(ours, theirs)):
+        where = f"{name} row {index}"
+        assert mine["prompt_ids"] == trl_row["prompt_ids"], where
+        for half in ("chosen_ids", "rejected_ids"):
+            assert mine[half] == turn_end(trl_row[half], tokenizer), f"{where} {half}"
+
+
 @pytest.mark.parametrize("name", TOKENIZERS)
 def test_ids_equal_trls_on_reasoning_and_tool_rows(name, shared_tokenizer, tmp_path):
     from transformers import AutoTokenizer
@@ -84,23 +108,8 @@ def test_ids_equal_trls_on_reasoning_and_tool_rows(name, shared_tokenizer, tmp_p
     rows = [dict(r) for r in ROWS]
     if name == "deepseek-r1-distill-qwen":
         rows = rows[:3]  # its tool-call branch fails under transformers 5.x (content must be None, which transformers drops)
-    raw = tmp_path / "rows.jsonl"
-    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    # The peer check is about ids, not verdicts: keep every pair whatever its flags.
-    policy = tmp_path / "keep.toml"
-    policy.write_text("[flags]\n" + "".join(f'{f} = "warn"\n' for f in (
-        "reasoning_lost", "identical", "identical_after_truncation", "tool_call_invalid", "empty_rejected")))
-    # TRL renders today's date where a template prints one (SmolLM3): pin prefdata's to today to compare.
-    result = prepare(raw, tmp_path / "out", tokenizer=tokenizer_dir, progress=False, workers=1, policy=policy,
-                     template_date=datetime.date.today().isoformat())
-    assert result.rows_out == len(rows)
-    ours = datasets.load_from_disk(str(tmp_path / "out"))
-    theirs = trl_ids(rows, tokenizer_dir, tmp_path)
-    for index, (mine, trl_row) in enumerate(zip(ours, theirs)):
-        where = f"{name} row {index}"
-        assert mine["prompt_ids"] == trl_row["prompt_ids"], where
-        for half in ("chosen_ids", "rejected_ids"):
-            assert mine[half] == turn_end(trl_row[half], tokenizer), f"{where} {half}"
+    prepare_as_trl_does(rows, tokenizer_dir, tokenizer, tmp_path, name, warn=(
+        "reasoning_lost", "identical", "identical_after_truncation", "tool_call_invalid", "empty_rejected"))
 
 
 def test_llamafactory_v1_rows_equal_trls_ids_on_the_same_conversation(shared_tokenizer, tmp_path):
@@ -208,20 +217,8 @@ def test_agent_trajectories_give_trls_ids(name, shared_tokenizer, tmp_path):
     tokenizer_dir = shared_tokenizer(name)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     rows = _agent_rows(lambda args: args)
-    raw = tmp_path / "rows.jsonl"
-    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    policy = tmp_path / "keep.toml"  # templates without tools drop the calls: flagged, kept here to compare
-    policy.write_text('[flags]\nreasoning_lost = "warn"\nunequal_turns = "warn"\n')
-    result = prepare(raw, tmp_path / "out", tokenizer=tokenizer_dir, progress=False, workers=1, policy=policy,
-                     template_date=datetime.date.today().isoformat())
-    assert result.rows_out == len(rows)
-    ours = datasets.load_from_disk(str(tmp_path / "out"))
-    theirs = trl_ids(rows, tokenizer_dir, tmp_path)
-    for index, (mine, trl_row) in enumerate(zip(ours, theirs)):
-        where = f"{name} row {index}"
-        assert mine["prompt_ids"] == trl_row["prompt_ids"], where
-        for half in ("chosen_ids", "rejected_ids"):
-            assert mine[half] == turn_end(trl_row[half], tokenizer), f"{where} {half}"
+    # Templates without tools drop the calls: flagged reasoning_lost, kept here to compare the ids.
+    prepare_as_trl_does(rows, tokenizer_dir, tokenizer, tmp_path, name, warn=("reasoning_lost", "unequal_turns"))
 
 
 def test_arguments_given_as_json_text_reach_the_template_as_an_object(shared_tokenizer, tmp_path):
