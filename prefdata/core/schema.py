@@ -95,19 +95,21 @@ def _is_integer_list(dtype: pl.DataType) -> bool:
 
 def has_loss_starts(columns: Any) -> bool:
     """Whether rows carry `--loss-on answer` loss starts; PrefdataError when only one half does."""
-    present = [name for name in LOSS_START_COLUMNS if name in columns]
-    if len(present) == 1:
-        missing = next(name for name in LOSS_START_COLUMNS if name not in present)
-        raise PrefdataError(f"the data has {present[0]} but no {missing}: prepare it again with --loss-on answer")
-    return bool(present)
+    return _both_halves(columns, LOSS_START_COLUMNS, "prepare it again with --loss-on answer")
 
 
 def has_loss_masks(columns: Any) -> bool:
     """Whether rows carry per-token loss masks; PrefdataError when only one half does."""
-    present = [name for name in LOSS_MASK_COLUMNS if name in columns]
+    return _both_halves(columns, LOSS_MASK_COLUMNS, "prepare it again")
+
+
+def _both_halves(columns: Any, names: tuple[str, str], remedy: str) -> bool:
+    """Whether `columns` hold both of a pair of per-half columns; PrefdataError (naming `remedy`)
+    when they hold one only."""
+    present = [name for name in names if name in columns]
     if len(present) == 1:
-        missing = next(name for name in LOSS_MASK_COLUMNS if name not in present)
-        raise PrefdataError(f"the data has {present[0]} but no {missing}: prepare it again")
+        missing = next(name for name in names if name not in present)
+        raise PrefdataError(f"the data has {present[0]} but no {missing}: {remedy}")
     return bool(present)
 
 

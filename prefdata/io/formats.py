@@ -316,12 +316,6 @@ def _conversational(raw: RawRecord, row: dict[str, Any]) -> Pair:
     )
 
 
-def _shared_prefix(chosen: list[Message], rejected: list[Message]) -> int:
-    """How many leading messages the prompt takes: every shared one, up to the first differing
-    message (io.trajectory.split_point)."""
-    return split_point(chosen, rejected)
-
-
 def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     """Full conversations in chosen/rejected: the prompt is their shared leading messages.
 
@@ -331,7 +325,7 @@ def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     """
     chosen = _messages(row["chosen"], "chosen")
     rejected = _messages(row["rejected"], "rejected")
-    shared = _shared_prefix(chosen, rejected)
+    shared = split_point(chosen, rejected)  # the prompt: every message up to the first that differs
     prompt_text = row.get("prompt")
     if shared == 0:
         if type(prompt_text) is str and prompt_text:
@@ -362,7 +356,7 @@ def _llamafactory_v1(raw: RawRecord, row: dict[str, Any]) -> Pair:
     tools: list[Any] = []
     chosen = _messages(row["chosen_messages"], "chosen_messages", tools_out=tools)
     rejected = _messages(row["rejected_messages"], "rejected_messages", tools_out=[])
-    shared = _shared_prefix(chosen, rejected)
+    shared = split_point(chosen, rejected)  # the prompt: every message up to the first that differs
     if shared == 0:
         raise RecordError(
             "fields 'chosen_messages' and 'rejected_messages' share no leading prompt messages to split at"
