@@ -10,11 +10,15 @@ WORK/images/ so that the text demo's WORK/prepared/ and WORK/checkpoint/ stay as
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+# The demos' inputs are package data (examples/pairs and examples/images in a clone link here), so
+# an installed wheel runs them from any directory.
+EXAMPLES = Path(__file__).resolve().parent / "examples"
 
 
 def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
@@ -33,8 +37,23 @@ def run_demo(work: Path, examples: Path, max_steps: int = 30) -> int:
     print(f"  dataset:    {out}/  (datasets.load_from_disk; manifest.json, dropped.jsonl, quarantine.jsonl)")
     print(f"  report:     {out}/report.html  ({out}/report.md)")
     print(f"  model:      {checkpoint}/  (save_pretrained; metrics: {checkpoint}/metrics.jsonl)")
-    print(f"  look at a row with its loss masks: prefdata show {out} --row 0")
+    print(f"  look at a row with its loss masks: {prefdata_command()} show {out} --row 0")
     return 0
+
+
+def prefdata_command() -> str:
+    """How to run `prefdata` from here: the plain name where PATH finds this interpreter's script,
+    else that script's path (`.venv/bin/prefdata` after `make demo`), else `python -m prefdata`."""
+    script = Path(sys.executable).parent / "prefdata"
+    found = shutil.which("prefdata")
+    if found and script.is_file() and os.path.samefile(found, script):
+        return "prefdata"
+    if script.is_file():
+        try:
+            return str(script.relative_to(Path.cwd()))
+        except ValueError:
+            return str(script)
+    return f"{sys.executable} -m prefdata"
 
 
 def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
@@ -53,7 +72,7 @@ def run_image_demo(work: Path, examples: Path, max_steps: int = 20) -> int:
     print(f"  dataset:    {out}/  (load_from_disk gives decoded images beside the ids; manifest.json records the processor)")
     print(f"  report:     {out}/report.html  ({out}/report.md)")
     print(f"  model:      {checkpoint}/  (save_pretrained, with its processor)")
-    print(f"  look at a row with its loss masks: prefdata show {out} --row 0")
+    print(f"  look at a row with its loss masks: {prefdata_command()} show {out} --row 0")
     return 0
 
 
@@ -90,9 +109,10 @@ def _stages(work: Path, examples: Path, model_dir: Path, max_steps: int, reader:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prefdata.tiny.demo", description=__doc__)
-    parser.add_argument("--work", default=str(REPO / "demo-out"), help="where everything is written (--images: its images/ folder)")
+    parser.add_argument("--work", default="demo-out",
+                        help="where everything is written (default: demo-out/ in the current directory; --images: its images/ folder)")
     parser.add_argument("--examples", default=None,
-                        help="the input (default: examples/pairs, or examples/images/pairs.jsonl with --images)")
+                        help="the input (default: the bundled examples/pairs, or examples/images/pairs.jsonl with --images)")
     parser.add_argument("--max-steps", type=int, default=None, help="training steps (default: 30; 20 with --images)")
     parser.add_argument("--images", action="store_true",
                         help="image preference pairs with a tiny LLaVA and its processor (the [vision] extra)")
@@ -101,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
 
     with quiet_libraries(True):  # the demo prints its own lines; library bars would bury them
         if args.images:
-            examples = Path(args.examples or REPO / "examples" / "images" / "pairs.jsonl")
+            examples = Path(args.examples or EXAMPLES / "images" / "pairs.jsonl")
             return run_image_demo(Path(args.work), examples, args.max_steps or 20)
-        return run_demo(Path(args.work), Path(args.examples or REPO / "examples" / "pairs"), args.max_steps or 30)
+        return run_demo(Path(args.work), Path(args.examples or EXAMPLES / "pairs"), args.max_steps or 30)
 
 
 if __name__ == "__main__":

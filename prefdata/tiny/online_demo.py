@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = Path(__file__).resolve().parent / "examples"  # package data: runs from an installed wheel
 
 
 def run_demo(work: Path, passes: int = 4) -> int:
@@ -61,8 +61,8 @@ def run_demo(work: Path, passes: int = 4) -> int:
           + " -> ".join(f"{m:.3f}" for m in [*curve, fresh_reward(result.policy)]))
     print("      finished samples (ended with EOS) by pass, of 64: " + ", ".join(map(str, finished)))
 
-    print(f"[3/3] prefdata score {REPO / 'examples' / 'pairs'} --reward-model {work / 'tiny-reward-model'}")
-    scored = score(REPO / "examples" / "pairs", reward_model=work / "tiny-reward-model",
+    print(f"[3/3] prefdata score {EXAMPLES / 'pairs'} --reward-model {work / 'tiny-reward-model'}")
+    scored = score(EXAMPLES / "pairs", reward_model=work / "tiny-reward-model",
                    output=work / "scored.jsonl", device="cpu", progress=False)
     print("      " + scored.summary().replace("\n", "\n      "))
     print(f"\ndone in {time.time() - started:.0f}s: rounds in {run / 'rounds.jsonl'}, final policy in {run / 'policy'}/")
@@ -71,7 +71,8 @@ def run_demo(work: Path, passes: int = 4) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m prefdata.tiny.online_demo", description=__doc__)
-    parser.add_argument("--work", default=str(REPO / "demo-out" / "online"), help="where everything is written")
+    parser.add_argument("--work", default=str(Path("demo-out") / "online"),
+                        help="where everything is written (default: demo-out/online/ in the current directory)")
     parser.add_argument("--passes", type=int, default=4,
                         help="passes over the 16 prompts, 4 fully online rounds each (default 4)")
     args = parser.parse_args(argv)
