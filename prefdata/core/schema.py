@@ -27,6 +27,7 @@ import polars as pl
 
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
+from prefdata.core.numbers import OFFSET_MAX, WEIGHT_MAX, WEIGHT_MIN
 
 ID_DTYPE = pl.List(pl.Int32)
 MESSAGES_DTYPE = pl.List(pl.Struct({"role": pl.String, "content": pl.String}))
@@ -46,7 +47,8 @@ LOSS_START_COLUMNS = ("chosen_loss_start", "rejected_loss_start")
 # half, one 0/1 entry per completion id (1 = in the loss). Absent, or null on a row: every token is.
 LOSS_MASK_COLUMNS = ("chosen_loss_mask", "rejected_loss_mask")
 # Optional per-pair loss inputs (given in the data, or written by `prefdata select --weight-by/--offset-by`):
-# `weight` scales the pair's loss (finite, >= 0), `offset` is ODPO's margin δ (finite). Absent: 1 and 0.
+# `weight` scales the pair's loss (0 or in [1e-9, 1e9]), `offset` is ODPO's margin δ (|δ| <= 1e4): the bounds
+# float32 training holds (prefdata.core.numbers). Absent: 1 and 0.
 WEIGHT_COLUMN, OFFSET_COLUMN = "weight", "offset"
 BATCH_ROWS = 65_536  # rows validated at a time by `check_out`: memory stays flat on large OUTs
 # A sum of log-probs is <= 0; float32 accumulation may leave a hair above.
@@ -178,21 +180,30 @@ class TokenPairs(pa.DataFrameModel):
             checks.append(mask.is_null() | aligned.fill_null(False))
         return data.lazyframe.select(pl.all_horizontal(checks))
 
-    @pa.dataframe_check
-    def weights_and_offsets_are_finite(cls, data: pa.PolarsData) -> pl.LazyFrame:
-        """`weight`: a finite number >= 0; `offset`: a finite number; each optional, never null."""
-        schema = data.lazyframe.collect_schema()
-        rules = []
-        for name, floor in ((WEIGHT_COLUMN, 0.0), (OFFSET_COLUMN, None)):
-            if name not in schema:
-                continue
-            if not schema[name].is_numeric():
-                return data.lazyframe.select(pl.lit(False).alias(name))
-            value = pl.col(name).cast(pl.Float64)
-            ok = value.is_finite() if floor is None else value.is_finite() & (value >= floor)
-            rules.append(ok.fill_null(False))
-        # Aliased: a bare `pl.lit(True)` is a column named "literal", which older pandera cannot find.
-        return data.lazyframe.select((pl.all_horizontal(rules) if rules else pl.lit(True)).alias("weights_and_offsets"))
+    @pa.dataframe_check(name=f"weight is a number, 0 or in [{WEIGHT_MIN:g}, {WEIGHT_MAX:g}]")
+    def weights_fit_float32_training(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """`weight`: optional, never null; 0 or within the bounds float32 training holds (core.numbers)."""
+        in_range = lambda value: (value == 0) | ((value >= WEIGHT_MIN) & (value <= WEIGHT_MAX))
+        return _loss_input_rows(data, WEIGHT_COLUMN, in_range)
+
+    @pa.dataframe_check(name=f"offset is a number in [-{OFFSET_MAX:g}, {OFFSET_MAX:g}]")
+    def offsets_fit_float32_training(cls, data: pa.PolarsData) -> pl.LazyFrame:
+        """`offset`: optional, never null; |offset| within the bound float32 training holds (core.numbers)."""
+        return _loss_input_rows(data, OFFSET_COLUMN, lambda value: value.abs() <= OFFSET_MAX)
+
+
+def _loss_input_rows(data: pa.PolarsData, name: str, in_range: Any) -> pl.LazyFrame:
+    """Per row: whether column `name` (when present) holds a number `in_range` accepts. A column of
+    another type (a raw file's mixed values stored as text) fails on its first row that is not a
+    number, so the error names that row; on every row when each one reads as a number."""
+    schema = data.lazyframe.collect_schema()
+    if name not in schema:
+        return data.lazyframe.select(pl.lit(True).alias(name))  # aliased: older pandera cannot find "literal"
+    value = pl.col(name).cast(pl.Float64, strict=False)
+    ok = (value.is_finite() & in_range(value)).fill_null(False)
+    if not schema[name].is_numeric():
+        ok = pl.when(ok.all()).then(pl.lit(False)).otherwise(ok)
+    return data.lazyframe.select(ok.alias(name))
 
 
 class ScoredTokenPairs(TokenPairs):

@@ -15,6 +15,7 @@ from typing import Any
 
 from prefdata.core import flags
 from prefdata.core.errors import RecordError, UnknownShapeError
+from prefdata.core.numbers import loss_input_problem
 from prefdata.core.records import Message, Pair, RawRecord
 from prefdata.io.images import IMAGE_COLUMNS, image_refs
 from prefdata.io.messages import (
@@ -137,6 +138,10 @@ def _string(row: dict[str, Any], key: str) -> str:
 
 
 def _extra(row: dict[str, Any], consumed: frozenset[str]) -> dict[str, Any]:
+    # `weight` / `offset` reach the loss: a value float32 training cannot hold costs its record here.
+    for key in ("weight", "offset"):
+        if key in row and key not in consumed and (problem := loss_input_problem(key, row[key])):
+            raise RecordError(problem)
     return {key: value for key, value in row.items() if key not in consumed}
 
 

@@ -81,8 +81,11 @@ def weighted_loss_sum(losses: torch.Tensor, weights: list[float], step_weight: f
     learning rate that suits it) independent of the weights' overall scale: weights 1 give the plain
     mean exactly, weights c·w train as w does, and 0/1 weights train as if the 0-weight pairs were
     not there (as `prefdata select` would leave them out). A step whose weights are all 0 adds nothing."""
-    w = torch.tensor(weights, dtype=losses.dtype, device=losses.device)
-    return (w * losses).sum() / (step_weight if step_weight > 0 else 1.0)
+    # Each w_i / Σ w in float64 first: the ratio is in [0, 1] whatever the weights' scale, so float32
+    # never sees a weight that overflows or underflows (nor 1 / Σ w in the backward pass).
+    scale = step_weight if step_weight > 0 else 1.0
+    w = torch.tensor([float(weight) / scale for weight in weights], dtype=losses.dtype, device=losses.device)
+    return (w * losses).sum()
 
 
 def zero_margin_loss(loss: str, beta: float, label_smoothing: float, simpo_gamma: float) -> float:

@@ -4,6 +4,7 @@ loss written here in plain torch, pair by pair: Σ w_i·loss_i / Σ w_i, loss_i 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -74,6 +75,13 @@ def test_weighted_loss_sum_is_the_weighted_mean_over_the_step():
     # scaling every weight changes nothing
     assert float(weighted_loss_sum(losses, [20, 0, 60], 80.0)) == pytest.approx((2 + 24) / 8)
     assert float(weighted_loss_sum(losses, [0, 0, 0], 0.0)) == 0.0  # a step of zero weights adds nothing
+    # each w / Σ w is taken in float64: scales float32 cannot hold still give the weighted mean and a gradient
+    for scale in (3e38, 1e-45):
+        leaf = losses.clone().requires_grad_(True)
+        total = weighted_loss_sum(leaf, [2 * scale, 0, 6 * scale], 8 * scale)
+        total.backward()
+        assert float(total) == pytest.approx((2 + 24) / 8)
+        assert leaf.grad.tolist() == pytest.approx([0.25, 0.0, 0.75])
 
 
 def _with_columns(out: Path, columns: dict[str, list[float]]) -> Path:
@@ -166,16 +174,73 @@ def test_train_runs_on_weighted_data_and_refuses_ipo_offsets(weighted_out, tiny_
               device="cpu")
 
 
-@pytest.mark.parametrize("column, value", [("weight", -1.0), ("weight", float("nan")), ("offset", float("inf"))])
-def test_bad_weights_or_offsets_are_one_line(weighted_out, tiny_model_dir, tmp_path, column, value):
+@pytest.mark.parametrize("column, value", [
+    ("weight", -1.0), ("weight", float("nan")), ("offset", float("inf")),
+    # finite, but beyond what float32 training holds: every parameter NaN, zero gradient, loss inf
+    ("weight", 1e39), ("weight", 1e-45), ("weight", 3e38), ("weight", 2e9), ("weight", 1e-10), ("offset", 1e39), ("offset", -2e4),
+])
+def test_bad_weights_or_offsets_are_one_line_naming_the_row(weighted_out, tiny_model_dir, tmp_path, column, value):
     ds = datasets.load_from_disk(str(weighted_out))
     values = list(ds[column])
-    values[1] = value
+    values[3] = value
     bad = tmp_path / "bad"
     ds.remove_columns([column]).add_column(column, values).save_to_disk(str(bad))
     (bad / "manifest.json").write_text((weighted_out / "manifest.json").read_text())
-    with pytest.raises(PrefdataError, match="weights_and_offsets_are_finite"):
+    rule = r"weight is a number, 0 or in \[1e-09, 1e\+09\]" if column == "weight" else r"offset is a number in \[-10000, 10000\]"
+    with pytest.raises(PrefdataError, match=rf"{rule}: 1 failing, first at synthetic.jsonl:{ds['source_line'][3]}$"):
         load_pairs(bad, need_refs=True)
+    with pytest.raises(PrefdataError, match=rule):
+        train(bad, model=tiny_model_dir, output=tmp_path / "run", max_steps=1, progress=False, device="cpu")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_bounds_themselves_train(weighted_out, tiny_model_dir, tmp_path):
+    """0, 1e-9, 1e9 and offsets of ±1e4 are accepted and train to finite parameters."""
+    ds = datasets.load_from_disk(str(weighted_out))
+    ds = ds.remove_columns(["weight", "offset"]).add_column("weight", [0.0, 1e-9, 1e9, 1e9, 1e-9, 1.0])
+    ds = ds.add_column("offset", [1e4, -1e4, 0.0, 1e4, -1e4, 0.5])
+    edge = tmp_path / "edge"
+    ds.save_to_disk(str(edge))
+    (edge / "manifest.json").write_text((weighted_out / "manifest.json").read_text())
+    result = train(edge, model=tiny_model_dir, output=tmp_path / "run", max_steps=2, save_every=None, lr=1e-3,
+                   batch_pairs=3, warmup_ratio=0.0, progress=False, device="cpu")
+    assert result.steps == 2 and math.isfinite(result.last_metrics["loss"])
+
+
+def test_a_string_weight_is_named_at_its_own_row(weighted_out, tmp_path):
+    """A weight column of text (a raw file's mixed values) fails on the first value that is no number."""
+    ds = datasets.load_from_disk(str(weighted_out))
+    values = [str(w) for w in ds["weight"]]
+    values[3] = '"abc"'
+    bad = tmp_path / "bad"
+    ds.remove_columns(["weight"]).add_column("weight", values).save_to_disk(str(bad))
+    (bad / "manifest.json").write_text((weighted_out / "manifest.json").read_text())
+    with pytest.raises(PrefdataError, match=rf"1 failing, first at synthetic.jsonl:{ds['source_line'][3]}$"):
+        load_pairs(bad, need_refs=True)
+
+
+def test_prepare_quarantines_weights_and_offsets_float32_training_cannot_hold(tmp_path, tiny_model_dir):
+    import json
+
+    from prefdata.prepare import prepare
+
+    bad = {3: ("weight", 1e39), 4: ("weight", 1e-45), 5: ("offset", 1e39), 6: ("weight", "abc"), 7: ("weight", None),
+           8: ("offset", -20000.0), 9: ("weight", True)}
+    rows = []
+    for line in range(1, 11):
+        row = {"prompt": f"Question {line}?", "chosen": "A good answer.", "rejected": "No.", "weight": 1.0, "offset": 0.0}
+        if line in bad:
+            row[bad[line][0]] = bad[line][1]
+        rows.append(row)
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    prepare(raw, tmp_path / "out", tokenizer=tiny_model_dir, progress=False, workers=1)
+    quarantined = [json.loads(line) for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    assert {q["source_line"]: q["error"].split()[0] for q in quarantined} == {k: v[0] for k, v in bad.items()}
+    assert all("\n" not in q["error"] for q in quarantined)
+    assert "float32" in next(q["error"] for q in quarantined if q["source_line"] == 3)
+    data = load_pairs(tmp_path / "out", need_refs=False)
+    assert data.weights.tolist() == [1.0, 1.0, 1.0]
 
 
 def test_weight_and_offset_given_in_the_raw_data_pass_through_prepare_to_train(tmp_path, tiny_model_dir):
