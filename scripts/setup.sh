@@ -5,8 +5,9 @@
 # or one installed in .venv) is kept as it is. Otherwise: $PREFDATA_TORCH if set; the CUDA build
 # when nvidia-smi finds a GPU; else the CPU build (from PyTorch's CPU index when it is reachable,
 # otherwise `torch==2.13.0`, which this workplace's package mirror serves as a CPU build).
-# pyproject.toml asks for torch>=2.13 (its tested floor, scripts/floors.txt), so no later step replaces
-# a torch chosen here; a kept torch older than 2.13 is upgraded by the install below.
+# pyproject.toml asks for torch>=2.6 (the lowest transformers 5.22 runs with; the floors run tests
+# 2.13, scripts/floors.txt says why), so no later step replaces a torch chosen here; a kept torch
+# older than 2.6 is upgraded by the install below.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
