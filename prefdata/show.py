@@ -9,6 +9,7 @@ as the model sees them).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import warnings
@@ -23,22 +24,70 @@ from prefdata.settings.declare import takes_settings
 LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
 
 
-def _load_row(out_dir: Path, row: int | None, line: int | None) -> tuple[int, dict]:
+def _load_row(out_dir: Path, row: int | None, line: int | str | None) -> tuple[int, dict, str]:
+    """(row index, record, a note on the other rows from the same source line or "")."""
     from datasets import load_from_disk
 
     try:
         dataset = load_from_disk(str(out_dir))
     except (FileNotFoundError, ValueError) as exc:
         raise PrefdataError(f"{out_dir} is not a prepared dataset: {exc}") from None
+    note = ""
     if line is not None:
-        matches = [i for i, value in enumerate(dataset["source_line"]) if value == line]
+        file, number = _parse_line(line)
+        places = dataset.select_columns(["source_file", "source_line"])
+        matches = [(i, f) for i, (f, n) in enumerate(zip(places["source_file"], places["source_line"]))
+                   if n == number and (file is None or _same_file(f, file))]
         if not matches:
-            raise PrefdataError(f"no kept row comes from source line {line} (see dropped.jsonl / quarantine.jsonl)")
-        row = matches[0]
+            raise PrefdataError(_not_kept(out_dir, file, number))
+        files = sorted({f for _i, f in matches})
+        if len(files) > 1:  # a directory input: line N of each file is another row
+            raise PrefdataError(f"source line {number} is in {len(files)} input files ({', '.join(f'{f}:{number}' for f in files)}): "
+                                f"pass one as --line FILE:{number}")
+        row = matches[0][0]
+        if len(matches) > 1:  # a record of scored completions makes several pairs
+            note = f"; this line made {len(matches)} pairs: rows {', '.join(str(i) for i, _f in matches)}"
     row = 0 if row is None else row
     if not 0 <= row < len(dataset):
         raise PrefdataError(f"--row {row} is out of range: the dataset has {len(dataset)} rows")
-    return row, dataset[row]
+    return row, dataset[row], note
+
+
+def _parse_line(line: int | str) -> tuple[str | None, int]:
+    """(file or None, line number) of `--line N` or `--line FILE:N`."""
+    if isinstance(line, int):
+        return None, line
+    head, colon, tail = str(line).strip().rpartition(":")
+    if not tail.isdigit() or (colon and not head):
+        raise PrefdataError(f"--line expects a source line N or FILE:N (as reports print it), got {line!r}")
+    return (head or None), int(tail)
+
+
+def _same_file(stored: str, given: str) -> bool:
+    """Whether `given` names the stored source_file: equal, or one ends with the other at a path
+    separator (`explicit.jsonl` for `data/explicit.jsonl`, and the other way round)."""
+    a, b = Path(stored).as_posix(), Path(given).as_posix()
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
+def _not_kept(out_dir: Path, file: str | None, number: int) -> str:
+    """Why no kept row comes from the line: dropped (with its flags) or quarantined, when OUT says so."""
+    where = f"{file}:{number}" if file else f"source line {number}"
+    for name, what in (("dropped.jsonl", "flags"), ("quarantine.jsonl", "error")):
+        path = out_dir / name
+        if not path.is_file():
+            continue
+        with open(path, encoding="utf-8") as handle:
+            for text in handle:
+                try:
+                    entry = json.loads(text)
+                except ValueError:
+                    continue
+                if entry.get("source_line") == number and (file is None or _same_file(str(entry.get("source_file")), file)):
+                    why = ", ".join(entry.get("flags") or []) if what == "flags" else entry.get("error")
+                    verb = "was dropped" if what == "flags" else "was quarantined"
+                    return f"no kept row comes from {where}: {entry.get('source_file')}:{number} {verb} ({why}; see {path})"
+    return f"no kept row comes from {where} (see dropped.jsonl / quarantine.jsonl)"
 
 
 def _mask_runs(mask: list[int]) -> list[tuple[int, int, bool]]:
@@ -98,36 +147,62 @@ def _image_line(images: Any) -> str | None:
     return f"images: {len(images)} ({', '.join(sizes)} px)"
 
 
-def _load_tokenizer(path: str | None) -> Any:
-    """OUT's tokenizer, quietly (no transformers warnings in the view); None when it cannot be loaded."""
-    if not path:
-        return None
+def _tokenizer_place(recorded: str, out_dir: Path) -> str:
+    """Where the recorded tokenizer is from here. A path is recorded absolute since issue 40; an older
+    OUT recorded it as typed, relative to the directory prepare ran in, which is usually OUT's parent
+    or one above it. Not found there: the recorded value, as a Hub id (looked up in the local cache)."""
+    path = Path(recorded).expanduser()
+    if path.is_absolute() or path.exists():
+        return str(path)
+    for base in Path(out_dir).resolve().parents:
+        if (base / path).exists():
+            return str(base / path)
+    return recorded
+
+
+def _load_tokenizer(recorded: str | None, out_dir: Path) -> tuple[Any, str]:
+    """OUT's tokenizer, quietly (no transformers warnings, no network: a Hub id comes from the local
+    cache), and "" ; or None and one line saying why the ids are shown instead."""
+    if not recorded:
+        return None, "OUT's manifest records no tokenizer: token ids are shown"
+    place = _tokenizer_place(recorded, out_dir)
+    why = (f"tokenizer {recorded} (from {Path(out_dir) / 'manifest.json'}) is not found from here "
+           "(nor in the Hub cache): token ids are shown")
     try:
         from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
     except ImportError:
-        return None
+        return None, "transformers is not installed: token ids are shown"
+    if not Path(place).exists() and not _looks_like_hub_id(place):
+        return None, why
     before = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return AutoTokenizer.from_pretrained(path)
-    except Exception:  # the tokenizer may have moved; ids are still shown
-        return None
+            return AutoTokenizer.from_pretrained(place, local_files_only=True), ""
+    except Exception:  # the tokenizer moved, or a Hub id never downloaded here; ids are still shown
+        return None, why
     finally:
         hf_logging.set_verbosity(before)
 
 
+def _looks_like_hub_id(text: str) -> bool:
+    """`name` or `org/name`, as the Hub spells repository ids (not `./x`, `../x`, `a/b/c`)."""
+    return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", text) is not None and ".." not in text
+
+
 @takes_settings(ShowSettings)  # or settings=ShowSettings(...): prefdata.settings
-def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = None) -> str:
-    """Text showing a row's source, flags, and both halves with their loss-masked tokens marked."""
+def show_row(out_dir: str | Path, *, row: int | None = None, line: int | str | None = None) -> str:
+    """Text showing a row's source, flags, and both halves with their loss-masked tokens marked.
+    `line`: a source line N, or `FILE:N` as reports print it (needed when several input files have
+    a line N)."""
     from prefdata.tokenize.masks import build_pair_batch, sequence_masks
 
     out_path = Path(out_dir)
     manifest = require_pairs(out_path, "show")  # unfinished or pair-less OUT: one line saying which
-    index, record = _load_row(out_path, row, line)
-    tokenizer = _load_tokenizer((manifest.get("tokenizer") or {}).get("path"))
+    index, record, note = _load_row(out_path, row, line)
+    tokenizer, missing = _load_tokenizer((manifest.get("tokenizer") or {}).get("path"), out_path)
     pad = int(manifest.get("tokenizer", {}).get("pad_token_id") or 0)
     prompt, chosen, rejected = record["prompt_ids"], record["chosen_ids"], record["rejected_ids"]
     # --loss-on answer: the reasoning stays outside the brackets, as refs and train score it; so do the
@@ -138,11 +213,13 @@ def show_row(out_dir: str | Path, *, row: int | None = None, line: int | None = 
                              [record.get("chosen_loss_mask")], [record.get("rejected_loss_mask")])
     chosen_mask, rejected_mask = sequence_masks(batch)
     lines = [
-        f"row {index}  ({record['source_file']}:{record['source_line']})",
+        f"row {index}  ({record['source_file']}:{record['source_line']}{note})",
         f"flags: {', '.join(record['flags']) or '(none)'}",
         f"tokens: prompt {len(prompt)}, chosen {len(chosen)} (loss {sum(chosen_mask)}), "
         f"rejected {len(rejected)} (loss {sum(rejected_mask)})",
     ]
+    if missing:
+        lines.append(missing)
     image_line = _image_line(record.get("images"))
     lines += [image_line, ""] if image_line else [""]
     image_token = (manifest.get("processor") or {}).get("image_token")

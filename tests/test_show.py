@@ -91,5 +91,79 @@ def test_show_without_the_tokenizer_prints_the_ids(tiny_tokenizer_dir, tmp_path)
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["tokenizer"]["path"] = str(tmp_path / "moved")
     (out / "manifest.json").write_text(json.dumps(manifest))
-    line = _halves(show_row(out, row=0))["chosen"]
+    shown = show_row(out, row=0)
+    line = _halves(shown)["chosen"]
     assert line.startswith("<") and LOSS_OPEN + "<" in line
+    # ... and says so in one line, naming the tokenizer it looked for
+    said = [text for text in shown.splitlines() if "token ids are shown" in text]
+    assert len(said) == 1 and str(tmp_path / "moved") in said[0] and "not found" in said[0]
+
+
+# --- issue 40, item 5: show from another directory; --line on a directory input ---------------
+
+
+def _prepare_relative(root: Path, tokenizer_dir: str, monkeypatch) -> Path:
+    """OUT prepared the way a user types it: `prefdata prepare data out --tokenizer tok` in `root`."""
+    import shutil
+
+    from prefdata.prepare import prepare
+
+    shutil.copytree(tokenizer_dir, root / "tok")
+    data = root / "data"
+    data.mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        (data / name).write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in ROWS), encoding="utf-8")
+    monkeypatch.chdir(root)
+    prepare("data", "out", tokenizer="tok", progress=False, workers=1)
+    return root / "out"
+
+
+def _decoded(shown: str) -> bool:
+    return "token ids are shown" not in shown and "Bye now" in _halves(shown)["rejected"]
+
+
+def test_show_decodes_from_another_directory(tiny_tokenizer_dir, tmp_path, monkeypatch):
+    out = _prepare_relative(tmp_path, tiny_tokenizer_dir, monkeypatch)
+    recorded = json.loads((out / "manifest.json").read_text())["tokenizer"]["path"]
+    assert Path(recorded).is_absolute() and Path(recorded) == (tmp_path / "tok").resolve()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert _decoded(show_row(out, line="b.jsonl:2"))
+
+
+def test_show_finds_an_older_outs_relative_tokenizer_above_out(tiny_tokenizer_dir, tmp_path, monkeypatch):
+    """An OUT from before issue 40 recorded `tok` as typed: found beside OUT, from any directory."""
+    out = _prepare_relative(tmp_path, tiny_tokenizer_dir, monkeypatch)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["tokenizer"]["path"] = "tok"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert _decoded(show_row(Path("..") / "out", line="a.jsonl:2"))
+
+
+def test_show_line_on_a_directory_input_needs_the_file(tiny_tokenizer_dir, tmp_path, monkeypatch):
+    from prefdata.core.errors import PrefdataError
+
+    out = _prepare_relative(tmp_path, tiny_tokenizer_dir, monkeypatch)
+    with pytest.raises(PrefdataError) as caught:
+        show_row(out, line=2)
+    message = str(caught.value)
+    assert "\n" not in message and "a.jsonl:2" in message and "b.jsonl:2" in message and "FILE:2" in message
+    # the form every report prints picks the row; so does the path as typed
+    for given in ("b.jsonl:2", "data/b.jsonl:2"):
+        assert show_row(out, line=given).splitlines()[0] == "row 3  (b.jsonl:2)"
+    with pytest.raises(PrefdataError, match="no kept row comes from b.jsonl:9"):
+        show_row(out, line="b.jsonl:9")
+
+
+def test_show_cli_takes_file_colon_line(tiny_tokenizer_dir, tmp_path, monkeypatch, capsys):
+    from prefdata.cli import main
+
+    out = _prepare_relative(tmp_path, tiny_tokenizer_dir, monkeypatch)
+    assert main(["show", str(out), "--line", "a.jsonl:1"]) == 0
+    assert capsys.readouterr().out.startswith("row 0  (a.jsonl:1)")
+    with pytest.raises(SystemExit) as caught:
+        main(["show", str(out), "--line", "a.jsonl:x"])
+    assert caught.value.code == 2 and "FILE:N" in capsys.readouterr().err

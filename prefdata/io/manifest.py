@@ -21,6 +21,13 @@ def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def recorded_tokenizer_path(value: str | Path) -> str:
+    """The tokenizer (or processor) as the manifest records it: a local path absolute, so that `show`
+    and the commands after prepare find it from any directory; a Hub id as given."""
+    path = Path(value).expanduser()
+    return str(path.resolve()) if path.exists() else str(value)
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write via a temporary file and rename, so a reader never sees a half-written file."""
     path = Path(path)

@@ -28,7 +28,7 @@ from prefdata.engine.select import check_engine, select_engine
 from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.images import ImageAccess, image_access
 from prefdata.io.lock import OutLock
-from prefdata.io.manifest import sha256_file, write_manifest
+from prefdata.io.manifest import recorded_tokenizer_path, sha256_file, write_manifest
 from prefdata.io.out_dir import abandon, prepare_output_dir, publish
 from prefdata.io.readers import list_input_files
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
@@ -415,7 +415,7 @@ def _manifest(
         ],
         "config": config,
         "tokenizer": {
-            "path": config["tokenizer"],
+            "path": recorded_tokenizer_path(config["tokenizer"]),
             "fingerprint": pair_tokenizer.fingerprint(),
             "template_fingerprint": pair_tokenizer.template_fingerprint(),
             "chat_template": tok.chat_template if config["chat_template_file"] else None,

@@ -44,6 +44,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def line_ref(text: str) -> int | str:
+    """`show --line`: N, or FILE:N as every report prints a location (`explicit.jsonl:2`)."""
+    head, colon, tail = str(text).strip().rpartition(":")
+    if not tail.isdigit() or int(tail) < 1 or (colon and not head):
+        raise argparse.ArgumentTypeError(f"expected a source line N or FILE:N (as reports print it), got {text!r}")
+    return f"{head}:{int(tail)}" if head else int(tail)
+
+
 def share(text: str) -> float:
     try:
         value = float(text)
@@ -457,7 +465,9 @@ class ShowSettings(Progress):
     routed = frozenset({"progress"})  # show prints one row: no progress bar to hide
 
     row: int | None = setting(None, "row index in the dataset", group=IO, parse=int, default_text="0")
-    line: int | None = setting(None, "find the row by its source line instead", group=IO, parse=int)
+    line: int | str | None = setting(
+        None, "find the row by its source line instead: N, or FILE:N (as reports print it) when several input "
+        "files have a line N", group=IO, metavar="[FILE:]N", parse=line_ref)
 
 
 @dataclass(kw_only=True)
