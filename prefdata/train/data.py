@@ -49,6 +49,15 @@ class PairData:
     # Per dataset row (None when OUT has no such column): the pair's loss weight and ODPO offset.
     weights: np.ndarray | None = None
     offsets: np.ndarray | None = None
+    # OUT's `source_file` / `source_line` columns (Arrow, memory-mapped), for errors that name a pair.
+    sources: tuple[Any, Any] | None = None
+
+    def sources_of(self, rows: list[int]) -> list[str]:
+        """`file:line` of dataset rows (`row N` where OUT has no source columns)."""
+        if self.sources is None:
+            return [f"row {row}" for row in rows]
+        files, lines = (column.take(rows).to_pylist() for column in self.sources)
+        return [f"{file}:{line}" for file, line in zip(files, lines)]
 
     def weights_of(self, rows: list[int]) -> list[float]:
         """The loss weights of dataset rows (1 each where OUT has no `weight` column)."""
@@ -149,6 +158,8 @@ def load_pairs(out_dir: Path, *, need_refs: bool, need_public_refs: bool = False
         has_refs=has_refs, identical_pairs=identical, skipped_non_finite=skipped, lengths=lengths,
         loss_on_answer=loss_on_answer, has_public_refs=has_public, images=images, has_loss_masks=loss_masks,
         weights=weights, offsets=offsets,
+        sources=(table.column("source_file"), table.column("source_line"))
+        if {"source_file", "source_line"} <= set(dataset.column_names) else None,
     )
 
 

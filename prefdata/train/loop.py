@@ -21,7 +21,8 @@ from prefdata.train.runtime import (
     clip_gradients,
     rng_state,
 )
-from prefdata.train.stall import StallDetector, TrainingStalled, format_stall_message
+from prefdata.train.stall import (StallDetector, TrainingStalled, format_stall_message, require_finite_parameters,
+                                  require_finite_step)
 from prefdata.train.step import PairForward, forward_pairs, run_eval, weighted_loss_sum
 
 
@@ -111,8 +112,11 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
             step_batches = batches[step_in_epoch * per : (step_in_epoch + 1) * per]
             rng_at_step_start = rng_state()
             started = time.perf_counter()
-            sums = _accumulate(loop, step_batches)
+            non_finite_rows: list[int] = []
+            sums = _accumulate(loop, step_batches, non_finite_rows)
             grad_norm = clip_gradients(loop.params, loop.max_grad_norm)
+            # Before the optimizer sees them: a NaN or inf here would make every parameter NaN.
+            require_finite_step(step + 1, float(sums[Sums.INDEX["loss"]]), grad_norm, loop.data, non_finite_rows)
             step_lr = loop.scheduler.get_last_lr()[0]
             loop.optimizer.step()
             loop.scheduler.step()
@@ -137,6 +141,7 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
                     metrics_path=loop.metrics_path)
                 loop.policy.train()
             if loop.save_every and step % loop.save_every == 0 and step < total_steps:
+                require_finite_parameters(loop.params, step)
                 save_checkpoint(loop.output, step, loop.policy, loop.optimizer, loop.scheduler, loop.config,
                                 rng_state(), is_main)
     except KeyboardInterrupt:
@@ -148,11 +153,13 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
         raise
     _check_stall(loop, result, step, None, 0.0, 0.0, bar, steps_run=step - first_step)
     bar.close()
+    require_finite_parameters(loop.params, step)  # the recipe saves the model next
     return step
 
 
-def _accumulate(loop: Loop, step_batches: list[list[int]]) -> torch.Tensor:
-    """Forward + backward over this rank's micro-batches of one step; returns the step's sums."""
+def _accumulate(loop: Loop, step_batches: list[list[int]], non_finite_rows: list[int] | None = None) -> torch.Tensor:
+    """Forward + backward over this rank's micro-batches of one step; returns the step's sums and
+    adds to `non_finite_rows` the dataset rows whose loss is not finite."""
     sched = loop.schedule
     # Across ranks: the loss is a global weighted mean, Σ w·loss / Σ w over the step (w = 1 without a
     # `weight` column: the plain mean over the step's pairs).
@@ -163,6 +170,9 @@ def _accumulate(loop: Loop, step_batches: list[list[int]]) -> torch.Tensor:
         # This micro-batch's share of the step's weighted mean: accumulation and ranks add up to it.
         weighted_loss_sum(out.losses, loop.data.weights_of(micro), step_weight).backward()
         sums += Sums.of(out, logps, n_tokens)
+        if non_finite_rows is not None and not math.isfinite(float(sums[Sums.INDEX["loss"]])):
+            bad = (~torch.isfinite(out.losses.detach())).nonzero().flatten().tolist()
+            non_finite_rows.extend(micro[i] for i in bad)
     if sched.world_size > 1:
         all_reduce_gradients(loop.params)
         sums = all_reduce_sum(sums, loop.fwd.device)

@@ -39,6 +39,39 @@ class TrainingStalled(PrefdataError):
     exit_code = 1
 
 
+class TrainingDiverged(PrefdataError):
+    """A step's loss or gradient norm is not finite (or the parameters are not): the run stops before
+    the optimizer or a save sees it. Exit code 1: a finding about the run, not a usage error."""
+
+    exit_code = 1
+
+
+_ADVICE = "nothing of this step is saved: lower --lr, or check OUT's weight/offset and ref columns"
+
+
+def require_finite_step(step: int, loss: float, grad_norm: float, data: Any, rows: list[int]) -> None:
+    """TrainingDiverged (one line naming the step, and the pairs whose loss is not finite) unless the
+    step's summed loss and its gradient norm are finite."""
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        return
+    where = ""
+    if rows:
+        shown = data.sources_of(rows[:3]) if hasattr(data, "sources_of") else [f"row {row}" for row in rows[:3]]
+        where = f" on {len(rows)} pair(s), first at {', '.join(shown)}"
+    raise TrainingDiverged(f"training stopped at step {step}: the loss is {loss:g} and the gradient norm "
+                           f"{grad_norm:g}{where}; {_ADVICE}")
+
+
+def require_finite_parameters(params: list[Any], step: int) -> None:
+    """TrainingDiverged unless every parameter is finite (checked before the model is saved)."""
+    import torch
+
+    with torch.no_grad():
+        if all(bool(torch.isfinite(p).all()) for p in params):
+            return
+    raise TrainingDiverged(f"training stopped after step {step}: the parameters are no longer finite; {_ADVICE}")
+
+
 @dataclass
 class StallDetector:
     """Counts consecutive stalled optimizer steps; fires once per stall after `steps` of them.
