@@ -8,6 +8,7 @@ Exit codes: 0 ok, 1 findings at error severity (or a training stall with --fail-
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import sys
@@ -18,8 +19,9 @@ from prefdata.core.errors import PrefdataError
 from prefdata.core.quiet import quiet_libraries, wants_quiet
 from prefdata.core.ranks import is_main_process, process_rank
 from prefdata.settings.commands import COMMANDS as DECLARED, GROUP_ORDER, RUN, Command
-from prefdata.settings.config import load_settings
+from prefdata.settings.config import load_sourced
 from prefdata.settings.declare import RequiredInUsage, add_to_parser, declared, missing_required, names
+from prefdata.settings.trust import check_from_files
 
 EPILOG = ("Exit codes: 0 ok, 1 findings at error severity, 2 usage or input error (including an input none "
           "of whose records could be read).")
@@ -33,15 +35,25 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
-    import difflib
-
+    """`; did you mean --max-length?` for an unknown flag: the flags spelt nearly alike (difflib), then
+    those whose help says the unknown flag's words (`--learning-rate` -> `--lr`, "peak learning rate")."""
     if not message.startswith("unrecognized arguments:"):
         return ""
-    flags = [flag for action in parser._actions for flag in action.option_strings]
+    actions = [action for action in parser._actions if action.option_strings]
+    flags = [flag for action in actions for flag in action.option_strings if flag.startswith("--")]
     for word in message.split(":", 1)[1].split():
-        close = difflib.get_close_matches(word.split("=")[0], flags, n=1) if word.startswith("--") else []
+        if not word.startswith("--") or len(word) < 4:
+            continue
+        typed = word.split("=")[0]
+        close = difflib.get_close_matches(typed, flags, n=3, cutoff=0.6)
+        if close and difflib.SequenceMatcher(None, typed, close[0]).ratio() >= 0.85:
+            return f"; did you mean {close[0]}?"  # a plain typo: the one flag it nearly is
+        words = typed[2:].replace("-", " ").replace("_", " ").lower()
+        by_help = [action.option_strings[-1] for action in actions
+                   if len(words) > 3 and words in " ".join((action.help or "").lower().replace("-", " ").split())]
+        close += [flag for flag in by_help if flag not in close]
         if close:
-            return f"; did you mean {close[0]}?"
+            return f"; did you mean {' or '.join(close[:3])}?"
     return ""
 
 
@@ -63,7 +75,7 @@ def _examples(command: Command) -> str:
 def _add_command(sub: Any, command: Command) -> argparse.ArgumentParser:
     """One subcommand, made from its declared settings (prefdata.settings.commands)."""
     parser = sub.add_parser(command.name, help=command.help, description=command.description,
-                            epilog=_examples(command), formatter_class=_Formatter)
+                            epilog=_examples(command), formatter_class=_Formatter, allow_abbrev=False)
     for positional in command.positionals:
         parser.add_argument(positional.name, metavar=positional.metavar, help=positional.help)
     sections = add_to_parser(parser, command.settings, GROUP_ORDER)
@@ -77,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="prefdata",
         description="Make preference (DPO) training data trustworthy: prepare, validate, refs, select, train.",
         epilog=EPILOG,
+        allow_abbrev=False,  # `--max-len` must not pass for `--max-length`: a flag is spelt out or refused
     )
     parser.add_argument("--version", action="version", version=f"prefdata {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
@@ -91,8 +104,14 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     setting that no source set is a usage error (exit 2), one line naming every missing flag."""
     declared_settings = DECLARED[args.command].settings
     allowed = names(declared_settings)
-    settings = load_settings(args.command, getattr(args, "config", None), allowed)
-    settings.update({name: value for name, value in vars(args).items() if value is not None and name in allowed})
+    sourced = load_sourced(args.command, getattr(args, "config", None), allowed)
+    given = {name: value for name, value in vars(args).items() if value is not None and name in allowed}
+    from_files = {name: got for name, got in sourced.items() if name not in given}
+    items = {item.name: item for item in declared(declared_settings)}
+    check_from_files(args.command, from_files, {name: item.flag for name, item in items.items()})
+    # where each free-text value (a path, a model) the user did not type came from, for error lines
+    args.from_files = {name: got for name, got in from_files.items() if not items[name].spec.choices}
+    settings = {**{name: got.value for name, got in from_files.items()}, **given}
     missing = missing_required(declared_settings, settings)
     if missing:
         every = declared(declared_settings)
@@ -102,6 +121,17 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         verb = "is" if len(missing) == 1 else "are"
         raise PrefdataError(f"{flags} {verb} required (or set {keys} in the config file)")
     return settings
+
+
+def _origin_note(message: str, args: argparse.Namespace) -> str:
+    """` (tokenizer = 'tok' is from pyproject.toml [tool.prefdata] tokenizer)` when the error names a
+    value a settings file set: the user may never have typed it."""
+    from_files = getattr(args, "from_files", {})
+    for name, got in from_files.items():
+        values = got.value if isinstance(got.value, list) else [got.value]
+        if any(isinstance(value, str) and len(value) > 2 and value in message for value in values):
+            return f" ({name} = {got.value!r} is from {got.where})"
+    return ""
 
 
 def _run_prepare(args: argparse.Namespace) -> int:
@@ -121,11 +151,7 @@ def _run_prepare(args: argparse.Namespace) -> int:
 def _run_validate(args: argparse.Namespace) -> int:
     from prefdata.validate.command import validate
 
-    settings = _settings(args)
-    if args.allowed_image_root is None and settings.pop("allowed_image_root", None) is not None:
-        # validate checks pull requests: a settings file they can change must not open the disk to them
-        print("prefdata validate: note: allowed_image_root in a settings file is not used by validate; "
-              "pass --allowed-image-root DIR", file=sys.stderr)
+    settings = _settings(args)  # refuses what a pull request's settings file must not set (settings.trust)
     result = validate(args.input, **settings)
     if result.problem:
         print(f"prefdata validate: error: {result.problem}", file=sys.stderr)
@@ -275,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         return code
     except PrefdataError as exc:
-        print(f"prefdata {args.command}{_rank_tag()}: error: {exc}", file=sys.stderr)
+        print(f"prefdata {args.command}{_rank_tag()}: error: {exc}{_origin_note(str(exc), args)}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"prefdata {args.command}: interrupted; nothing partial was left behind as finished output", file=sys.stderr)

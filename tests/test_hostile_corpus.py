@@ -435,9 +435,9 @@ def test_validate_reads_allowed_roots_from_its_flag_only(image_tree, tmp_path, m
     monkeypatch.chdir(image_tree / "data")
     (image_tree / "data" / "pyproject.toml").write_text(f'[tool.prefdata]\nallowed_image_root = ["{image_tree / "secret"}"]\n')
     report = tmp_path / "r.json"
-    # a quarantined record is an error finding in validate: exit 1
-    assert main(["validate", str(raw), "--no-progress", "--workers", "1", "--format", "json", "--output", str(report)]) == 1
-    assert json.loads(report.read_text())["outcomes"]["quarantined"] == 1
+    # the file's key is refused in one line (exit 2) before anything is read; README 'Settings'
+    assert main(["validate", str(raw), "--no-progress", "--workers", "1", "--format", "json", "--output", str(report)]) == 2
+    assert not report.exists()
     assert main(["validate", str(raw), "--no-progress", "--workers", "1", "--format", "json", "--output", str(report),
                  "--allowed-image-root", str(image_tree / "secret")]) == 0
     assert json.loads(report.read_text())["outcomes"]["quarantined"] == 0

@@ -86,15 +86,38 @@ def test_every_flag_of_before_still_sets_the_same_setting(command):
         assert now.get(flag) == dest, (command, flag)
 
 
+def _sample(item) -> object:
+    """A value of the setting's declared type that its range check accepts."""
+    if item.spec.action in ("on", "off", "on/off") or item.type == "bool":
+        return True
+    if item.spec.choices:
+        return item.spec.choices[-1]
+    if "list[" in item.type:
+        return [f"value-of-{item.name}"]
+    if item.type.startswith("int"):
+        return 3
+    if item.type.startswith("float"):
+        return 0.5
+    return f"value-of-{item.name}"
+
+
+def _toml(value: object) -> str:
+    return json.dumps(value)  # JSON's strings, numbers, arrays and booleans are TOML's
+
+
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_every_declared_setting_is_a_toml_key_at_the_top_level_and_in_the_command_table(command, tmp_path):
-    values = {item.name: f"value-of-{item.name}" for item in declared(COMMANDS[command].settings)}
+    values = {item.name: _sample(item) for item in declared(COMMANDS[command].settings)}
     config = tmp_path / "in-table.toml"
-    config.write_text(f"[{command}]\n" + "".join(f'{name} = "{value}"\n' for name, value in values.items()))
+    config.write_text(f"[{command}]\n" + "".join(f"{name} = {_toml(value)}\n" for name, value in values.items()))
     assert load_settings(command, str(config), cwd=tmp_path) == values
     top = tmp_path / "top.toml"
-    top.write_text("".join(f'{name.replace("_", "-")} = "{value}"\n' for name, value in values.items()))
+    top.write_text("".join(f'{name.replace("_", "-")} = {_toml(value)}\n' for name, value in values.items()))
     assert load_settings(command, str(top), cwd=tmp_path) == values
+    pyproject_layout = tmp_path / "pyproject-layout.toml"
+    pyproject_layout.write_text(f"[tool.prefdata.{command}]\n" + "".join(
+        f"{name} = {_toml(value)}\n" for name, value in values.items()))
+    assert load_settings(command, str(pyproject_layout), cwd=tmp_path) == values
 
 
 def test_a_top_level_key_of_one_command_is_ignored_by_the_others_and_a_typo_is_named(tmp_path):
@@ -103,7 +126,7 @@ def test_a_top_level_key_of_one_command_is_ignored_by_the_others_and_a_typo_is_n
     assert load_settings("online", str(config), cwd=tmp_path) == {"rounds": 3, "max_length": 64}
     assert load_settings("prepare", str(config), cwd=tmp_path) == {"max_length": 64}
     config.write_text("[online]\nround = 3\n")
-    with pytest.raises(Exception, match="unknown setting 'round' for `prefdata online`"):
+    with pytest.raises(Exception, match=r"unknown setting 'round' in \[online\] for `prefdata online`; did you mean 'rounds'"):
         load_settings("online", str(config), cwd=tmp_path)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from prefdata.core.numbers import OFFSET_MAX
 from prefdata.sets.pairing import DEFAULT_TOP_K, STRATEGIES
 from prefdata.settings.declare import Settings, setting
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE
@@ -85,6 +86,20 @@ def finite_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
     if value != value or value in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+    return value
+
+
+# The largest |--offset-scale|: an offset is trained in float32, where beyond 1e4 the logit stops
+# moving with the policy (and past 3.4e38 is inf); the scale is held to an offset's own bound
+# (docs/select.md, "Bounds"), so a file or flag cannot ask for an inf offset.
+OFFSET_SCALE_LIMIT = OFFSET_MAX
+
+
+def offset_scale(text: str) -> float:
+    value = finite_float(text)
+    if abs(value) > OFFSET_SCALE_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected a number with |A| <= {OFFSET_SCALE_LIMIT:g} (offsets are float32), "
+                                         f"got {text}")
     return value
 
 
@@ -205,8 +220,8 @@ class GenerationOptions(Settings):
 
     samples: int = setting(2, "completions sampled per prompt", group=SAMPLING, metavar="K", parse=positive_int)
     max_new_tokens: int = setting(128, "token limit per completion", group=SAMPLING, metavar="N", parse=positive_int)
-    temperature: float = setting(1.0, "sampling temperature; 0 is greedy", group=SAMPLING, metavar="T", parse=float)
-    top_p: float = setting(1.0, "nucleus sampling mass", group=SAMPLING, metavar="P", parse=float)
+    temperature: float = setting(1.0, "sampling temperature; 0 is greedy", group=SAMPLING, metavar="T", parse=finite_float)
+    top_p: float = setting(1.0, "nucleus sampling mass", group=SAMPLING, metavar="P", parse=finite_float)
     seed: int = setting(0, "sampling seed", group=SAMPLING, parse=int)
     batch_size: int = setting(8, "prompts per generate call, rows per reward-model batch", group=RUN, metavar="B",
                               parse=positive_int)
@@ -297,7 +312,7 @@ class ValidateSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpt
     template_date: str | None = setting(
         None, "the date templates print (strftime_now, date_string), pinned so OUT does not change with the day",
         group=TEMPLATE, metavar="YYYY-MM-DD", default_text=DEFAULT_TEMPLATE_DATE)
-    batch_size: int = setting(1000, "records per processing batch", group=RUN, flag=False)
+    batch_size: int = setting(1000, "records per processing batch", group=RUN, flag=False, parse=positive_int)
     workers: int | None = setting(None, "processes that check raw input (with --engine ray: Ray actors)", group=RUN,
                                   metavar="N", parse=positive_int, default_text="all cores, at most 8")
 
@@ -321,7 +336,7 @@ class RefsSettings(Progress):
         "(otherwise such a rerun says so and stops, exit 0)", group=IO, action="on")
     resume: bool = setting(True, "continue from the finished shards of a killed run", group=RUN, flag=False)
     layout: str = setting("auto", "how pairs are laid out in a forward (auto, packed, padded)", group=RUN, flag=False)
-    shard_batches: int = setting(8, "batches per resumable shard", group=RUN, flag=False)
+    shard_batches: int = setting(8, "batches per resumable shard", group=RUN, flag=False, parse=positive_int)
     workers: int | None = setting(None, "with --engine ray: model actors", group=RUN, metavar="N", parse=positive_int,
                                   default_text="one per GPU, else one per CPU")
     engine: str = setting("local", "where the work runs: this process (local) or a Ray cluster", group=RUN,
@@ -343,10 +358,10 @@ class TrainSettings(Progress):
                                         metavar="DIR", required=True)
     loss: str = setting("sigmoid", "preference loss (sigmoid: DPO); simpo needs no reference log-probs", group=LOSS,
                         choices=("sigmoid", "ipo", "hinge", "robust", "simpo"))
-    beta: float = setting(0.1, "strength of the implicit KL penalty / reward scale", group=LOSS, parse=float)
+    beta: float = setting(0.1, "strength of the implicit KL penalty / reward scale", group=LOSS, parse=finite_float)
     label_smoothing: float = setting(0.0, "assumed share of flipped labels, sigmoid/robust loss", group=LOSS,
-                                     parse=float)
-    lr: float = setting(5e-6, "peak learning rate of AdamW", group=OPTIM, parse=float)
+                                     parse=finite_float)
+    lr: float = setting(5e-6, "peak learning rate of AdamW", group=OPTIM, parse=finite_float)
     epochs: int = setting(1, "passes over the data", group=OPTIM, metavar="N", parse=positive_int, exclusive="length")
     max_steps: int | None = setting(None, "stop after N optimizer steps instead of --epochs", group=OPTIM,
                                     metavar="N", parse=positive_int, exclusive="length")
@@ -359,16 +374,16 @@ class TrainSettings(Progress):
                                           metavar="OUT_EVAL")
     eval_every: int | None = setting(None, "also evaluate every N steps", group=SCHEDULE, metavar="N",
                                      parse=positive_int)
-    simpo_gamma: float = setting(0.5, "SimPO target margin", group=LOSS, parse=float)
+    simpo_gamma: float = setting(0.5, "SimPO target margin", group=LOSS, parse=finite_float)
     ld_alpha: float | None = setting(
         None, "length-desensitized DPO (LD-DPO, TRL's ld_alpha), in [0, 1]: the log-probs of each half's tokens "
         "beyond the shorter half's length count ALPHA times, in the policy's and the reference's sums (1 is plain "
         "DPO, 0 ignores the extra length); needs refs from this prefdata version; not with simpo", group=LOSS,
-        metavar="ALPHA", parse=float, default_text="off")
-    warmup_ratio: float = setting(0.1, "share of steps for linear warmup", group=OPTIM, parse=float)
+        metavar="ALPHA", parse=finite_float, default_text="off")
+    warmup_ratio: float = setting(0.1, "share of steps for linear warmup", group=OPTIM, parse=finite_float)
     lr_schedule: str = setting("cosine", "learning rate after warmup: cosine or linear decay to 0 at the last step, "
                                "or constant", group=OPTIM, choices=("cosine", "linear", "constant"))
-    max_grad_norm: float | None = setting(1.0, "gradient clipping norm", group=OPTIM, parse=float)
+    max_grad_norm: float | None = setting(1.0, "gradient clipping norm", group=OPTIM, parse=finite_float)
     save_every: int | None = setting(500, "checkpoint every N steps", group=SCHEDULE, metavar="N", parse=positive_int)
     stall_steps: int = setting(20, "steps at ln 2 before the stall warning", group=SCHEDULE, metavar="N",
                                parse=positive_int)
@@ -376,15 +391,16 @@ class TrainSettings(Progress):
     shuffle: bool = setting(True, "keep the data order instead of a seeded shuffle per epoch", group=RUN,
                             flag="--no-shuffle", action="off")
     resume: bool = setting(False, "continue from the last checkpoint in --output", group=SCHEDULE, action="on")
+    overwrite: bool = setting(False, "replace the run already in --output", group=IO, action="on")
     fail_on_stall: bool = setting(False, "exit 1 when the loss stalls at ln 2", group=SCHEDULE, action="on")
     device: str = setting("auto", "cpu, cuda or cuda:N; auto: cuda when available", group=RUN)
     lora: bool = setting(False, "train LoRA adapters (needs the `lora` extra: peft)", group=MODEL, action="on")
     trust_remote_code: bool = setting(False, "allow model code from the model directory (off by default)",
                                       group=MODEL, action="on")
-    log_every: int = setting(1, "steps between metrics.jsonl lines", group=SCHEDULE, flag=False)
+    log_every: int = setting(1, "steps between metrics.jsonl lines", group=SCHEDULE, flag=False, parse=positive_int)
     layout: str = setting("auto", "how pairs are laid out in a forward (auto, packed, padded)", group=RUN, flag=False)
     schedule_steps: int | None = setting(None, "the steps the learning-rate schedule spans (online: the whole run)",
-                                         group=OPTIM, flag=False)
+                                         group=OPTIM, flag=False, parse=positive_int)
     optimizer_from: str | Path | None = setting(None, "a saved optimizer state to continue from (online rounds)",
                                                 group=OPTIM, flag=False)
     save_optimizer: bool = setting(False, "save the optimizer state with the model (online rounds)", group=OPTIM,
@@ -408,7 +424,7 @@ class ScoreSettings(Progress, RewardOptions):
     batch_size: int = setting(8, "rows per reward-model batch", group=RUN, metavar="B", parse=positive_int)
     missing_eos_penalty: float | None = setting(
         None, "subtract X from the reward of an unfinished sample before pairing (TRL's missing_eos_penalty)",
-        group=REWARD, metavar="X", parse=float)
+        group=REWARD, metavar="X", parse=finite_float)
     device: str = setting("auto", "cpu, cuda or cuda:N; auto: cuda when available", group=RUN)
     trust_remote_code: bool = setting(False, "allow model code from the reward model directory", group=MODEL,
                                       action="on")
@@ -435,8 +451,8 @@ class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions
     policy: str | Path | None = setting(None, "check policy: bundled `default` or `pr`, or a TOML file", group=CHECKS,
                                         metavar="NAME|FILE", default_text="default")
     loss: str = setting("sigmoid", "preference loss", group=LOSS, choices=("sigmoid", "ipo", "hinge", "robust"))
-    beta: float = setting(0.1, "DPO beta", group=LOSS, parse=float)
-    lr: float = setting(5e-6, "peak learning rate", group=OPTIM, parse=float)
+    beta: float = setting(0.1, "DPO beta", group=LOSS, parse=finite_float)
+    lr: float = setting(5e-6, "peak learning rate", group=OPTIM, parse=finite_float)
     lr_schedule: str = setting(
         "cosine", "one schedule over the whole run, not per round: one optimizer (AdamW) continues from round to "
         "round, as in TRL's OnlineDPOTrainer; the rate decays to 0 at the run's planned last step (rounds x epochs x "
@@ -447,11 +463,11 @@ class OnlineSettings(Progress, TemplateOptions, GenerationOptions, RewardOptions
         8, "pairs per optimizer step (TRL's per_device_train_batch_size). A round of N prompts takes "
         "ceil(N / batch-pairs) steps per epoch: N = batch-pairs is fully online (a step per sampling)", group=OPTIM,
         metavar="N", parse=positive_int)
-    warmup_ratio: float = setting(0.0, "share of the run's planned steps for linear warmup", group=OPTIM, parse=float)
+    warmup_ratio: float = setting(0.0, "share of the run's planned steps for linear warmup", group=OPTIM, parse=finite_float)
     missing_eos_penalty: float | None = setting(
         None, "subtract X from the reward of a sample that hit --max-new-tokens before pairing (TRL's "
         "missing_eos_penalty). To drop such pairs instead: completion_truncated = \"drop\" in the check policy",
-        group=REWARD, metavar="X", parse=float, default_text="none")
+        group=REWARD, metavar="X", parse=finite_float, default_text="none")
     keep_round_policies: bool = setting(False, "keep every round's weights (default: only the current policy's)",
                                         group=IO, action="on")
     save_every: int | None = setting(
@@ -492,7 +508,8 @@ class SelectSettings(Progress):
     offset_by: str | None = setting(
         None, "add an `offset` column (ODPO's margin): --offset-scale x this signal; `prefdata train` and the TRL "
         "hand-off subtract it from the loss's logit", group=LOSS_COLUMNS, choices=SIGNAL_NAMES)
-    offset_scale: float = setting(1.0, "the factor of --offset-by", group=LOSS_COLUMNS, metavar="A", parse=finite_float)
+    offset_scale: float = setting(1.0, f"the factor of --offset-by, |A| <= {OFFSET_SCALE_LIMIT:g} (offsets are float32)",
+                                  group=LOSS_COLUMNS, metavar="A", parse=offset_scale)
     policy_model: str | Path | None = setting(
         None, "the policy whose likelihood --by/--weight-by/--offset-by on_policy measures (one forward per pair, as "
         "refs runs it); its tokenizer must be OUT's", group=SELECTION, metavar="PATH")
