@@ -113,3 +113,41 @@ def test_help_explains_every_command():
         with pytest.raises(SystemExit) as info:
             main([command, "--help"])
         assert info.value.code == 0
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["prepare", "r", "o", "--max-len", "5"], "unrecognized arguments: --max-len 5; did you mean --max-length?"),
+    (["prepare", "r", "o", "--tok", "t"], "unrecognized arguments: --tok t"),
+    (["show", "o", "--ro", "1"], "unrecognized arguments: --ro 1; did you mean --row?"),
+    (["train", "o", "--learning-rate", "1e-5"], "unrecognized arguments: --learning-rate 1e-5; did you mean --lr"),
+    (["--vers"], "unrecognized arguments: --vers; did you mean --version?"),
+])
+def test_a_flag_is_never_abbreviated_and_an_unknown_one_names_the_near_flags(argv, said, capsys):
+    """argparse's abbreviations let `--max-len` pass for `--max-length` (and would make a new flag break old
+    command lines); a shortened or unknown flag is refused in one line naming the flags meant."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    lines = _stderr_lines(capsys)
+    assert info.value.code == 2 and len(lines) == 1 and said in lines[0], lines
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["select", "o", "n", "--by", "random", "--offset-scale", "1e39"], "--offset-scale: expected a number with |A| <= 10000"),
+    (["select", "o", "n", "--by", "random", "--offset-scale=-1e5"], "--offset-scale: expected a number with |A| <= 10000"),
+    (["select", "o", "n", "--by", "random", "--offset-scale", "nan"], "--offset-scale: expected a finite number"),
+    (["select", "o", "n", "--by", "random", "--max", "nan"], "--max: expected a finite number"),
+    (["train", "o", "--lr", "inf"], "--lr: expected a finite number, got inf"),
+    (["train", "o", "--beta", "nan"], "--beta: expected a finite number, got nan"),
+    (["generate", "p", "o", "--temperature", "nan"], "--temperature: expected a finite number"),
+])
+def test_a_number_float32_training_cannot_hold_is_refused_on_the_command_line(argv, said, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    lines = _stderr_lines(capsys)
+    assert info.value.code == 2 and len(lines) == 1 and said in lines[0], lines
+
+
+def test_select_help_states_the_offset_scale_bound(capsys):
+    with pytest.raises(SystemExit):
+        main(["select", "--help"])
+    assert "|A| <= 10000 (offsets are float32)" in " ".join(capsys.readouterr().out.split())
