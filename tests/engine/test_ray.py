@@ -302,7 +302,7 @@ def test_engine_is_a_config_key_for_every_scaling_command(command, tmp_path, raw
     monkeypatch.chdir(tmp_path)
     args = {"prepare": [str(raw), str(tmp_path / "out")], "validate": [str(raw)], "refs": [str(tmp_path)]}[command]
     assert main([command, *args, "--no-progress"]) == 2
-    assert "--engine must be one of local, ray, got 'spark'" in capsys.readouterr().err
+    assert "pyproject.toml [tool.prefdata] engine: expected one of local, ray, got the string 'spark'" in capsys.readouterr().err
     assert main(["show", str(tmp_path)]) == 2  # other commands ignore the key
     err = capsys.readouterr().err
     assert "unknown setting" not in err and "--engine" not in err
