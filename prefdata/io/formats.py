@@ -431,6 +431,17 @@ def _ids(row: dict[str, Any], key: str) -> list[int]:
     return value
 
 
+def check_vocabulary(pair: Pair, vocabulary: int) -> None:
+    """RecordError naming the first id of a pre-tokenized pair that the tokenizer's vocabulary
+    (`len(tokenizer)` ids) does not hold: the model's embedding would fail on it, or learn noise."""
+    for key in ("prompt_ids", "chosen_ids", "rejected_ids"):
+        ids = getattr(pair, key) or ()
+        if ids and max(ids) >= vocabulary:
+            i, token = next((i, t) for i, t in enumerate(ids) if t >= vocabulary)
+            raise RecordError(f"field '{key}[{i}]' holds token id {token}, outside the tokenizer's vocabulary of "
+                              f"{vocabulary} ids (0-{vocabulary - 1})")
+
+
 def _pretokenized(raw: RawRecord, row: dict[str, Any]) -> Pair:
     ids = {key: _ids(row, key) for key in ("prompt_ids", "chosen_ids", "rejected_ids")}
     # Text next to the ids (TRL keeps it, as strings or message lists) is used for text-level checks.

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from prefdata.core.errors import RecordError, UnknownShapeError
 from prefdata.core.records import Pair, RawRecord, ScoredSummary, TokenizedPair
+from prefdata.io.formats import check_vocabulary
 from prefdata.io.images import load_pair_images
 from prefdata.sets.pairing import PairingSettings
 from prefdata.sets.scored import record_pairs
@@ -44,12 +45,16 @@ def normalize_and_tokenize(
     pairing = pairing or PairingSettings()
     results: list[ProcessedRecord] = []
     pairs: list[Pair] = []
+    vocabulary = _vocabulary_size(pair_tokenizer)
     for position, raw in enumerate(records):
         if raw.error is not None:
             results.append(ProcessedRecord(None, None, raw.error, record=position))
             continue
         try:
             made = record_pairs(raw, pairing)
+            for pair in made.pairs if vocabulary is not None else ():
+                if pair.is_pretokenized:  # given ids the tokenizer does not know are quarantined
+                    check_vocabulary(pair, vocabulary)
             load_pair_images(made.pairs, settings.images)  # image pairs: read here, in the worker
         except UnknownShapeError as exc:
             results.append(ProcessedRecord(None, None, str(exc), unknown_shape=True, record=position))
@@ -89,6 +94,18 @@ def normalize_and_tokenize(
                 kept.append(ProcessedRecord(None, None, refused[result.record], record=result.record))
         results = kept
     return results
+
+
+def _vocabulary_size(pair_tokenizer: PairTokenizer | None) -> int | None:
+    """len(tokenizer): how many ids the tokenizer knows (added tokens included); None without one."""
+    if pair_tokenizer is None:
+        return None
+    pair_tokenizer.setup()
+    tokenizer = getattr(pair_tokenizer.tokenizer, "tokenizer", pair_tokenizer.tokenizer)  # a processor's own
+    try:
+        return len(tokenizer)
+    except TypeError:
+        return None
 
 
 def compact_ids(tokenized: TokenizedPair) -> TokenizedPair:

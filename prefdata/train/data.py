@@ -16,6 +16,7 @@ from prefdata.core.errors import PrefdataError
 from prefdata.core.ranks import is_main_process
 from prefdata.io.manifest import read_manifest, require_pairs
 from prefdata.io.out_dir import load_out_dataset
+from prefdata.model.bounds import check_pairs_fit_model
 from prefdata.model.logprobs import plan_batches, plan_packed_batches
 from prefdata.model.pairs import BLOCK_LAYOUTS, pair_tokens, sharing_plan_for_lengths
 from prefdata.model.vision_model import is_image_out, refuse_mismatched_rows
@@ -74,7 +75,11 @@ class PairData:
 
     def use_layout(self, model: Any, layout: str) -> None:
         """Batch costs for `layout`: padded layouts count the padded halves, padding-free ones the
-        tokens actually put through the model (the prompt once where it is shared)."""
+        tokens actually put through the model (the prompt once where it is shared). Refuses (one
+        line) a pair the model cannot take: an id past its embedding, a half past its positions."""
+        table = self.dataset.data.table
+        check_pairs_fit_model(model, {name: table.column(name).combine_chunks() for name in self.lengths},
+                              lambda row: self.sources_of([row])[0])
         self.forward_tokens, self.padding_free, self.shared_pairs = list(self.pair_tokens), False, 0
         if layout not in BLOCK_LAYOUTS:
             return

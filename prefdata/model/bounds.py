@@ -1,0 +1,73 @@
+"""What a model can take of OUT's pairs: token ids inside its embedding, sequences inside its positions.
+
+`refs` and `train` read OUTs that others hand over: an id past the embedding ends in an IndexError deep
+in the forward (or a device-side assert on GPU), and a 10^6-token pair asks the attention for a
+terabyte. Both are refused here in one line naming the pair, before any forward.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from prefdata.core.errors import PrefdataError
+
+# The longest sequence accepted from a model whose config states no position limit: past it one
+# pair's forward (its attention mask alone is length² entries) outgrows any accelerator.
+DEFAULT_MAX_LENGTH = 131_072
+_POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def position_limit(model: Any) -> int | None:
+    """The longest sequence the model's config says it takes (a vision-language model's text config
+    included), or None when it states none."""
+    config = getattr(model, "config", None)
+    for part in (config, getattr(config, "text_config", None)):
+        for key in _POSITION_KEYS:
+            value = getattr(part, key, None)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+    return None
+
+
+def embedding_rows(model: Any) -> int | None:
+    """How many token ids the model's input embedding holds (None when it has no plain one)."""
+    try:
+        embedding = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        return None
+    rows = getattr(embedding, "num_embeddings", None)
+    return int(rows) if isinstance(rows, int) else None
+
+
+def check_pairs_fit_model(model: Any, ids: dict[str, Any], where: Callable[[int], str]) -> None:
+    """PrefdataError (one line naming the first pair, by `where(row)`) when a pair holds a token id the
+    model's embedding does not, or a half longer than the model's positions take. `ids`: the three id
+    columns (Arrow list arrays, one entry per dataset row)."""
+    import pyarrow.compute as pc
+
+    vocabulary = embedding_rows(model)
+    if vocabulary is not None:
+        for name in ("prompt_ids", "chosen_ids", "rejected_ids"):
+            column = ids[name]
+            flat = pc.list_flatten(column)
+            if len(flat) == 0 or pc.max(flat).as_py() < vocabulary:
+                continue
+            too_big = pc.greater_equal(flat, vocabulary).to_numpy(zero_copy_only=False)
+            position = int(np.argmax(too_big))
+            row = int(pc.list_parent_indices(column).to_numpy(zero_copy_only=False)[position])
+            raise PrefdataError(
+                f"the pair at {where(row)} holds token id {flat[position].as_py()} in {name}, outside the "
+                f"model's embedding of {vocabulary} ids: prepare the data with this model's tokenizer")
+    limit = position_limit(model) or DEFAULT_MAX_LENGTH
+    lengths = {name: pc.list_value_length(ids[name]).to_numpy(zero_copy_only=False).astype(np.int64)
+               for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
+    # Each half runs as prompt + completion (a shared prompt keeps its positions for both halves).
+    longest = lengths["prompt_ids"] + np.maximum(lengths["chosen_ids"], lengths["rejected_ids"])
+    if len(longest) and int(longest.max()) > limit:
+        row = int(np.argmax(longest > limit))
+        source = "its config's position limit" if position_limit(model) else "prefdata's limit for a model with none"
+        raise PrefdataError(
+            f"the pair at {where(row)} is {int(longest[row]):,} tokens long (prompt + completion), "
+            f"beyond the {limit:,} the model takes ({source}): prepare it again with --max-length")
