@@ -146,7 +146,8 @@ def test_a_pyproject_whose_tool_is_no_table_is_one_line(body, said, tmp_path, ca
 
 def test_a_pyproject_of_another_tool_is_left_alone(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.ruff]\nline-length = 3\n', encoding="utf-8")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[tool.ruff]\nline-length = 3\n'
+                                             '[tool.prefdata-lint]\nstrict = true\n', encoding="utf-8")
     from prefdata.settings.config import load_settings
 
     assert load_settings("prepare", None) == {}

@@ -102,7 +102,7 @@ def _tool_table(document: dict[str, Any], file: str) -> dict[str, Any] | None:
     if not isinstance(tool, dict):
         raise PrefdataError(f"{file}: `tool` must be a table ([tool.prefdata]), got {_kind(tool)}")
     if "prefdata" not in tool:
-        near = difflib.get_close_matches("prefdata", [str(key) for key in tool], n=1, cutoff=0.75)
+        near = difflib.get_close_matches("prefdata", [str(key) for key in tool], n=1, cutoff=0.85)  # not tool.prefdata-lint
         if near:
             raise PrefdataError(f"{file}: unknown table [tool.{near[0]}]; did you mean [tool.prefdata]?")
         return None
