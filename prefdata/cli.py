@@ -80,7 +80,8 @@ def _add_command(sub: Any, command: Command) -> argparse.ArgumentParser:
         parser.add_argument(positional.name, metavar=positional.metavar, help=positional.help)
     sections = add_to_parser(parser, command.settings, GROUP_ORDER)
     run = sections.get(RUN) or parser.add_argument_group(RUN)
-    run.add_argument("--config", metavar="FILE", help="TOML settings file (flags override it; see README 'Settings')")
+    run.add_argument("--config", metavar="FILE", help="TOML settings file: [COMMAND] tables, or pyproject's [tool.prefdata] "
+                     "(flags override it; see README 'Settings')")
     return parser
 
 

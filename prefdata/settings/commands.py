@@ -300,7 +300,11 @@ class ValidateSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpt
     policy: str | Path | None = setting(None, "check policy: bundled `default` or `pr` (strict, for PRs), or a TOML "
                                         "file", group=CHECKS, metavar="NAME|FILE", default_text="default")
     format: str = setting("text", "report format", group=IO, choices=("text", "json", "markdown", "github", "html"))
-    output: str | Path | None = setting(None, "write the report here instead of stdout", group=IO, metavar="FILE")
+    output: str | Path | None = setting(None, "write the report here instead of stdout (this flag only: a settings file "
+                                        "cannot choose where validate writes)", group=IO, metavar="FILE")
+    trust_remote_code: bool = setting(
+        False, "allow tokenizer/processor code from its directory (off by default; this flag only: a settings file, "
+        "which a pull request can change, cannot turn it on)", group=TOKENS, action="on")
     baseline: str | Path | None = setting(None, "report from the base branch: only regressions fail", group=CHECKS,
                                           metavar="REPORT.json")
     against: str | Path | None = setting(None, "flag prompts that also occur in OTHER (e.g. the eval split)",
