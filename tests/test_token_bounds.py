@@ -121,3 +121,22 @@ def test_a_model_without_a_position_limit_gets_prefdatas(tmp_path):
         check_pairs_fit_model(model, ids, lambda row: f"row {row}")
     ids["chosen_ids"] = pa.array([[2], [2] * (DEFAULT_MAX_LENGTH - 1)])
     check_pairs_fit_model(model, ids, lambda row: f"row {row}")
+
+
+def test_rope_scaling_stretches_the_position_limit():
+    from types import SimpleNamespace
+
+    from prefdata.model.bounds import position_limit
+
+    def model(**config):
+        return SimpleNamespace(config=SimpleNamespace(**config))
+
+    assert position_limit(model(max_position_embeddings=4096)) == 4096
+    # Qwen2.5's YaRN: max_position_embeddings stays at the original 32k, the factor stretches it 4x
+    assert position_limit(model(max_position_embeddings=32768, rope_scaling={
+        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})) == 131072
+    # Llama 3.1 states the stretched length itself
+    assert position_limit(model(max_position_embeddings=131072, rope_scaling={
+        "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192})) == 131072
+    assert position_limit(model(text_config=SimpleNamespace(max_position_embeddings=8192))) == 8192
+    assert position_limit(model()) is None

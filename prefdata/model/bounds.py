@@ -21,14 +21,25 @@ _POSITION_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length
 
 def position_limit(model: Any) -> int | None:
     """The longest sequence the model's config says it takes (a vision-language model's text config
-    included), or None when it states none."""
+    included), stretched by its RoPE scaling where that extends it (YaRN keeps max_position_embeddings
+    at the original length), or None when it states none."""
     config = getattr(model, "config", None)
     for part in (config, getattr(config, "text_config", None)):
         for key in _POSITION_KEYS:
             value = getattr(part, key, None)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-                return value
+                return max(value, _scaled_length(part, value))
     return None
+
+
+def _scaled_length(config: Any, length: int) -> int:
+    """The length RoPE scaling reaches: original length x factor (0 without scaling)."""
+    scaling = getattr(config, "rope_scaling", None) or getattr(config, "rope_parameters", None)
+    if not isinstance(scaling, dict) or not isinstance(scaling.get("factor"), (int, float)):
+        return 0
+    original = scaling.get("original_max_position_embeddings")
+    base = original if isinstance(original, int) and original > 0 else length
+    return int(base * max(float(scaling["factor"]), 1.0))
 
 
 def embedding_rows(model: Any) -> int | None:
