@@ -145,10 +145,6 @@ def _extra(row: dict[str, Any], consumed: frozenset[str]) -> dict[str, Any]:
     return {key: value for key, value in row.items() if key not in consumed}
 
 
-def _assistant_turns(messages: list[Message]) -> int:
-    return sum(1 for m in messages if m["role"] == "assistant")
-
-
 def _message_pair(
     raw: RawRecord,
     row: dict[str, Any],
@@ -188,8 +184,8 @@ def _message_pair(
         extra=_extra(row, consumed),
         shape=shape,
     )
-    if _assistant_turns(chosen) > 1 or _assistant_turns(rejected) > 1:
-        pair.flags.append(flags.MULTI_TURN_COMPLETION)
+    # Several assistant turns in a message-list completion are an agent trajectory by design: the loss
+    # masks train exactly the model's turns, so no multi_turn_completion (that flag is HH transcripts').
     pair.flags += divergence_flags(prompt, chosen, rejected)
     for messages in (prompt, chosen, rejected):
         for message in messages:

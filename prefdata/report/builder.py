@@ -86,8 +86,9 @@ class ReportBuilder:
         self.flagged: list[tuple[Any, ...]] = []  # see report.sections._flagged_rows for the fields
         self.flagged_total = 0
         self.flagged_rows_any = 0  # rows with at least one flag (for max_flagged_share)
-        # Rows with at least one flag of each severity (a row can count under several): the report's
-        # `errors` and `warnings` (report.sections), so they agree with the flag table row for row.
+        # Rows by their worst severity (error, then drop, then warn), each row counted once: the
+        # report's `errors`, `drops` and `warnings` (report.sections), so that in prepare errors + drops
+        # are the dropped pairs and the headline's numbers add up (issue 40).
         self.rows_with: Counter[str] = Counter()
         # Plain-string rows (not messages, not pre-tokenized) flagged prompt_boundary_mismatch: many
         # of them with a chat tokenizer mean --chat-template was wanted (report.hints).
@@ -281,8 +282,10 @@ class ReportBuilder:
         if row.severity:  # info-only rows carry a flag but are no finding (max_flagged_share)
             self.flagged_rows_any += 1
         if self.policy is not None:
-            for severity in {self._flag_severity(flag) for flag in row.flags}:
-                self.rows_with[severity] += 1
+            severities = {self._flag_severity(flag) for flag in row.flags}
+            worst = next((severity for severity in ("error", "drop", "warn") if severity in severities), None)
+            if worst is not None:
+                self.rows_with[worst] += 1
         if "prompt_boundary_mismatch" in row.flags and not pair.is_conversational and not ids_mode(pair):
             self.string_boundary_mismatches += 1
         if pair.benchmark_match is not None and "benchmark_overlap" in row.flags:

@@ -23,7 +23,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "prompt_boundary_mismatch": "prompt tokens are not a prefix of prompt+completion tokens",
     "duplicate_pair": "the same pair appears earlier in the data",
     "conflicting_pair": "the same pair appears earlier with chosen and rejected swapped",
-    "multi_turn_completion": "the completion spans several turns",
+    "multi_turn_completion": "HH transcripts diverge before their last Assistant turn, so a completion spans "
+    "several turns (its Human turns are kept out of the loss)",
     "prompt_leak": "the prompt also occurs in the --against data",
     "benchmark_overlap": "the prompt (or a completion) shares an N-word run with a benchmark item (--decontaminate-against)",
     "non_finite_ref_logps": "reference log-probs are not finite",
@@ -31,6 +32,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "reward_disagrees": "the reward model prefers rejected over chosen by more than the margin",
     "reasoning_lost": "the chat template does not render the row's reasoning, tool calls or tools in the "
     "completion (many reasoning templates drop the trace even from the last turn; see docs/reasoning.md)",
+    "system_lost": "the chat template does not render a system (or developer) message of the row: "
+    "the tokens lack an instruction the data gives (SmolLM3 reads only a first system message)",
     "reasoning_mismatch": "one half reasons and the other does not (or has an empty think block): "
     "the model would learn a format preference",
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
@@ -44,6 +47,8 @@ FLAG_MEANINGS: dict[str, str] = {
     "answered differently, the model decided nothing different",
     "diverges_at_non_model_turn": "the halves first differ at a user or tool turn, not at a model decision",
     "no_trained_tokens": "a completion's loss mask covers no token: no model turn of it is left to train",
+    "turn_renders_differently": "an assistant turn renders differently once later turns follow, and could not "
+    "be located in the full render: its loss mask may miss part of that turn",
     "unequal_turns": "one half has far more assistant turns than the other (3x and at least 3 more)",
     "not_selected": "left out by `prefdata select`: beyond its budget, outside --min/--max, or a non-finite signal",
     "quarantined": "the record could not be read or normalized",
@@ -98,16 +103,36 @@ def flags_by_severity(report: Report) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def counts_phrase(report: Report) -> str:
-    """The headline's counts, in rows, as every renderer prints them: "2 rows with errors, 1 row with
-    warnings, 3 rows with drop flags, 1 limit exceeded" (the last two only when there are any). A row
-    counts under each severity it has a flag of; quarantined records count at their severity."""
+    """The headline's counts with their denominator, as every renderer prints them: "2 of 30 rows with
+    errors, 1 with warnings, 3 with drop flags, 1 limit exceeded" (the last two only when there are
+    any). Each row counts once, at its worst severity (error, then drop, then warn), so in prepare the
+    rows with errors and with drop flags are the dropped pairs; quarantined records count at their severity."""
     errors, warnings = report.get("errors", 0), report.get("warnings", 0)
-    parts = [f"{count(errors, 'row')} with errors", f"{count(warnings, 'row')} with warnings"]
+    rows = rows_in(report)
+    parts = [f"{num(errors)} of {count(rows, 'row')} with errors", f"{num(warnings)} with warnings"]
     if report.get("drops"):
-        parts.append(f"{count(report['drops'], 'row')} with drop flags")
+        parts.append(f"{num(report['drops'])} with drop flags")
     if report.get("limits_exceeded"):
         parts.append(f"{count(report['limits_exceeded'], 'limit')} exceeded")
     return ", ".join(parts)
+
+
+def rows_in(report: Report) -> int:
+    """The rows a report counts: every record read (the headline's "N rows in")."""
+    return int((report.get("accounting") or {}).get("rows_in") or 0)
+
+
+def share_of(part: int | None, whole: int, unit: str) -> str:
+    """"10.7% of 28 rows": a share that says its denominator; "" when there is none."""
+    return f"{pct((part or 0) / whole)} of {count(whole, unit)}" if whole else ""
+
+
+def flag_share(report: Report, name: str, flagged: int) -> str:
+    """A flag table entry's share: of the pairs checked for a flag, of the rows in for quarantined
+    records (they never became pairs), as the quarantined card says it."""
+    if name == "quarantined":
+        return share_of(flagged, rows_in(report), "row")
+    return share_of(flagged, int(report.get("rows_checked") or 0), "pair")
 
 
 def status_word(report: Report) -> str:

@@ -11,12 +11,14 @@ from prefdata.report.render_common import (
     Report,
     counts_phrase,
     esc,
+    flag_share,
     flags_by_severity,
     hint_lines,
     loc,
     locs,
     num,
     pct,
+    share_of,
     status_word,
     threshold_findings,
 )
@@ -92,7 +94,7 @@ def render_html(report: Report) -> str:
     acc = report.get("accounting", {})
     rows_in = acc.get("rows_in", 0) or 0
     policy = report.get("policy") or {}
-    share = (lambda n: f"{(n or 0) / rows_in * 100:.1f}% of rows") if rows_in else (lambda n: "")
+    share = lambda n: share_of(n, rows_in, "row")  # noqa: E731 - every card says its denominator
     body: list[str] = [
         "<header>",
         f"<h1>prefdata {esc(report.get('command') or 'report')}</h1>",
@@ -107,8 +109,10 @@ def render_html(report: Report) -> str:
         _card("kept", acc.get("rows_out", 0), share(acc.get("rows_out"))),
         _card("dropped", acc.get("rows_dropped", 0), share(acc.get("rows_dropped"))),
         _card("quarantined", acc.get("rows_quarantined", 0), share(acc.get("rows_quarantined")), _sev_class(report.get("quarantine", {}).get("severity")) if acc.get("rows_quarantined") else ""),
-        _card("errors", report.get("errors", 0), "rows with an error-severity flag", "e" if report.get("errors") else ""),
-        _card("warnings", report.get("warnings", 0), "rows with a warn-severity flag", "w" if report.get("warnings") else ""),
+        _card("errors", report.get("errors", 0), f"{share(report.get('errors'))}: an error-severity flag",
+              "e" if report.get("errors") else ""),
+        _card("warnings", report.get("warnings", 0), f"{share(report.get('warnings'))}: worst flag a warning",
+              "w" if report.get("warnings") else ""),
         "</section>",
     ]
     body += _html_limits(report)
@@ -178,14 +182,13 @@ def _html_flags(report: Report) -> list[str]:
     out = ["<h2>Flags</h2>"]
     if not entries:
         return out + ['<div class="empty">No row carries a flag.</div>']
-    checked = report.get("rows_checked") or 0
     peak = max(info["count"] for _, info in entries) or 1
     out.append("<table><tr><th>flag</th><th>severity</th><th>rows</th><th></th><th>examples</th></tr>")
     for name, info in entries:
         examples = "".join(
             f'<div class="ex">{_loc_html(e)} <q>{esc(e.get("prompt"))}</q></div>' for e in info.get("examples", [])
         )
-        rate = f"{info['count'] / checked * 100:.1f}%" if checked else ""
+        rate = esc(flag_share(report, name, info["count"]))  # of the pairs; quarantined: of the rows in
         out.append(
             f"<tr><td><code>{esc(name)}</code><div class=meaning>{esc(FLAG_MEANINGS.get(name, ''))}</div></td>"
             f"<td>{_sev(info.get('severity'))}</td><td class=n>{info['count']:,}<div class=meaning>{rate}</div></td>"

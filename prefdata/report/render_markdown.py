@@ -11,6 +11,7 @@ from prefdata.report.render_common import (
     counts_phrase,
     FLAG_MEANINGS,
     Report,
+    flag_share,
     flags_by_severity,
     headline,
     hint_lines,
@@ -116,13 +117,14 @@ def _md_flags(report: Report, max_flagged_examples: int) -> list[str]:
     entries = flags_by_severity(report)  # quarantined records included, as the headline counts them
     out = ["### Flags", ""]
     if entries:
-        out += ["| flag | severity | rows | meaning | examples |", "| --- | --- | ---: | --- | --- |"]
+        out += ["| flag | severity | rows | share | meaning | examples |", "| --- | --- | ---: | ---: | --- | --- |"]
         for name, info in entries:
             examples = "<br>".join(
                 f"`{_md_escape(loc(e))}` {_md_escape(e.get('prompt', ''))[:60]}" for e in info.get("examples", [])[:max_flagged_examples]
             )
             out.append(
-                f"| `{name}` | {info.get('severity') or '-'} | {info['count']:,} | {FLAG_MEANINGS.get(name, '')} | {examples} |"
+                f"| `{name}` | {info.get('severity') or '-'} | {info['count']:,} | {flag_share(report, name, info['count'])} "
+                f"| {FLAG_MEANINGS.get(name, '')} | {examples} |"
             )
     else:
         out.append("No flagged rows.")

@@ -67,10 +67,11 @@ def build_report(
     }
     findings = _findings(builder, flags, pairs, length_bias, q_severity)
     hints = _hints(builder, flags, pairs, findings, meta)
-    # Counted once, in rows: `errors` = rows with at least one error-severity flag (quarantined records
-    # too where quarantine is an error), `warnings` and `drops` likewise; a row with an error and a
-    # warning counts in both. Exceeded dataset limits are no rows: `limits_exceeded`. Every renderer
-    # prints these numbers (render_common.counts_phrase) beside the flag table they are derived from.
+    # Rows, each counted once at its worst severity: `errors` = rows with an error-severity flag
+    # (quarantined records too where quarantine is an error), `drops` = rows whose worst flag drops them,
+    # `warnings` = rows whose worst is a warning (quarantined records in prepare). So errors + drops are
+    # the pairs prepare drops by policy. Exceeded dataset limits are no rows: `limits_exceeded`. Every
+    # renderer prints these numbers with their denominator, the rows in (render_common.counts_phrase).
     quarantined = builder.outcomes["quarantined"]
     errors = builder.rows_with["error"] + (quarantined if q_severity == "error" else 0)
     warnings = builder.rows_with["warn"] + (quarantined if q_severity == "warn" else 0)

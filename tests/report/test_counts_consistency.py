@@ -1,5 +1,6 @@
-"""The headline's counts are defined once (rows with at least one flag of a severity; exceeded limits
-apart) and every rendering prints the same numbers as report.json, consistent with its flag table."""
+"""The headline's counts are defined once (rows, each counted at its worst severity; exceeded limits
+apart) and every rendering prints the same numbers as report.json, with their denominator, consistent
+with its flag table and its accounting (issue 40, item 8)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ POLICIES = {"default": load_policy(None), "pr": load_policy("checks/pr.toml")}
 FLAGS = [F.IDENTICAL, F.NEAR_DUPLICATE, F.DUPLICATE_PAIR, F.COMPLETION_TRUNCATED, F.REASONING_LOST,
          F.TOOL_CALL_INVALID, F.SAME_FINAL_ANSWER, F.EMPTY_PROMPT, F.IDENTICAL_AFTER_TRUNCATION]
 COUNTS = re.compile(
-    r"([\d,]+) rows? with errors, ([\d,]+) rows? with warnings"
-    r"(?:, ([\d,]+) rows? with drop flags)?(?:, ([\d,]+) limits? exceeded)?"
+    r"([\d,]+) of ([\d,]+) rows? with errors, ([\d,]+) with warnings"
+    r"(?:, ([\d,]+) with drop flags)?(?:, ([\d,]+) limits? exceeded)?"
 )
+WORST_FIRST = ("error", "drop", "warn")
 
 
-def _numbers(text: str) -> tuple[int, int, int, int]:
+def _numbers(text: str) -> tuple[int, int, int, int, int]:
+    """(errors, rows in, warnings, drops, limits exceeded) as a rendering prints them."""
     match = COUNTS.search(text)
     assert match, text
     return tuple(int((group or "0").replace(",", "")) for group in match.groups())  # type: ignore[return-value]
@@ -65,19 +68,22 @@ def test_every_rendering_prints_the_counts_of_report_json_and_its_table(flag_lis
         builder.add(quarantined(1000 + extra))
     report = json.loads(json.dumps(build_report(builder, {}, {"input": "data", "command": command})))
 
-    # The definition, computed here from the input: rows with at least one flag of that severity.
+    # The definition, computed here from the input: each row once, at its worst severity.
     kept_flags = [[f for f in flags if policy.severity(f) != "ignore"] for flags in flag_lists]
     q_severity = "error" if command == "validate" else "warn"
-    truth = {
-        severity: sum(any(policy.severity(f) == severity for f in flags) for flags in kept_flags)
-        + (quarantines if q_severity == severity else 0)
-        for severity in ("error", "warn")
-    }
-    assert (report["errors"], report["warnings"]) == (truth["error"], truth["warn"])
+    worst = [next((sev for sev in WORST_FIRST if any(policy.severity(f) == sev for f in flags)), None)
+             for flags in kept_flags]
+    truth = {severity: worst.count(severity) + (quarantines if q_severity == severity else 0) for severity in WORST_FIRST}
+    assert (report["errors"], report["drops"], report["warnings"]) == (truth["error"], truth["drop"], truth["warn"])
+    # So the rows with errors and with drop flags are the pairs the policy drops, and the sum never
+    # exceeds the rows in.
+    assert report["errors"] - (quarantines if q_severity == "error" else 0) + report["drops"] == report["outcomes"]["dropped"]
+    assert report["errors"] + report["warnings"] + report["drops"] <= report["accounting"]["rows_in"]
     limits = sum(1 for f in report["findings"] if f["kind"] == "threshold" and f["exceeded"])
     assert report["limits_exceeded"] == limits
     assert (report["status"] == "fail") == bool(report["errors"] or limits)
-    expected = (report["errors"], report["warnings"], report["drops"], report["limits_exceeded"])
+    expected = (report["errors"], report["accounting"]["rows_in"], report["warnings"], report["drops"],
+                report["limits_exceeded"])
 
     text = render_text(report, top=100)
     markdown = render_markdown(report)
@@ -88,12 +94,15 @@ def test_every_rendering_prints_the_counts_of_report_json_and_its_table(flag_lis
         assert _numbers(rendering) == expected
 
     # The flag table the counts come from: an error row exists exactly when an error entry does, and
-    # a row counts once however many flags of that severity it has.
+    # a row counts once however many flags it has; a warn or drop row has an entry of its severity.
     for table in (_table_md(markdown), _table_html(page)):
-        for severity, total in (("error", report["errors"]), ("warn", report["warnings"])):
+        for severity, total in (("error", report["errors"]), ("warn", report["warnings"]), ("drop", report["drops"])):
             counts = [n for sev, n in table.values() if sev == severity]
-            assert bool(counts) == bool(total), (severity, table, total)
-            if counts:
-                assert max(counts) <= total <= sum(counts)
+            if severity == "error":
+                assert bool(counts) == bool(total), (severity, table, total)
+            if total:
+                assert counts and total <= sum(counts), (severity, table, total)
+            if counts and severity == "error":
+                assert max(counts) <= total
     if not report["warnings"] and not report["errors"] and not limits:
         assert "PASS with warnings" not in text and "PASS with warnings" not in markdown

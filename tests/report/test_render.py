@@ -45,7 +45,7 @@ def test_text_summary_has_counts_flags_and_lines(report):
 def test_markdown_has_summary_and_flag_table(report):
     md = render_markdown(report)
     assert md.startswith("## ❌ prefdata validate: FAIL")
-    assert "| flag | severity | rows | meaning | examples |" in md
+    assert "| flag | severity | rows | share | meaning | examples |" in md and "| 12.6% of 119 pairs |" in md
     identical = next(line for line in md.splitlines() if line.startswith("| `identical`"))
     assert "| error | 15 |" in identical and "`data/train.jsonl:1`" in identical
     assert "prompt <b>1</b> \\| pipe" in identical  # pipes escaped so the table holds
@@ -101,7 +101,7 @@ def test_github_annotations_format_cap_and_rest(report, monkeypatch):
     assert errors[2].startswith("::error file=data/train.jsonl,line=1,title=prefdata%3A identical::")
     # 15 identical (error) + 1 quarantined (error) + 15 near_duplicate (warn) = 31 rows; 8 + 10 shown.
     # The verdict with the headline's counts leads; then the count of rows left out.
-    assert notices[0] == "::notice title=prefdata::FAIL (16 rows with errors, 15 rows with warnings, 2 limits exceeded)"
+    assert notices[0] == "::notice title=prefdata::FAIL (16 of 120 rows with errors, 15 with warnings, 2 limits exceeded)"
     assert len(notices) == 2 and "13 more flagged rows" in notices[1]
 
 
@@ -124,7 +124,7 @@ def test_github_annotations_with_baseline_only_new(report):
     head = apply_baseline(build_report(builder, {}, {}), report)
     lines = github_annotations(head)
     assert lines == [
-        "::notice title=prefdata::FAIL (1 row with errors, 0 rows with warnings, 1 limit exceeded)",
+        "::notice title=prefdata::FAIL (1 of 120 rows with errors, 0 with warnings, 1 limit exceeded)",
         "::error file=data/train.jsonl,line=500,title=prefdata%3A identical::chosen and rejected are identical (prompt: brand new)",
     ]
 

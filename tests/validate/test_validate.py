@@ -223,7 +223,7 @@ def test_baseline_only_regressions_fail(tmp_path, capsys):
     assert worse.exit_code == 1 and worse.report["baseline"]["regressions"] == 1
     annotations = [line for line in capsys.readouterr().out.splitlines() if line.startswith("::")]
     assert annotations == [
-        "::notice title=prefdata::FAIL (2 rows with errors, 0 rows with warnings)",  # the verdict, counts as everywhere
+        f"::notice title=prefdata::FAIL (2 of {len(head_rows)} rows with errors, 0 with warnings)",  # the verdict, counts as everywhere
         f"::error file={_gh(head)},line={len(head_rows)},title=prefdata%3A identical::"
         "chosen and rejected are identical (prompt: New problem)"
     ]
