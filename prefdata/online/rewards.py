@@ -13,18 +13,76 @@ completion as plain text, as TRL does for string prompts.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 import math
 import numbers
+import signal
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from prefdata.core.errors import PrefdataError
+from prefdata.core.errors import PrefdataError, first_line
 from prefdata.core.records import Message
 
 Completion = str | list[Message]
+DEFAULT_REWARD_TIMEOUT = 300.0  # seconds per reward-function call (--reward-timeout)
+
+
+class _TimedOut(BaseException):
+    """Raised inside user code when its time is up (BaseException: an `except Exception` there keeps
+    it from being swallowed)."""
+
+
+def call_user_code(call: Callable[[], Any], what: str, timeout: float | None) -> Any:
+    """`call()`'s result. Whatever user code does instead, raise, `sys.exit(...)` or run past `timeout`
+    seconds, is one PrefdataError line naming `what` (exit 2); Ctrl-C stays Ctrl-C."""
+    try:
+        return _within(call, timeout)
+    except KeyboardInterrupt:
+        raise
+    except _TimedOut:
+        raise PrefdataError(f"{what} did not return within {timeout:g} s (--reward-timeout)") from None
+    except SystemExit as exc:
+        raise PrefdataError(f"{what} called sys.exit({exc.code!r}): a reward function returns its rewards") from None
+    except BaseException as exc:  # noqa: BLE001 -- user code may raise anything: one line, no traceback
+        raise PrefdataError(f"{what} raised {type(exc).__name__}: {first_line(exc)}") from None
+
+
+def _within(call: Callable[[], Any], timeout: float | None) -> Any:
+    """`call()`, stopped after `timeout` seconds: by SIGALRM in the main thread (the call itself is
+    interrupted), else by waiting on a daemon thread that is then left behind."""
+    if not timeout:
+        return call()
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+        def time_up(signum: int, frame: Any) -> None:
+            raise _TimedOut()
+
+        previous = signal.signal(signal.SIGALRM, time_up)
+        signal.setitimer(signal.ITIMER_REAL, timeout)
+        try:
+            return call()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 -- handed to the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, daemon=True, name="prefdata-reward-fn")
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise _TimedOut()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def as_messages(prompt: str | list[Message], completion: Completion) -> list[Message]:
@@ -97,11 +155,12 @@ class RewardModelScorer:
 
 
 class RewardFunctionScorer:
-    """A Python reward function `NAME` from `FILE.py`, called as TRL calls reward functions."""
+    """A Python reward function `NAME` from `FILE.py`, called as TRL calls reward functions, each call
+    (and the file's import) within `timeout` seconds (None: no limit)."""
 
-    def __init__(self, spec: str):
-        self.function = load_reward_function(spec)
-        self.spec = spec
+    def __init__(self, spec: str, timeout: float | None = DEFAULT_REWARD_TIMEOUT):
+        self.spec, self.timeout = spec, timeout
+        self.function = load_reward_function(spec, timeout)
 
     def __call__(self, prompts: Sequence[str | list[Message]], completions: Sequence[Completion],
                  columns: dict[str, list[Any]] | None = None) -> list[float]:
@@ -110,10 +169,9 @@ class RewardFunctionScorer:
             ([{"role": "assistant", "content": c}] if isinstance(p, list) and isinstance(c, str) else c)
             for p, c in zip(prompts, completions)
         ]
-        try:
-            values = self.function(prompts=list(prompts), completions=shaped, **(columns or {}))
-        except Exception as exc:  # noqa: BLE001 -- user code may raise anything: one line, no traceback
-            raise PrefdataError(f"--reward-fn {self.spec} raised {type(exc).__name__}: {exc}") from None
+        # Copies: a function that edits its arguments (a prompt it rewrites) must not change what is stored.
+        arguments = copy.deepcopy({**(columns or {}), "prompts": list(prompts), "completions": shaped})
+        values = call_user_code(lambda: self.function(**arguments), f"--reward-fn {self.spec}", self.timeout)
         if not isinstance(values, (list, tuple)) or len(values) != len(prompts):
             got = f"{len(values)} values" if isinstance(values, (list, tuple)) else type(values).__name__
             raise PrefdataError(f"--reward-fn {self.spec} must return a list of {len(prompts)} floats, got {got}")
@@ -131,8 +189,8 @@ class RewardFunctionScorer:
         return out
 
 
-def load_reward_function(spec: str) -> Callable[..., Any]:
-    """`FILE.py:NAME` -> the callable NAME defined in FILE.py."""
+def load_reward_function(spec: str, timeout: float | None = DEFAULT_REWARD_TIMEOUT) -> Callable[..., Any]:
+    """`FILE.py:NAME` -> the callable NAME defined in FILE.py (imported within `timeout` seconds)."""
     path_text, sep, name = spec.rpartition(":")
     if not sep or not path_text or not name:
         raise PrefdataError(f"--reward-fn {spec!r}: expected FILE.py:NAME")
@@ -143,10 +201,8 @@ def load_reward_function(spec: str) -> Callable[..., Any]:
     if module_spec is None or module_spec.loader is None:
         raise PrefdataError(f"--reward-fn {spec!r}: cannot import {path}")
     module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:  # noqa: BLE001 -- user code may raise anything: one line, no traceback
-        raise PrefdataError(f"--reward-fn {spec!r}: importing {path} failed: {type(exc).__name__}: {exc}") from None
+    loader = module_spec.loader
+    call_user_code(lambda: loader.exec_module(module), f"--reward-fn {spec!r}: importing {path}", timeout)
     function = getattr(module, name, None)
     if not callable(function):
         raise PrefdataError(f"--reward-fn {spec!r}: {path} defines no function {name!r}")

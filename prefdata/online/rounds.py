@@ -43,7 +43,8 @@ from prefdata.online.generate import generate_rows
 from prefdata.online.sample_settings import SamplingSettings
 from prefdata.online.jsonl import read_jsonl, write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
-from prefdata.online.score import make_scorer, score_generations
+from prefdata.online.rewards import DEFAULT_REWARD_TIMEOUT
+from prefdata.online.score import make_scorer, reward_stats, score_generations
 from prefdata.settings.commands import OnlineSettings
 from prefdata.settings.declare import takes_settings
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
@@ -145,6 +146,7 @@ def run_online(
     template_kwargs: dict[str, Any] | list[str] | None = None,
     chat_template_file: str | Path | None = None,
     template_date: str = DEFAULT_TEMPLATE_DATE,
+    reward_timeout: float = DEFAULT_REWARD_TIMEOUT,
 ) -> OnlineResult:
     """Run `rounds` rounds of online DPO into `output` (see the module doc); continue a killed run.
     Generated reasoning stays in the completions that are trained on; rewards read the final answer
@@ -196,7 +198,7 @@ def run_online(
             policy = out / POLICY_FILE
             atomic_write_text(policy, ONLINE_POLICY)
         scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
-                             trust_remote_code=trust_remote_code)
+                             trust_remote_code=trust_remote_code, reward_timeout=reward_timeout)
         generation = SamplingSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
                                       top_p=top_p, seed=seed, batch_size=batch_size, chat_template=chat_template,
                                       engine=engine, device=device, template=template)
@@ -380,8 +382,7 @@ class _Round:
         rewards = [row["reward"] for row in rows if row["reward"] is not None]
         line: dict[str, Any] = {
             "round": r, "prompts": len(prompts), "samples": len(rows), "policy_in": str(policy_dir),
-            "reward_mean": statistics.fmean(rewards) if rewards else None,
-            "reward_std": statistics.pstdev(rewards) if rewards else None,
+            **dict(zip(("reward_mean", "reward_std"), reward_stats(rewards))),
             "finished_share": sum(row["finished"] for row in rows) / len(rows),
             "unfinished": sum(not row["finished"] for row in rows),
             "pairs": scored.pair_stats.pairs if scored.pair_stats else 0,

@@ -28,7 +28,7 @@ from prefdata.io.formats import normalize_record
 from prefdata.io.readers import iter_raw_records
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.pairs import PairStats, make_pairs
-from prefdata.online.rewards import RewardFunctionScorer, RewardModelScorer
+from prefdata.online.rewards import DEFAULT_REWARD_TIMEOUT, RewardFunctionScorer, RewardModelScorer
 from prefdata.settings.commands import ScoreSettings
 from prefdata.settings.declare import takes_settings
 
@@ -63,12 +63,16 @@ class ScoreResult:
 
 
 def make_scorer(reward_model: str | Path | None, reward_fn: str | None, *, device: str = "auto",
-                batch_size: int = 8, trust_remote_code: bool = False) -> Scorer:
-    """The scorer for exactly one of `reward_model` / `reward_fn`."""
+                batch_size: int = 8, trust_remote_code: bool = False,
+                reward_timeout: float | None = DEFAULT_REWARD_TIMEOUT) -> Scorer:
+    """The scorer for exactly one of `reward_model` / `reward_fn` (each call of which, and its import,
+    within `reward_timeout` seconds)."""
     if (reward_model is None) == (reward_fn is None):
         raise PrefdataError("give exactly one of --reward-model RM and --reward-fn FILE.py:NAME")
+    if reward_timeout is not None and not 0 < reward_timeout < math.inf:
+        raise PrefdataError(f"--reward-timeout must be a number of seconds > 0, got {reward_timeout}")
     if reward_fn is not None:
-        return RewardFunctionScorer(reward_fn)
+        return RewardFunctionScorer(reward_fn, reward_timeout)
     return RewardModelScorer(reward_model, device=device, batch_size=batch_size,  # type: ignore[arg-type]
                              trust_remote_code=trust_remote_code)
 
@@ -87,6 +91,7 @@ def score(
     trust_remote_code: bool = False,
     score_reasoning: bool = False,
     missing_eos_penalty: float | None = None,
+    reward_timeout: float = DEFAULT_REWARD_TIMEOUT,
 ) -> ScoreResult:
     """Score INPUT (see the module doc). Generations are rewritten in place unless `output` is given;
     pairs go to `pairs` (default: pairs.jsonl next to the generations). Offline files go to `output`
@@ -94,7 +99,7 @@ def score(
     started = time.time()
     generations = _generation_rows(input)  # None: an offline preference file
     scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
-                         trust_remote_code=trust_remote_code)
+                         trust_remote_code=trust_remote_code, reward_timeout=reward_timeout)
     source = Path(input)
     if generations is not None:
         result = score_generations(generations, scorer, Path(output) if output else source,
@@ -158,11 +163,15 @@ def _score_all(scorer: Scorer, prompts: list[Any], completions: list[Any], colum
     return rewards
 
 
-def _stats(values: list[float]) -> tuple[float | None, float | None]:
+def reward_stats(values: list[float]) -> tuple[float | None, float | None]:
+    """Mean and population sd of the finite rewards (None, None without any). Taken over the rewards
+    divided by the largest magnitude, so that 1e308s do not overflow (both stay within that magnitude)."""
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return None, None
-    return statistics.fmean(finite), statistics.pstdev(finite)
+    scale = max(abs(v) for v in finite) or 1.0
+    scaled = [v / scale for v in finite]
+    return statistics.fmean(scaled) * scale, statistics.pstdev(scaled) * scale
 
 
 def _json_reward(value: float) -> float | None:
@@ -185,7 +194,7 @@ def score_generations(rows: list[dict[str, Any]], scorer: Scorer, output: Path, 
     write_jsonl(output, rows)
     pair_rows, stats = make_pairs(rows, missing_eos_penalty)
     write_jsonl(pairs_path, pair_rows)
-    mean, std = _stats(rewards)
+    mean, std = reward_stats(rewards)
     return ScoreResult("generations", output, len(rows), sum(not math.isfinite(v) for v in rewards), mean, std,
                        pairs_path, stats)
 
@@ -221,7 +230,7 @@ def score_pairs(input: str | Path, scorer: Scorer, output: Path, progress: bool 
     for i, rc, rr in zip(scorable, chosen_rewards, rejected_rewards):
         records[i]["reward_chosen"], records[i]["reward_rejected"] = _json_reward(rc), _json_reward(rr)
     write_jsonl(output, records)
-    mean, std = _stats(chosen_rewards + rejected_rewards)
+    mean, std = reward_stats(chosen_rewards + rejected_rewards)
     unscored = len(records) - len(scorable) + sum(not (math.isfinite(a) and math.isfinite(b))
                                                    for a, b in zip(chosen_rewards, rejected_rewards))
     return ScoreResult("pairs", output, len(scorable), unscored, mean, std)

@@ -55,16 +55,30 @@ class Columns:
 
     def number(self, name: str) -> np.ndarray:
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         column = self.table.column(name)
-        if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)):
-            try:  # numbers stored as text ("4.5"), as some scored data does: NaN where not a number
-                column = pc.cast(column, pa.float64(), safe=False)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                raise PrefdataError(f"{self.out}: column {name} is {column.type}, not numbers") from None
-        values = column.cast("float64").to_numpy(zero_copy_only=False)
-        return np.asarray(values, dtype=np.float64)
+        if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+            return np.asarray(column.cast("float64").to_numpy(zero_copy_only=False), dtype=np.float64)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+            raise PrefdataError(f"{self.out}: column {name} is {column.type}, not numbers")
+        # Numbers stored as text ("4.5"), as some scored data does (a raw file mixing types keeps them as
+        # JSON text): nulls are NaN, a value that is no number is one line naming its row.
+        import polars as pl
+
+        text = pl.Series(values=column)
+        values = text.str.strip_chars().cast(pl.Float64, strict=False)
+        bad = (values.is_null() & text.is_not_null()).arg_true()
+        if len(bad):
+            row = int(bad[0])
+            raise PrefdataError(f"{self.out}: column {name} holds {text[row]!r:.40} at {self.where(row)}, not a number "
+                                f"({len(bad)} such row(s))")
+        return values.fill_null(np.nan).to_numpy().astype(np.float64)
+
+    def where(self, row: int) -> str:
+        """`file:line` of a row (`row N` where OUT has no source columns)."""
+        if not {"source_file", "source_line"} <= self.names:
+            return f"row {row + 1}"
+        return f"{self.table.column('source_file')[row].as_py()}:{self.table.column('source_line')[row].as_py()}"
 
     def length(self, name: str) -> np.ndarray:
         import pyarrow.compute as pc
@@ -172,7 +186,8 @@ def compute_signal(name: str, columns: Columns) -> np.ndarray:
     """The signal's values, one per row, non-finite values as NaN."""
     if name not in SIGNALS:
         raise PrefdataError(f"unknown signal {name!r}; choose one of {', '.join(SIGNALS)}")
-    return _finite_or_nan(np.asarray(SIGNALS[name].compute(columns), dtype=np.float64))
+    with np.errstate(all="ignore"):  # inf - inf, overflow: a non-finite signal is NaN here, never a warning
+        return _finite_or_nan(np.asarray(SIGNALS[name].compute(columns), dtype=np.float64))
 
 
 def available_signals(columns: Columns) -> dict[str, np.ndarray]:

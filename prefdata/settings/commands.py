@@ -103,6 +103,13 @@ def offset_scale(text: str) -> float:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    value = finite_float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
 def non_negative_float(text: str) -> float:
     try:
         value = float(text)
@@ -244,6 +251,8 @@ class RewardOptions(Settings):
     score_reasoning: bool = setting(
         False, "score the whole completion, reasoning included (default: the final answer, a leading "
         "<think>...</think> block removed)", group=REWARD, action="on")
+    reward_timeout: float = setting(300.0, "seconds one --reward-fn call (or its import) may take before the run "
+                                    "stops", group=REWARD, metavar="SECONDS", parse=positive_seconds)
 
 
 # ---- the commands ---------------------------------------------------------------------------------

@@ -1,0 +1,46 @@
+"""Hostile reward columns in `select`: text that is no number is one line naming its row; values whose
+difference overflows are non-finite signals (never selected), with no numpy warning on stderr."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from prefdata.cli import main
+from prefdata.prepare import prepare
+
+
+def _prepare(tmp_path: Path, tiny_model_dir: str, rewards: list[tuple[object, object]]) -> Path:
+    rows = [{"prompt": f"Question {i}?", "chosen": "A fine answer " * (1 + i % 3), "rejected": "No " * (1 + i % 2),
+             "reward_chosen": c, "reward_rejected": r} for i, (c, r) in enumerate(rewards)]
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    prepare(raw, tmp_path / "out", tokenizer=tiny_model_dir, progress=False, workers=1)
+    return tmp_path / "out"
+
+
+def test_a_reward_that_is_no_number_is_named_at_its_row(tmp_path, tiny_model_dir, capsys):
+    out = _prepare(tmp_path, tiny_model_dir, [(1.0, 0.5), (2.0, 0.1), (0.3, 0.2), ("abc", 0.4), (1.5, 0.0)])
+    capsys.readouterr()
+    code = main(["select", str(out), str(tmp_path / "new"), "--by", "reward_margin", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "column reward_chosen holds" in err and "abc" in err and "raw.jsonl:4, not a number" in err
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_overflowing_and_infinite_rewards_select_without_warnings(tmp_path, tiny_model_dir, capsys):
+    out = _prepare(tmp_path, tiny_model_dir, [(1.0, 0.5), (1.7e308, -1.7e308), (2.0, 0.1), (None, 0.1), (0.3, 0.2),
+                                              (1.5, 0.0)])
+    capsys.readouterr()
+    for by in ("reward_margin", "rip"):
+        new = tmp_path / f"new-{by}"
+        code = main(["select", str(out), str(new), "--by", by, "--keep", "3", "--no-progress"])
+        err = capsys.readouterr().err
+        assert code == 0 and "Warning" not in err, err
+        dropped = [json.loads(line) for line in (new / "dropped.jsonl").read_text().splitlines()]
+        non_finite = sorted(d["source_line"] for d in dropped if d.get("why") == "non_finite")
+        assert non_finite == [2, 4]  # the overflowing margin and the missing reward: never selected
