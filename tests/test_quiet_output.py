@@ -3,6 +3,7 @@ counts with thousands separators and plurals, validate's words, the baseline ver
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -45,7 +46,8 @@ def test_refs_shows_no_third_party_bars(prepared, tiny_model_dir, tmp_path, flag
     assert done.returncode == 0, done.stderr
     text = done.stdout + done.stderr
     assert [s for s in THIRD_PARTY if s in text] == [], text
-    assert done.stderr == "" if flags else True  # --no-progress: not even prefdata's own bar
+    # --no-progress, or stderr redirected (issue 40): not even prefdata's own bar, as prepare and validate
+    assert done.stderr == "", done.stderr
 
 
 def test_show_prints_no_library_warning(prepared):
@@ -109,15 +111,43 @@ def test_online_summary_does_not_repeat_the_rounds_printed_live(tmp_path):
     assert resumed.summary().count("round 1:") == 1  # an earlier run's round: not printed by this one
 
 
-def test_refs_bar_counts_what_the_summary_counts(prepared, tiny_model_dir, tmp_path, capsys):
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal: where prefdata draws its bars."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_refs_bar_counts_what_the_summary_counts(prepared, tiny_model_dir, tmp_path, monkeypatch):
     from tqdm import tqdm
 
     from prefdata.refs import compute_refs
 
     out = tmp_path / "out"
     shutil.copytree(prepared, out)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
     result = compute_refs(out, model=tiny_model_dir, progress=True)
-    err = capsys.readouterr().err
+    err = terminal.getvalue()
     total = tqdm.format_sizeof(result.tokens)
     assert f"{total}/{total}" in err, (result.tokens, err[-500:])
     assert f"{result.tokens:,} tokens in" in result.summary()
+
+
+def test_train_draws_no_bar_into_a_redirected_stderr(prepared, tiny_model_dir, tmp_path):
+    """Issue 40: refs, train and online drew their bars into a log file; prepare and validate did not."""
+    done = _cli("train", str(prepared), "--model", tiny_model_dir, "--output", str(tmp_path / "policy"),
+                "--loss", "simpo", "--max-steps", "2")
+    assert done.returncode == 0, done.stderr
+    assert "train:" not in done.stderr and "\r" not in done.stderr, done.stderr
+
+
+def test_the_online_rounds_bar_is_drawn_only_on_a_terminal(monkeypatch):
+    from prefdata.online.rounds import _rounds_bar
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # redirected
+    assert _rounds_bar(3, 0, enabled=True).disable
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    bar = _rounds_bar(3, 0, enabled=True)
+    assert not bar.disable and _rounds_bar(3, 0, enabled=False).disable
+    bar.close()

@@ -33,6 +33,13 @@ def wants_quiet(progress: bool | None) -> bool:
     return progress is False or not sys.stderr.isatty()
 
 
+def bar_disable(enabled: bool) -> bool | None:
+    """tqdm's `disable` for every prefdata bar: off when asked (`--no-progress`), else None, tqdm's own
+    test: no bar when its stream is not a terminal, so a redirected stderr or a CI log gets no bar
+    redraws (prepare and validate always did this; refs, train and online now do too)."""
+    return None if enabled else True
+
+
 @contextmanager
 def quiet_libraries(quiet: bool) -> Iterator[None]:
     """Hide transformers/datasets/huggingface_hub bars and warnings inside the block when `quiet`."""

@@ -245,7 +245,9 @@ def _rounds_bar(rounds: int, done: int, enabled: bool) -> Any:
     """The run's progress over rounds (stderr); its `write` puts the round lines on stdout above it."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=rounds, initial=done, desc="online", unit="round", disable=not enabled, dynamic_ncols=True,
+    from prefdata.core.quiet import bar_disable
+
+    return tqdm(total=rounds, initial=done, desc="online", unit="round", disable=bar_disable(enabled), dynamic_ncols=True,
                 file=sys.stderr)
 
 

@@ -278,11 +278,13 @@ def _progress_bar(costs: Any, padding_free: bool, lens: dict[str, np.ndarray], s
     speaks for all."""
     from tqdm.auto import tqdm
 
+    from prefdata.core.quiet import bar_disable
+
     row_tokens = np.asarray(costs, dtype=np.int64) if padding_free else (
         2 * lens["prompt_ids"] + lens["chosen_ids"] + lens["rejected_ids"])
     total_tokens = _shard_tokens(shards, mine, row_tokens)
     return tqdm(total=total_tokens, initial=total_tokens - _shard_tokens(shards, todo, row_tokens), unit="tok",
-                unit_scale=True, desc="refs", disable=disable, smoothing=0.1)
+                unit_scale=True, desc="refs", disable=bar_disable(not disable), smoothing=0.1)
 
 
 def _refs_record(model_dir: Path, fingerprint: dict[str, Any], tok_fp: str, images: bool, result: RefsResult,

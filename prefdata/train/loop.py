@@ -92,11 +92,13 @@ def run_steps(loop: Loop, result: TrainResult, step: int) -> int:
     """Run optimizer steps from `step` to the planned total; returns the steps completed."""
     from tqdm.auto import tqdm
 
+    from prefdata.core.quiet import bar_disable
+
     sched, data = loop.schedule, loop.data
     is_main = sched.rank == 0
     steps_per_epoch = sched.steps_per_epoch(data)
     total_steps = sched.total_steps(data)
-    bar = tqdm(total=total_steps, initial=step, desc="train", unit="step", disable=not (loop.progress and is_main),
+    bar = tqdm(total=total_steps, initial=step, desc="train", unit="step", disable=bar_disable(loop.progress and is_main),
                dynamic_ncols=True)
     window = Window(sched.tokens_before(data, step) if step else 0)
     planned_epoch, batches = -1, []
