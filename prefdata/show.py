@@ -18,6 +18,7 @@ from typing import Any
 
 from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import require_pairs
+from prefdata.io.out_paths import out_file
 from prefdata.settings.commands import ShowSettings
 from prefdata.settings.declare import takes_settings
 
@@ -26,12 +27,9 @@ LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
 
 def _load_row(out_dir: Path, row: int | None, line: int | str | None) -> tuple[int, dict, str]:
     """(row index, record, a note on the other rows from the same source line or "")."""
-    from datasets import load_from_disk
+    from prefdata.io.out_dir import load_out_dataset
 
-    try:
-        dataset = load_from_disk(str(out_dir))
-    except (FileNotFoundError, ValueError) as exc:
-        raise PrefdataError(f"{out_dir} is not a prepared dataset: {exc}") from None
+    dataset = load_out_dataset(out_dir, "show")  # its files checked: nothing read from outside OUT
     note = ""
     if line is not None:
         file, number = _parse_line(line)
@@ -74,7 +72,7 @@ def _not_kept(out_dir: Path, file: str | None, number: int) -> str:
     """Why no kept row comes from the line: dropped (with its flags) or quarantined, when OUT says so."""
     where = f"{file}:{number}" if file else f"source line {number}"
     for name, what in (("dropped.jsonl", "flags"), ("quarantine.jsonl", "error")):
-        path = out_dir / name
+        path = out_file(out_dir, name)  # never a symlink, never outside OUT
         if not path.is_file():
             continue
         with open(path, encoding="utf-8") as handle:
@@ -82,6 +80,8 @@ def _not_kept(out_dir: Path, file: str | None, number: int) -> str:
                 try:
                     entry = json.loads(text)
                 except ValueError:
+                    continue
+                if not isinstance(entry, dict):  # a tampered line: not one prefdata wrote
                     continue
                 if entry.get("source_line") == number and (file is None or _same_file(str(entry.get("source_file")), file)):
                     why = ", ".join(entry.get("flags") or []) if what == "flags" else entry.get("error")

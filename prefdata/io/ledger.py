@@ -17,8 +17,9 @@ For one-pair-per-record input, records_in = rows_in and pairs_made = rows_out + 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Mapping
 
+from prefdata.core.errors import PrefdataError
 from prefdata.core.records import CheckedRow
 
 
@@ -89,3 +90,31 @@ def check_files(accounting: dict[str, Any], rows_out: int, dropped_lines: int, q
     written = (rows_out, dropped_lines, quarantine_lines)
     expected = (accounting["rows_out"], accounting["rows_dropped"], accounting["rows_quarantined"])
     assert written == expected, (written, accounting)
+
+
+ROW_KEYS = ("rows_in", "rows_out", "rows_dropped", "rows_quarantined")
+
+
+def check_against_files(accounting: Mapping[str, Any], out: Any, *, rows: int, dropped_lines: int,
+                        quarantine_lines: int) -> None:
+    """A handed-over OUT's ledger against its files: rows_out = the dataset's rows, rows_dropped =
+    dropped.jsonl's lines, rows_quarantined = quarantine.jsonl's lines, and rows_in their sum (and
+    pairs_made = pairs_kept + pairs_dropped where recorded). One line naming the numbers otherwise:
+    a command that trusted a wrong ledger would hand it on, with rows unaccounted for."""
+    missing = [key for key in ROW_KEYS if key not in accounting]
+    if missing:
+        raise PrefdataError(f"{out}/manifest.json's row_accounting has no {', '.join(missing)}: "
+                            "rerun `prefdata prepare` into a new OUT")
+    found = {"rows_out": (rows, "dataset rows"), "rows_dropped": (dropped_lines, "dropped.jsonl lines"),
+             "rows_quarantined": (quarantine_lines, "quarantine.jsonl lines")}
+    wrong = [f"{key} {accounting[key]:,} but {count:,} {what}" for key, (count, what) in found.items()
+             if accounting[key] != count]
+    total = accounting["rows_out"] + accounting["rows_dropped"] + accounting["rows_quarantined"]
+    if accounting["rows_in"] != total:
+        wrong.append(f"rows_in {accounting['rows_in']:,} but rows_out + rows_dropped + rows_quarantined = {total:,}")
+    pairs = [accounting.get(key) for key in ("pairs_made", "pairs_kept", "pairs_dropped")]
+    if None not in pairs and pairs[0] != pairs[1] + pairs[2]:  # type: ignore[operator]
+        wrong.append(f"pairs_made {pairs[0]:,} but pairs_kept + pairs_dropped = {pairs[1] + pairs[2]:,}")  # type: ignore[operator]
+    if wrong:
+        raise PrefdataError(f"{out}/manifest.json's ledger does not match its files ({'; '.join(wrong)}): "
+                            "refusing a damaged or tampered OUT")

@@ -9,8 +9,19 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.core.errors import PrefdataError
+from prefdata.io.ledger import check_against_files
+from prefdata.io.out_paths import arrow_rows, check_out_files, count_lines, out_file
 
 MANIFEST_NAME = "manifest.json"
+# Manifest fields commands read, and the JSON types each must have: a tampered field is one line, not a crash.
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "row_accounting": (dict,), "content_hash": (str,), "tokenizer": (dict,), "processor": (dict,), "config": (dict,),
+    "refs": (dict,), "flag_counts": (dict,), "shards": (list,), "columns": (list,), "files": (list,),
+    "format_version": (int,), "selection": (dict,), "selected_from": (dict,),
+}
+_TOKENIZER_TYPES: dict[str, tuple[type, ...]] = {
+    "path": (str,), "fingerprint": (str,), "pad_token_id": (int,), "eos_token_id": (int,), "bos_token_id": (int,),
+}
 
 
 def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
@@ -40,9 +51,45 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def read_manifest(out_dir: str | Path) -> dict[str, Any]:
-    path = Path(out_dir) / MANIFEST_NAME
+    """OUT's manifest, read through `out_file` (no symlink, nothing outside OUT) and type-checked
+    (`check_manifest_types`). OSError when it is absent; PrefdataError when it is not a manifest."""
+    path = out_file(out_dir, MANIFEST_NAME)
     with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+        try:
+            manifest = json.load(handle)
+        except ValueError as exc:
+            raise PrefdataError(f"{path} is not valid JSON ({exc})") from None
+    check_manifest_types(manifest, path)
+    return manifest
+
+
+def check_manifest_types(manifest: Any, path: str | Path) -> None:
+    """The fields commands read have their JSON types (null allowed where absent is); the ledger's
+    counts are non-negative integers. One line naming the field otherwise."""
+    if not isinstance(manifest, dict):
+        raise PrefdataError(f"{path} is not a JSON object")
+
+    def refuse(field: str, value: Any, wanted: str) -> None:
+        raise PrefdataError(f"{path}: {field} must be {wanted}, not {json.dumps(value)[:60]}")
+
+    for field, types in _FIELD_TYPES.items():
+        value = manifest.get(field)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            refuse(field, value, f"a JSON {_json_type(types[0])}")
+    for key, value in (manifest.get("row_accounting") or {}).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            refuse(f"row_accounting.{key}", value, "a non-negative integer")
+    for key, value in (manifest.get("flag_counts") or {}).items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            refuse(f"flag_counts.{key}", value, "a non-negative integer")
+    for key, types in _TOKENIZER_TYPES.items():
+        value = (manifest.get("tokenizer") or {}).get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            refuse(f"tokenizer.{key}", value, f"a JSON {_json_type(types[0])} or null")
+
+
+def _json_type(python_type: type) -> str:
+    return {dict: "object", list: "array", str: "string", int: "integer"}[python_type]
 
 
 def write_manifest(out_dir: str | Path, manifest: dict[str, Any]) -> None:
@@ -87,25 +134,34 @@ def require_pairs(out_dir: str | Path, command: str) -> dict[str, Any]:
         interrupted = any(out.glob(".prefdata-staging-*")) if out.is_dir() else False
         why = "a prepare was interrupted before it finished" if interrupted else "no manifest.json"
         raise PrefdataError(f"{out} is not a finished prepared OUT ({why}): run `prefdata prepare` first")
-    try:
-        manifest = read_manifest(out)
-        kept = int((manifest.get("row_accounting") or {}).get("rows_out", 1))
-    except (OSError, ValueError, TypeError, AttributeError) as exc:
-        raise PrefdataError(f"{out / MANIFEST_NAME} cannot be read ({type(exc).__name__}: {exc})") from None
-    if kept == 0:
-        dropped = int((manifest.get("row_accounting") or {}).get("rows_dropped", 0))
+    manifest = verify_out(out)
+    accounting = manifest["row_accounting"]
+    if accounting["rows_out"] == 0:
         raise PrefdataError(
-            f"{out} holds no pair ({dropped:,} dropped by the policy, see {out / 'dropped.jsonl'}): "
+            f"{out} holds no pair ({accounting['rows_dropped']:,} dropped by the policy, see {out / 'dropped.jsonl'}): "
             f"`prefdata {command}` has nothing to read; change the policy or the data and rerun `prefdata prepare`"
         )
-    if not _lists_data_files(out / "state.json"):
-        raise PrefdataError(f"{out}'s dataset lists no data file in state.json: rerun `prefdata prepare` into a new OUT")
     return manifest
 
 
-def _lists_data_files(state_path: Path) -> bool:
+def verify_out(out_dir: str | Path) -> dict[str, Any]:
+    """A finished OUT handed over by someone else, checked before any command reads it: no file it
+    reads is a symlink or lies outside it (prefdata.io.out_paths), its manifest has the types
+    commands rely on, and its ledger matches its files (dataset rows, dropped.jsonl and
+    quarantine.jsonl lines; a manifest without a ledger gets the one its files give). Returns the
+    manifest; one line (exit 2) naming what is wrong otherwise."""
+    out = Path(out_dir)
     try:
-        state = json.loads(state_path.read_text(encoding="utf-8"))
-        return bool(state["_data_files"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        manifest = read_manifest(out)
+    except OSError as exc:
+        raise PrefdataError(f"{out / MANIFEST_NAME} cannot be read ({type(exc).__name__}: {exc})") from None
+    files = check_out_files(out)
+    rows, dropped = arrow_rows(files), count_lines(out_file(out, "dropped.jsonl"))
+    quarantined = count_lines(out_file(out, "quarantine.jsonl"))
+    if manifest.get("row_accounting") is None:  # an OUT written elsewhere, with no ledger: its files are the ledger
+        manifest["row_accounting"] = {"rows_in": rows + dropped + quarantined, "rows_out": rows,
+                                      "rows_dropped": dropped, "rows_quarantined": quarantined}
+    check_against_files(manifest["row_accounting"], out, rows=rows, dropped_lines=dropped, quarantine_lines=quarantined)
+    if not files and accounting["rows_out"]:
+        raise PrefdataError(f"{out}'s dataset lists no data file in state.json: rerun `prefdata prepare` into a new OUT")
+    return manifest

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
-from prefdata.core.errors import PrefdataError
+from prefdata.core.errors import PrefdataError, first_line
 from prefdata.io.lock import LOCK_NAME
 
 MARKER = ".prefdata-output"  # present in every directory prefdata creates; guards deletion
@@ -23,12 +23,14 @@ def is_prefdata_dir(path: Path) -> bool:
     return (path / MARKER).is_file()
 
 
-def prepare_output_dir(out: Path, overwrite: bool) -> Path:
+def prepare_output_dir(out: Path, overwrite: bool, inputs: Iterable[str | Path | None] = ()) -> Path:
     """Check OUT may be written; return a fresh staging directory inside it.
 
     Everything is written into OUT/.prefdata-staging-PID/ (prefdata never writes outside OUT) and
-    published by `publish`; until then a previous output in OUT stays whole and untouched.
+    published by `publish`; until then a previous output in OUT stays whole and untouched. `inputs`
+    (the paths the command reads) must not lie inside OUT: publishing replaces what OUT holds.
     """
+    refuse_inputs_inside(out, inputs)
     if out.exists():
         if not out.is_dir():
             raise PrefdataError(f"{out} exists and is not a directory")
@@ -46,6 +48,21 @@ def prepare_output_dir(out: Path, overwrite: bool) -> Path:
     staging = out / f"{STAGING_PREFIX}{os.getpid()}"
     staging.mkdir()
     return staging
+
+
+def refuse_inputs_inside(output: Path, inputs: Iterable[str | Path | None], what: str = "replaces") -> None:
+    """One line (exit 2) when an input path is `output` or lies inside it: replacing the output
+    (--overwrite, or publishing over an unfinished one) would delete the input the run reads.
+    None and non-path inputs (a Hub id that names no local file) are skipped."""
+    target = Path(output).resolve()
+    for given in inputs:
+        if given is None or not Path(given).exists():
+            continue
+        # The path as named (a symlink inside OUT would be deleted too) and what it points to.
+        for found in (Path(given).absolute().parent.resolve() / Path(given).name, Path(given).resolve()):
+            if found == target or target in found.parents:
+                raise PrefdataError(f"the input {given} lies inside the output {output}, which this command {what}: "
+                                    "move the input out of it, or choose another output")
 
 
 def _remove_stale_staging(out: Path) -> None:
@@ -88,13 +105,22 @@ def abandon(staging: Path, out: Path) -> None:
 
 def load_out_dataset(path: str | Path, command: str) -> Any:
     """OUT's dataset as `datasets.load_from_disk(OUT)` gives it, for `command` (train, select, the
-    TRL hand-off); one line instead of a traceback when it cannot be read or holds several splits."""
+    TRL hand-off); one line instead of a traceback when it cannot be read or holds several splits.
+    Its files are checked first (prefdata.io.out_paths): load_from_disk would follow a symlink or a
+    `../` name in state.json out of OUT."""
     import datasets
 
+    from prefdata.io.out_paths import check_out_files
+
+    state = Path(path) / "state.json"
+    if (Path(path) / "dataset_dict.json").exists() and not state.exists():
+        raise PrefdataError(f"{path} holds several splits; {command} takes one prepared OUT per split")
+    if state.is_symlink() or state.exists():
+        check_out_files(path)
     try:
         dataset = datasets.load_from_disk(str(path))
-    except (OSError, ValueError) as exc:
-        raise PrefdataError(f"cannot open the prepared data in {path}: {str(exc).splitlines()[0]}") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise PrefdataError(f"cannot open the prepared data in {path}: {first_line(exc)}") from None
     if not isinstance(dataset, datasets.Dataset):
         raise PrefdataError(f"{path} holds several splits; {command} takes one prepared OUT per split")
     return dataset

@@ -29,7 +29,7 @@ from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.images import ImageAccess, image_access
 from prefdata.io.lock import OutLock
 from prefdata.io.manifest import recorded_tokenizer_path, sha256_file, write_manifest
-from prefdata.io.out_dir import abandon, prepare_output_dir, publish
+from prefdata.io.out_dir import abandon, prepare_output_dir, publish, refuse_inputs_inside
 from prefdata.io.readers import list_input_files
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
 from prefdata.io.write_errors import write_problem
@@ -124,6 +124,9 @@ def prepare(
     mix = plan_input_mix(raw_path) if is_mix_file(raw_path) else None  # RAW may be a mix file
     hub = None if mix else parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
     input_files = [] if hub else _input_files(raw_path, out_path, mix)
+    # Writing OUT replaces what it holds: no file this run reads may live there (--overwrite would delete it).
+    refuse_inputs_inside(out_path, [raw_path, *input_files, policy, tokenizer, processor, chat_template_file,
+                                    *_paths(decontaminate_against), *_paths(allowed_image_root)])
     seed = seed if seed is not None else (mix.mix.seed if mix else 0)
     loaded_policy = load_policy(policy)
     benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
@@ -321,6 +324,10 @@ def _report_builder(policy: Policy, mix: MixPlan | None) -> ReportBuilder:
     report = ReportBuilder(policy, sources=mix.file_sources())
     report.source_plans = {entry["name"]: entry for entry in mix.record()["sources"]}
     return report
+
+
+def _paths(value: str | Path | list[str | Path] | None) -> list[str | Path]:
+    return [] if value is None else list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _staging_dir(out_path: Path, overwrite: bool) -> Path:

@@ -160,15 +160,13 @@ def checked_vision(out: Path, model_dir: Path, processor: str | None, manifest: 
 def open_ids(out: Path, images: bool = False) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """The dataset in OUT, its token-id columns (Arrow) and their lengths; `images`: also the images
     column (memory-mapped, read per batch), after refusing rows kept with `image_mismatch`."""
-    import datasets
     import pyarrow.compute as pc
 
     from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS, has_loss_masks, has_loss_starts
 
-    try:
-        dataset = datasets.load_from_disk(str(out))
-    except (OSError, ValueError) as exc:
-        raise PrefdataError(f"cannot open the dataset in {out}: {exc}") from None
+    from prefdata.io.out_dir import load_out_dataset
+
+    dataset = load_out_dataset(out, "refs")  # its files checked: nothing read from outside OUT
     missing = [c for c in ("prompt_ids", "chosen_ids", "rejected_ids") if c not in dataset.column_names]
     if missing:
         raise PrefdataError(f"{out} has no {', '.join(missing)} column: prepare it with a tokenizer")

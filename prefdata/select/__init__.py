@@ -21,7 +21,8 @@ from prefdata.core.errors import PrefdataError
 from prefdata.core.quiet import quiet_libraries, wants_quiet
 from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
 from prefdata.io.manifest import require_pairs, sha256_file
-from prefdata.io.out_dir import abandon, prepare_output_dir, publish
+from prefdata.io.out_dir import abandon, prepare_output_dir, publish, refuse_inputs_inside
+from prefdata.io.out_paths import out_file
 from prefdata.report import render_selection
 from prefdata.report import selection as report
 from prefdata.select.rule import Selection, choose, parse_keep, weights_from
@@ -77,6 +78,9 @@ def select_pairs(
         raise PrefdataError(f"--by is required: one of {', '.join(SIGNALS)}")
     if out.resolve() == new.resolve():
         raise PrefdataError(f"NEW must be another directory than OUT ({out}): select never rewrites its input")
+    if out.resolve() in new.resolve().parents:
+        raise PrefdataError(f"NEW ({new}) lies inside OUT ({out}): select writes nothing into its input")
+    refuse_inputs_inside(new, [out, policy_model])  # replacing NEW must not delete what select reads
     budget = parse_keep(keep)
     if min_signal is not None and max_signal is not None and min_signal > max_signal:
         raise PrefdataError(f"--min {min_signal} is above --max {max_signal}: no pair could be kept")
@@ -99,10 +103,10 @@ def select_pairs(
                 "offset_scale": offset_scale if offset_by else None,
                 "policy_model": str(policy_model) if policy_model is not None else None}
     lineage = {"path": str(out.resolve()), "content_hash": manifest.get("content_hash"),
-               "manifest_sha256": sha256_file(out / "manifest.json")}
+               "manifest_sha256": sha256_file(out_file(out, "manifest.json"))}
     kept, not_selected = len(chosen.kept), len(values) - len(chosen.kept)
     accounting = new_accounting(manifest.get("row_accounting") or {"rows_out": len(values)}, kept, not_selected)
-    staging = prepare_output_dir(new, overwrite)
+    staging = prepare_output_dir(new, overwrite, inputs=[out, policy_model])
     try:
         with quiet_libraries(wants_quiet(progress)):
             new_hash = content_hash(manifest.get("content_hash"), chosen.kept, added)

@@ -17,6 +17,7 @@ import xxhash
 from prefdata.core import flags as F
 from prefdata.io.handoff import describe, read_settings
 from prefdata.io.manifest import write_manifest
+from prefdata.io.out_paths import out_file
 
 TEXT_OF_DROPPED = ("prompt", "chosen", "rejected")
 # Pass-through columns a dropped line carries besides the text (what identifies the pair).
@@ -37,10 +38,18 @@ def content_hash(parent_hash: str | None, kept: np.ndarray, added: Mapping[str, 
 def write_dataset(dataset: Any, kept: np.ndarray, added: Mapping[str, np.ndarray], staging: Path,
                   new_hash: str) -> list[str]:
     """The kept rows of `dataset` (all columns), plus `added` columns, saved into `staging`; the
-    DatasetInfo keeps prepare's settings with NEW's content hash, so the TRL hand-off reads NEW too."""
+    DatasetInfo keeps prepare's settings with NEW's content hash, so the TRL hand-off reads NEW too.
+
+    Nothing is written next to OUT's files: `datasets` caches a selection's indices and a flattened
+    copy beside the dataset it came from, so the indices stay in memory and the flattened copy (needed
+    before add_column) goes to a scratch directory inside NEW's staging, removed once NEW is saved."""
     import datasets
 
-    subset = dataset.select(kept.tolist())
+    subset = dataset.select(kept.tolist(), keep_in_memory=True)
+    scratch = staging / ".select-scratch"
+    if added and subset._indices is not None:  # add_column would flatten into OUT's directory
+        scratch.mkdir()
+        subset = subset.flatten_indices(cache_file_name=str(scratch / "kept.arrow"))
     for name, values in added.items():
         if name in subset.column_names:
             subset = subset.remove_columns([name])
@@ -48,8 +57,8 @@ def write_dataset(dataset: Any, kept: np.ndarray, added: Mapping[str, np.ndarray
     settings = read_settings(subset.info.description)
     if settings is not None:
         subset.info.description = describe({**settings, "content_hash": new_hash})
-    subset = subset.flatten_indices()
-    subset.save_to_disk(str(staging))
+    subset.save_to_disk(str(staging))  # applies the in-memory indices as it writes
+    shutil.rmtree(scratch, ignore_errors=True)
     return list(subset.column_names)
 
 
@@ -63,8 +72,9 @@ def write_dropped(out: Path, staging: Path, table: Any, reasons: np.ndarray, val
     """OUT's dropped.jsonl, then one line per pair not selected (OUT's order): its source, flags plus
     `not_selected`, why, the signal's value (null when not finite) and its text. Returns lines added."""
     target = staging / "dropped.jsonl"
-    if (out / "dropped.jsonl").is_file():
-        shutil.copyfile(out / "dropped.jsonl", target)
+    source = out_file(out, "dropped.jsonl")  # never a symlink, never outside OUT
+    if source.is_file():
+        shutil.copyfile(source, target)
     rows = np.flatnonzero(reasons != "")
     names = set(table.column_names)
     columns = [c for c in ("source_file", "source_line", "flags", *TEXT_OF_DROPPED, *CONTEXT_COLUMNS) if c in names]
@@ -85,8 +95,9 @@ def write_dropped(out: Path, staging: Path, table: Any, reasons: np.ndarray, val
 
 
 def copy_quarantine(out: Path, staging: Path) -> None:
-    if (out / "quarantine.jsonl").is_file():
-        shutil.copyfile(out / "quarantine.jsonl", staging / "quarantine.jsonl")
+    source = out_file(out, "quarantine.jsonl")  # never a symlink, never outside OUT
+    if source.is_file():
+        shutil.copyfile(source, staging / "quarantine.jsonl")
     else:
         (staging / "quarantine.jsonl").write_text("", encoding="utf-8")
 

@@ -113,3 +113,53 @@ def load_optimizer_state(run_dir: Path, optimizer, scheduler, device: torch.devi
     except (ValueError, KeyError) as exc:
         raise PrefdataError(f"the optimizer state in {state} does not fit this model: {exc}") from None
     scheduler.load_state_dict(torch.load(state / "scheduler.pt", weights_only=True))
+
+
+RUN_CONFIG = "train_config.json"  # written at the start of every run: what marks a directory as a run's output
+
+
+def check_output(output: Path, *, resume: bool, overwrite: bool, out_dirs: list[Path], inputs: list[Any]) -> None:
+    """Before anything is loaded: --output may be written. A new or empty directory always; one that
+    holds a run only with --resume (which needs a checkpoint there) or --overwrite (which replaces
+    the run, and only a run: a directory train did not write is never emptied). `out_dirs` (the data
+    read) may not hold the output, and no input (`inputs`: data, model, optimizer state) may lie inside it."""
+    from prefdata.io.out_dir import refuse_inputs_inside
+
+    if resume and overwrite:
+        raise PrefdataError("--resume continues the run in --output and --overwrite replaces it: pass one of them")
+    if output.exists() and not output.is_dir():
+        raise PrefdataError(f"--output {output} exists and is not a directory")
+    for out in out_dirs:
+        if out.resolve() == output.resolve() or out.resolve() in output.resolve().parents:
+            raise PrefdataError(f"--output {output} lies inside the prepared data {out}: train writes nothing into its input")
+    refuse_inputs_inside(output, [*out_dirs, *inputs], "writes into")
+    if resume:
+        if latest_checkpoint(output) is None:
+            raise PrefdataError(f"no checkpoint found in {output} ({CHECKPOINT_DIR}/step-*): nothing to resume; "
+                                "drop --resume to start a new run")
+        return
+    held = sorted(entry.name for entry in output.iterdir()) if output.is_dir() else []
+    if not held:
+        return
+    checkpoint = latest_checkpoint(output)
+    if not overwrite:
+        names = f"{', '.join(held[:3])}{', ...' if len(held) > 3 else ''}"
+        has = (f"has checkpoints ({checkpoint.name})" if checkpoint is not None
+               else f"holds a run ({names})" if (output / RUN_CONFIG).is_file() else f"is not empty ({names})")
+        raise PrefdataError(f"{output} already {has}: pass --resume to continue that run, --overwrite to "
+                            "replace it, or choose an empty --output")
+    if not (output / RUN_CONFIG).is_file():
+        raise PrefdataError(f"{output} holds files that prefdata train did not write ({', '.join(held[:3])}); "
+                            "refusing to replace them even with --overwrite: choose an empty --output")
+
+
+def clear_output(output: Path) -> None:
+    """--overwrite: the earlier run's files go (checkpoints, metrics, model), so none of them mixes
+    with the new run's. Called once every check has passed, just before the new run writes."""
+    if not (output / RUN_CONFIG).is_file():  # re-checked: never empty a directory train did not write
+        return
+    for entry in output.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()

@@ -30,6 +30,8 @@ from prefdata.model.pairs import choose_layout
 from prefdata.settings.commands import TrainSettings
 from prefdata.settings.declare import takes_settings
 from prefdata.train.checkpoint import (
+    check_output,
+    clear_output,
     latest_checkpoint,
     load_checkpoint,
     load_optimizer_state,
@@ -77,6 +79,7 @@ def train(
     eval_every: int | None = None,
     seed: int = 0,
     resume: bool = False,
+    overwrite: bool = False,
     warmup_ratio: float = 0.1,
     max_grad_norm: float | None = 1.0,
     log_every: int = 1,
@@ -127,6 +130,9 @@ def train(
                    warmup_ratio, log_every, save_every, stall_steps, eval_every, ld_alpha)
     _check_schedule(lr_schedule, schedule_steps)
     out_dir, output = Path(out_dir), Path(output)
+    # Before the ranks meet in init_distributed: no rank has written --output yet when each checks it.
+    check_output(output, resume=resume, overwrite=overwrite, out_dirs=[Path(d) for d in (out_dir, eval_dir) if d],
+                 inputs=[model, optimizer_from, processor])
     rank, world_size, created_group = init_distributed(device)  # torchrun: every rank plans the same batches
     torch_device = resolve_device(device)
 
@@ -160,10 +166,12 @@ def train(
 
     # 5. resume or start clean, then the loop
     metrics_path = output / METRICS_FILE
-    step = _resume_step(output, resume, policy, optimizer, scheduler, config, torch_device)
+    step = _resume_step(output, resume, overwrite, policy, optimizer, scheduler, config, torch_device)
     result = TrainResult(output_dir=output, steps=step, epochs=step / steps_per_epoch, metrics_path=metrics_path,
                          resumed_from_step=step if resume and step else None)
     if rank == 0:
+        if overwrite:
+            clear_output(output)  # the earlier run goes only now, once everything above has passed
         _start_output(output, metrics_path, step, config)
     stall = _stall_detector(stall_steps, loss, beta, label_smoothing, simpo_gamma, data)
     loop = Loop(policy=policy, fwd=fwd, optimizer=optimizer, scheduler=scheduler, params=params, data=data,
@@ -377,11 +385,12 @@ def _leave_distributed(created_group: bool) -> None:
         torch.distributed.destroy_process_group()
 
 
-def _resume_step(output: Path, resume: bool, policy, optimizer, scheduler, config: dict[str, Any],
+def _resume_step(output: Path, resume: bool, overwrite: bool, policy, optimizer, scheduler, config: dict[str, Any],
                  device: torch.device) -> int:
-    """The step to start from: 0 for a fresh run, the checkpoint's step with --resume."""
+    """The step to start from: 0 for a fresh run (--overwrite: the earlier run's checkpoints are
+    replaced), the checkpoint's step with --resume."""
     checkpoint = latest_checkpoint(output)
-    if checkpoint is not None and not resume:
+    if checkpoint is not None and not resume and not overwrite:
         raise PrefdataError(
             f"{output} already has checkpoints ({checkpoint.name}): pass --resume to continue that run, "
             "or choose an empty --output"

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from prefdata.checks.policy import Policy
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
-from prefdata.io.manifest import MANIFEST_NAME, read_manifest
+from prefdata.io.manifest import MANIFEST_NAME, read_manifest, verify_out
+from prefdata.io.out_dir import load_out_dataset
 from prefdata.io.messages import text_of
 from prefdata.report.builder import ReportBuilder
 from prefdata.sets.decontaminate import BenchmarkIndex
@@ -88,7 +89,8 @@ def iter_prepared_rows(
     benchmarks: BenchmarkIndex | None = None,
     image_tokens: Callable[[list[Any]], list[int]] | None = None,
 ) -> Iterator[Any]:
-    """Re-check the rows stored in a prepared OUT/, streaming it in record batches.
+    """Re-check the rows stored in a prepared OUT/, streaming it in record batches (once `verify_out`
+    has checked that OUT reads nothing outside it and that its ledger matches its files).
 
     Image pairs: the stored images are read (their headers only: sizes, not pixels) and their bytes
     count in the duplicate checks as in `prepare`; `image_tokens` (a processor's
@@ -97,14 +99,15 @@ def iter_prepared_rows(
     Each row is rebuilt as Pair + TokenizedPair from its columns and goes through the same checks as
     in `prepare`: text flags, token flags on the stored ids, dataset-wide duplicates, prompt leaks,
     non-finite reference log-probs. Flags that need the original tokenization are taken as stored."""
-    import datasets
-
     from prefdata.checks.checker import PairChecker
     from prefdata.core.records import CheckedRow
     from prefdata.core.records import Pair, RawRecord, TokenizedPair
 
+    verify_out(out_dir)  # a handed-over OUT: nothing read from outside it, its ledger matching its files
     try:
-        dataset = datasets.load_from_disk(str(out_dir))
+        dataset = load_out_dataset(out_dir, "validate")
+    except PrefdataError:
+        raise
     except Exception as exc:  # a damaged OUT/ is an input error, not a crash
         raise PrefdataError(f"{out_dir}: cannot load the prepared dataset ({type(exc).__name__}: {exc})") from None
     missing = {"prompt", "chosen", "rejected", "prompt_ids", "chosen_ids", "rejected_ids", "source_file", "source_line"} - set(
@@ -192,11 +195,10 @@ def _stored_images(values: list[dict[str, Any]], pair: Any, out_dir: str | Path,
 def _leak_index(against: str | Path) -> Any:
     """Prompts of OTHER: a prepared OUT/ (its prompt column) or raw data (read like INPUT)."""
     if is_prepared_dir(against):
-        import datasets
-
         from prefdata.checks.dataset import PromptLeakIndex
 
-        dataset = datasets.load_from_disk(str(against))
+        verify_out(against)
+        dataset = load_out_dataset(against, "validate --against")
 
         def prompts() -> Iterator[Any]:
             for batch in dataset.select_columns(["prompt", "prompt_ids"]).iter(batch_size=4096):
