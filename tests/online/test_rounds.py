@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 
 import pytest
 
@@ -117,16 +119,23 @@ def test_by_default_a_run_is_fully_online_over_one_pass_of_the_prompts(tmp_path,
     assert not (out / "round-2" / "policy" / "config.json").exists()  # between checkpoints: metrics only
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
 @pytest.mark.parametrize("per_round", [None, 8])
 def test_fully_online_shows_one_bar_over_rounds_and_long_rounds_show_their_stages(
-        tmp_path, tiny_model_dir, prompts_file, rules_file, capsys, per_round):
+        tmp_path, tiny_model_dir, prompts_file, rules_file, capsys, monkeypatch, per_round):
     """A fully online round is one step: its stages' bars would add two lines a round, so the run
     shows one bar over the rounds. Rounds of several steps show each stage's bar as before. The
     round lines are on stdout either way."""
+    terminal = _Terminal()  # bars are drawn on a terminal only (a redirected stderr gets none)
+    monkeypatch.setattr(sys, "stderr", terminal)
     run_online(prompts_file, model=tiny_model_dir, output=tmp_path / "run", reward_fn=f"{rules_file}:length",
                samples=2, max_new_tokens=4, batch_pairs=4, prompts_per_round=per_round, rounds=2, lr=1e-2,
                device="cpu", progress=True)
-    out, err = capsys.readouterr()
+    out, err = capsys.readouterr().out, terminal.getvalue()
     assert [line.split(":")[0] for line in out.splitlines()] == ["round 1", "round 2"]
     if per_round is None:
         assert "online:" in err and "2/2" in err and "train:" not in err and "refs:" not in err
