@@ -25,7 +25,7 @@ from prefdata.io.out_dir import abandon, prepare_output_dir, publish, refuse_inp
 from prefdata.io.out_paths import out_file
 from prefdata.report import render_selection
 from prefdata.report import selection as report
-from prefdata.select.rule import Selection, choose, parse_keep, weights_from
+from prefdata.select.rule import Selection, check_offsets, choose, parse_keep, weights_from
 from prefdata.select.signals import SIGNALS, Columns, available_signals, compute_signal
 from prefdata.select.write import (
     content_hash,
@@ -97,6 +97,8 @@ def select_pairs(
         usable &= np.isfinite(extra[name])  # type: ignore[index]
     chosen = choose(values, keep=budget, min_value=min_signal, max_value=max_signal, lowest=lowest, usable=usable)
     added = _added_columns(chosen, extra, weight_by, offset_by, offset_scale)
+    if OFFSET_COLUMN in added:  # before anything is written
+        check_offsets(added[OFFSET_COLUMN], chosen.kept, columns.where, offset_scale, str(offset_by))
 
     settings = {"by": by, "keep": keep, "min_signal": min_signal, "max_signal": max_signal, "lowest": lowest,
                 "seed": seed, "weight_by": weight_by, "offset_by": offset_by,

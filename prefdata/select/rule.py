@@ -9,10 +9,12 @@ OUT and settings always keep the same pairs), and the first ones up to the budge
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from prefdata.core.errors import PrefdataError
+from prefdata.core.numbers import OFFSET_MAX
 
 # Why a pair was not kept (dropped.jsonl's `why`), in the order the rule decides them.
 NON_FINITE, BELOW_MIN, ABOVE_MAX, BEYOND_BUDGET = "non_finite", "below_min", "above_max", "beyond_budget"
@@ -89,3 +91,16 @@ def weights_from(values: np.ndarray) -> np.ndarray:
     from prefdata.select.signals import percentile
 
     return percentile(values)
+
+
+def check_offsets(offsets: np.ndarray, rows: np.ndarray, where: Callable[[int], str], scale: float,
+                  signal: str) -> None:
+    """`--offset-scale A x --offset-by SIGNAL` must give offsets float32 training holds (|offset| <=
+    OFFSET_MAX, docs/select.md "Bounds"): else one line naming the first kept pair beyond it."""
+    beyond = np.flatnonzero(np.abs(offsets) > OFFSET_MAX)
+    if len(beyond):
+        first = int(beyond[0])
+        raise PrefdataError(
+            f"--offset-scale {scale:g} x {signal} gives an offset of {offsets[first]:g} at {where(int(rows[first]))} "
+            f"({len(beyond)} kept pair(s) beyond |offset| <= {OFFSET_MAX:g}, what float32 training holds): "
+            f"use a smaller --offset-scale")

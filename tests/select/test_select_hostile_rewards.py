@@ -44,3 +44,21 @@ def test_overflowing_and_infinite_rewards_select_without_warnings(tmp_path, tiny
         dropped = [json.loads(line) for line in (new / "dropped.jsonl").read_text().splitlines()]
         non_finite = sorted(d["source_line"] for d in dropped if d.get("why") == "non_finite")
         assert non_finite == [2, 4]  # the overflowing margin and the missing reward: never selected
+
+
+def test_offsets_beyond_what_float32_training_holds_are_refused_before_new_is_written(tmp_path, tiny_model_dir,
+                                                                                      capsys):
+    out = _prepare(tmp_path, tiny_model_dir, [(1.0, 0.5), (2.0, 0.1), (9000.0, -3000.0), (1.5, 0.0)])
+    capsys.readouterr()
+    code = main(["select", str(out), str(tmp_path / "new"), "--by", "reward_margin", "--offset-by", "reward_margin",
+                 "--offset-scale", "1", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "gives an offset of 12000 at" in err and "raw.jsonl:3" in err and "smaller --offset-scale" in err
+    assert not (tmp_path / "new").exists()
+    # within the bound: written, and train's schema accepts it
+    assert main(["select", str(out), str(tmp_path / "ok"), "--by", "reward_margin", "--offset-by", "reward_margin",
+                 "--offset-scale", "0.5", "--no-progress"]) == 0
+    from prefdata.core.schema import check_out
+
+    assert check_out(tmp_path / "ok", tokens_only=True) == 4
