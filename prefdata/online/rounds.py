@@ -363,6 +363,7 @@ class _Round:
         from prefdata.prepare import prepare
         from prefdata.refs import compute_refs
         from prefdata.train import train
+        from prefdata.train.stall import TrainingDiverged
 
         started = time.time()
         rdir = self.out / f"round-{r}"
@@ -408,10 +409,13 @@ class _Round:
                 # round's, from memory or (after a rerun) from its checkpoint.
                 continued = None if policy_dir == self.start_model or optimizer_state is not None else policy_dir
                 checkpoint = r % self.save_every == 0 or r == self.last_round
-                trained = train(rdir / "pairs", model=model_dir, output=rdir / "policy", seed=self.generation.seed + r,
-                                save_every=None, device=self.device, progress=self.progress,
-                                optimizer_from=continued, loaded_policy=in_memory, loaded_optimizer=optimizer_state,
-                                save_model=checkpoint, **self.train_kwargs)
+                try:
+                    trained = train(rdir / "pairs", model=model_dir, output=rdir / "policy",
+                                    seed=self.generation.seed + r, save_every=None, device=self.device,
+                                    progress=self.progress, optimizer_from=continued, loaded_policy=in_memory,
+                                    loaded_optimizer=optimizer_state, save_model=checkpoint, **self.train_kwargs)
+                except TrainingDiverged as exc:  # the run stops: no round after it trains on a broken policy
+                    raise TrainingDiverged(f"round {r}: {exc}") from None
                 self._policy = (rdir / "policy", trained.model, trained.optimizer_state)
                 clock.lap("train")
                 line.update(trained=True, steps=trained.steps, **_train_means(trained.metrics_path))

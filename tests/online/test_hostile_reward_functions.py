@@ -118,3 +118,21 @@ def test_reward_statistics_of_huge_rewards_do_not_overflow():
     assert mean == pytest.approx(1.7e308) and sd == 0.0
     assert reward_stats([1.7e308, -1.7e308]) == (0.0, pytest.approx(1.7e308))
     assert reward_stats([float("inf")]) == (None, None)
+
+
+def test_an_online_round_whose_training_diverges_stops_the_run_with_exit_1(tmp_path, tiny_model_dir, prompts_file,
+                                                                           rules_file, capsys):
+    """The online rounds' train stage stops as `prefdata train` does: exit 1, one line naming the round
+    and the step, and no policy of that round saved (no later round samples from it)."""
+    out = tmp_path / "run"
+    capsys.readouterr()
+    code = main(["online", str(prompts_file), "--model", tiny_model_dir, "--reward-fn", f"{rules_file}:length",
+                 "--output", str(out), "--rounds", "3", "--prompts-per-round", "4", "--samples", "3",
+                 "--max-new-tokens", "6", "--batch-pairs", "2", "--lr", "1e30", "--device", "cpu", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1, err
+    assert len(err) == 1 and "prefdata online: error: round " in err[0] and "training stopped" in err[0]
+    from safetensors.torch import load_file
+
+    for weights in out.rglob("*.safetensors"):
+        assert all(bool(t.isfinite().all()) for t in load_file(weights).values()), weights
