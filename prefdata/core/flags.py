@@ -19,6 +19,7 @@ NON_FINITE_REF_LOGPS = "non_finite_ref_logps"
 TIED_REWARD = "tied_reward"
 REWARD_DISAGREES = "reward_disagrees"
 REASONING_LOST = "reasoning_lost"
+SYSTEM_LOST = "system_lost"  # a system (or developer) message the template does not render (tokenize.pairs)
 REASONING_MISMATCH = "reasoning_mismatch"
 SAME_FINAL_ANSWER = "same_final_answer"
 TOOL_CALL_INVALID = "tool_call_invalid"
@@ -31,6 +32,9 @@ ENVIRONMENT_DIFFERS = "environment_differs"  # the same tool call answered with 
 DIVERGES_AT_NON_MODEL_TURN = "diverges_at_non_model_turn"  # the halves first differ at a user or tool turn
 NO_TRAINED_TOKENS = "no_trained_tokens"  # a half's loss mask covers no token (no model turn left)
 UNEQUAL_TURNS = "unequal_turns"  # one half has far more assistant turns than the other
+# An assistant turn that renders differently once later turns follow, and could not be located in the
+# full render (tokenize.turns): its loss mask may miss part of it.
+TURN_RENDERS_DIFFERENTLY = "turn_renders_differently"
 NOT_SELECTED = "not_selected"  # left out by `prefdata select` (its budget, thresholds, or a non-finite signal)
 
 ALL_FLAGS: tuple[str, ...] = (
@@ -52,6 +56,7 @@ ALL_FLAGS: tuple[str, ...] = (
     TIED_REWARD,
     REWARD_DISAGREES,
     REASONING_LOST,
+    SYSTEM_LOST,
     REASONING_MISMATCH,
     SAME_FINAL_ANSWER,
     TOOL_CALL_INVALID,
@@ -63,11 +68,12 @@ ALL_FLAGS: tuple[str, ...] = (
     DIVERGES_AT_NON_MODEL_TURN,
     NO_TRAINED_TOKENS,
     UNEQUAL_TURNS,
+    TURN_RENDERS_DIFFERENTLY,
     NOT_SELECTED,
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).
 TOKEN_FLAGS = frozenset(
     {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH, REASONING_LOST,
-     IMAGE_TRUNCATED, NO_TRAINED_TOKENS}
+     IMAGE_TRUNCATED, NO_TRAINED_TOKENS, SYSTEM_LOST, TURN_RENDERS_DIFFERENTLY}
 )

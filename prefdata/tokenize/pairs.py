@@ -39,9 +39,17 @@ from prefdata.core.errors import PrefdataError, RecordError, first_line
 from prefdata.core.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.core.records import Message, Pair, TokenizedPair
 from prefdata.io.manifest import shared_tokenizer_fingerprint
+from prefdata.tokenize.locate import locate_end, outside_special
 from prefdata.tokenize.pieces import HUGE_TEXT_CHARS, count_tokens_before, encode_ids
 from prefdata.tokenize.settings import TokenizeSettings
-from prefdata.tokenize.template import Rendered, lost_fields, pinned_clock, template_fingerprint, template_messages
+from prefdata.tokenize.template import (
+    Rendered,
+    lost_fields,
+    pinned_clock,
+    system_lost,
+    template_fingerprint,
+    template_messages,
+)
 from prefdata.tokenize.tokenizer import leading_special_ids, load_tokenizer, pick_anchor
 from prefdata.tokenize.truncate import truncate_pair
 from prefdata.tokenize.turns import (
@@ -256,7 +264,7 @@ class PairTokenizer:
             jobs = []
             for i, conversation, p, c, r in zip(plain, conversations, prompts, fulls_c, fulls_r):
                 out[i] = self._split_render(p, c, r, conversation, None)
-                jobs.append((out[i], conversation, _rendered(p, c, r)))
+                jobs.append((out[i], conversation, _rendered(p, c, r, self._special_strings)))
             self._add_turn_spans(jobs, None)  # the batch's turn renders in a few batched calls
         except Exception:
             for i, conversation in zip(plain, conversations):
@@ -294,7 +302,7 @@ class PairTokenizer:
             c = self._render([prompt + chosen], False, tools)[0]
             r = self._render([prompt + rejected], False, tools)[0]
             texts = self._split_render(p, c, r, conversation, tools)
-            self._add_turn_spans([(texts, conversation, _rendered(p, c, r))], tools)
+            self._add_turn_spans([(texts, conversation, _rendered(p, c, r, self._special_strings))], tools)
         except Exception as exc:  # this row's template renders fail (a partial conversation too): this row only
             first = first_line(exc)
             return RecordError(f"chat template failed: {first}")
@@ -307,14 +315,17 @@ class PairTokenizer:
         differently on its own (e.g. a system message moved next to the last user turn, or a think
         block the full render drops), fall back to the longest common prefix of the three renders,
         shared by both halves."""
-        rendered = _rendered(prompt, full_chosen, full_rejected)
-        prompt = prompt[: rendered.cut]
+        rendered = _rendered(prompt, full_chosen, full_rejected, self._special_strings)
+        prompt = full_chosen[: rendered.cut]  # the prompt as the full renders have it (both halves alike)
         chosen, chosen_ends = self._end_of_turn(full_chosen[rendered.cut :])
         rejected, rejected_ends = self._end_of_turn(full_rejected[rendered.cut :])
         found: tuple[str, ...] = ()
         if tools or any(carries_reasoning_or_tools(m) for m in conversation):
             if self._lost_fields(conversation, tools, rendered):
                 found = (F.REASONING_LOST,)
+        if any(m["role"] == "system" for part in conversation for m in part):
+            if system_lost(conversation[0], (conversation[1], conversation[2]), tools, rendered, self._render):
+                found += (F.SYSTEM_LOST,)
         return _Texts(prompt, chosen, rejected, False, chosen_ends, rejected_ends, found)
 
     def _add_turn_spans(self, jobs: list[tuple[_Texts, tuple[list[Message], list[Message], list[Message]], Rendered]],
@@ -346,13 +357,24 @@ class PairTokenizer:
                 self._put_spans(texts, half, completion, turns, blocks[-1:] if train_turns == "last" else blocks,
                                 rendered.cut, full)
         for chunk in render_chunks(pending):
-            heads = self._render([job.prompt + job.completion[:j] for job in chunk for j in job.turns], True, tools)
+            convs = [job.prompt + job.completion[:j] for job in chunk for j in job.turns]
+            heads = self._render(convs, True, tools)
             ends = self._render([job.prompt + job.completion[: j + 1] for job in chunk for j in job.turns], False, tools)
+            fulls = [job.full for job in chunk for _ in job.turns]
+            # Heads that are not a prefix of the full render (a system message moved, a generation
+            # prompt the turn does not repeat): the same conversations without the generation prompt.
+            odd = [i for i, (head, full) in enumerate(zip(heads, fulls)) if not full.startswith(head)]
+            bases: list[str | None] = [None] * len(heads)
+            for i, base in zip(odd, self._render([convs[i] for i in odd], False, tools)):
+                bases[i] = base
             k = 0
             for job in chunk:
                 n = len(job.turns)
-                spans = spans_from_renders(heads[k : k + n], ends[k : k + n], job.full, self._special_strings)
+                spans, located = spans_from_renders(heads[k : k + n], ends[k : k + n], job.full, self._special_strings,
+                                                    bases[k : k + n])
                 self._put_spans(job.texts, job.half, job.completion, job.turns, spans, job.cut, job.full)
+                if not located and F.TURN_RENDERS_DIFFERENTLY not in job.texts.flags:
+                    job.texts.flags += (F.TURN_RENDERS_DIFFERENTLY,)
                 k += n
 
     def _put_spans(self, texts: _Texts, half: str, completion: list[Message], turns: list[int], spans: list[Span],
@@ -377,7 +399,7 @@ class PairTokenizer:
         prompt, chosen, rejected = conversation
         p, c, r = (self._render([messages], generation_prompt, pair.tools)[0]
                    for messages, generation_prompt in ((prompt, True), (prompt + chosen, False), (prompt + rejected, False)))
-        return self._lost_fields(conversation, pair.tools, _rendered(p, c, r))
+        return self._lost_fields(conversation, pair.tools, _rendered(p, c, r, self._special_strings))
 
     def _end_of_turn(self, completion: str) -> tuple[str, bool]:
         """(completion, whether the template ended it with a special token).
@@ -543,12 +565,19 @@ class PairTokenizer:
         return result
 
 
-def _rendered(prompt: str, full_chosen: str, full_rejected: str) -> Rendered:
-    """A row's renders and where its completions start: after the prompt's render, or, when a
-    template renders the prompt differently on its own, after the three renders' common prefix."""
+def _rendered(prompt: str, full_chosen: str, full_rejected: str, specials: tuple[str, ...] = ()) -> Rendered:
+    """A row's renders and where its completions start: after the prompt's render; where a template
+    renders the prompt differently once the completion follows, where the prompt's render ends in
+    both full renders alike (Mistral moves the system message to the last user turn: tokenize.locate);
+    else after the three renders' common prefix (a generation prompt the full render does not repeat),
+    never inside a special token ('<' is common to DeepSeek-R1's '<think>' and '<｜end▁of▁sentence｜>')."""
     cut = len(prompt)
     if not (full_chosen.startswith(prompt) and full_rejected.startswith(prompt)):
-        cut = len(os.path.commonprefix([prompt, full_chosen, full_rejected]))
+        cut = outside_special(full_chosen, len(os.path.commonprefix([prompt, full_chosen, full_rejected])), specials)
+        located = locate_end(prompt, full_chosen, specials)
+        if located is not None and located == locate_end(prompt, full_rejected, specials) \
+                and full_chosen[:located] == full_rejected[:located]:
+            cut = located
     return Rendered(prompt, (full_chosen, full_rejected), cut)
 
 

@@ -7,7 +7,8 @@
   one Arrow type for every row; transformers documents objects, and Qwen2.5's template serializes
   them with `tojson`).
 - `lost_fields`: which of a row's reasoning, tool calls, tool results and tools its render does not
-  contain (the template ignores that field), for the `reasoning_lost` flag.
+  contain (the template ignores that field), for the `reasoning_lost` flag; `system_lost`: whether
+  it ignores a system (or developer) message, for the flag of that name.
 """
 
 from __future__ import annotations
@@ -248,6 +249,33 @@ def lost_fields(
         if same and check.name not in lost:
             lost.append(check.name)
     return lost
+
+
+def system_lost(prompt: list[Message], completions: tuple[list[Message], list[Message]], tools: list[Any] | None,
+                rendered: Rendered, render: Render) -> bool:
+    """Whether a system message (a `developer` one is read as system) is missing from the row's
+    tokens: its text is not in the render of its half, and rendering that half without it gives the
+    same text (the template ignores it: SmolLM3 reads only a first system message). A message whose
+    text a template rewrites (SmolLM3 strips '/think') is confirmed the same way, one render each."""
+    for messages, full in zip(completions, rendered.fulls):
+        conversation = prompt + messages
+        for i, message in enumerate(conversation):
+            text = _text_of(message.get("content")) if message.get("role") == "system" else ""
+            if not text.strip() or text.strip() in full:
+                continue
+            try:
+                again = render([conversation[:i] + conversation[i + 1 :]], False, tools)[0]
+            except Exception:  # the template refuses the row without it: it reads the message
+                continue
+            if again == full:
+                return True
+    return False
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(part.get("text") or "" for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
 
 
 def _render_checks(checks: list[_Check], render: Render) -> list[str | None]:

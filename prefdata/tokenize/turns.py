@@ -7,9 +7,13 @@ The spans come from the template itself, as characters of the rendered completio
   `render_jinja_template(return_assistant_tokens_mask=True)`, used when its render equals ours;
 - otherwise incremental renders (batched across rows, `render_chunks`): assistant turn j of the
   completion starts where the render of the conversation up to it with the generation prompt ends,
-  and ends where the render of the conversation through it ends (the longest common prefix with the
-  full render, for templates that end the last turn differently). Whitespace after a turn's final special token (ChatML's '\\n' after
-  <|im_end|>) is the separator of the next turn, out of the span.
+  and ends where the render of the conversation through it ends. Where a template renders a turn
+  differently once later messages follow, those renders are not prefixes of the full render, and
+  the turn is located in the full render instead (prefdata.tokenize.locate): Qwen3's last turn adds
+  an empty think block, Phi-3's adds <|endoftext|>, Mistral moves the system message to the last
+  user turn. A turn that cannot be located flags the row `turn_renders_differently`: its mask may
+  miss part of that turn, never silently. Whitespace after a turn's final special token (ChatML's
+  '\\n' after <|im_end|>) is the separator of the next turn, out of the span.
 
 Characters become tokens through the offsets of the completion as it is tokenized (behind the
 anchor): a token is trained when any of its characters lies in a trained span. Role headers,
@@ -18,7 +22,6 @@ tool results and user turns stay in the sequence as context, with mask 0.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -26,6 +29,7 @@ from typing import Any, Sequence
 from prefdata.core.records import Message
 from prefdata.io.formats import HH_ASSISTANT, HH_HUMAN
 from prefdata.io.trajectory import MODEL_ROLE, holds_non_model_turns
+from prefdata.tokenize.locate import common_prefix, locate_end, only_specials
 
 TRAIN_TURNS = ("all", "last")
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -88,19 +92,51 @@ def render_chunks(jobs: list[TurnRenders], max_messages: int = MAX_MESSAGES_PER_
     return chunks
 
 
-def spans_from_renders(heads: list[str], ends: list[str], full: str, specials: tuple[str, ...]) -> list[Span]:
+def spans_from_renders(heads: list[str], ends: list[str], full: str, specials: tuple[str, ...],
+                       bases: list[str | None] | None = None) -> tuple[list[Span], bool]:
     """Character spans in `full` (the render of prompt + completion) of assistant turns, from the
-    renders of the conversation up to each turn with the generation prompt (`heads`) and through it
-    (`ends`)."""
+    renders of the conversation up to each turn with the generation prompt (`heads`), the same
+    without it where a head is not a prefix of `full` (`bases`), and through the turn (`ends`); and
+    whether every turn was located (False: a turn renders differently once later messages follow in a
+    way `locate_end` does not accept, and its span may miss part of it)."""
     spans = []
-    for head, end in zip(heads, ends):
-        start = len(head) if full.startswith(head) else len(os.path.commonprefix([head, full]))
-        if full.startswith(end):
-            stop = len(end)
-        else:  # the turn ends differently as the last one (Phi-3 adds <|endoftext|>): up to its last special
-            stop = _after_last_special(full, start, len(os.path.commonprefix([end, full])), specials)
+    located = True
+    for head, base, end in zip(heads, bases or [None] * len(heads), ends):
+        start, found_start = _turn_start(head, base, full, specials)
+        stop, found_stop = _turn_end(end, full, start, specials)
+        located = located and found_start and found_stop
         spans.append((start, stop))
-    return spans
+    return spans, located
+
+
+def _turn_start(head: str, base: str | None, full: str, specials: tuple[str, ...]) -> tuple[int, bool]:
+    """Where a turn starts in `full`: after its head, or, where the full render differs, after the
+    preceding messages (located in `full`) and as much of the generation prompt as `full` repeats
+    (DeepSeek-R1's ends '<think>\n', which a rendered turn does not have)."""
+    if full.startswith(head):
+        return len(head), True
+    if base is None or not head.startswith(base):
+        return common_prefix(head, full), False
+    at = len(base) if full.startswith(base) else locate_end(base, full, specials)
+    if at is None:  # the preceding messages render differently in `full` (cannot place the turn)
+        return common_prefix(head, full), False
+    header = head[len(base):]
+    return at + common_prefix(header, full[at : at + len(header)]), True
+
+
+def _turn_end(end: str, full: str, start: int, specials: tuple[str, ...]) -> tuple[int, bool]:
+    """Where a turn ends in `full`, given the render of the conversation through it (`end`)."""
+    if full.startswith(end):
+        return len(end), True
+    diverge = common_prefix(end, full)
+    if diverge > start:  # the last turn only adds an end of sequence (Phi-3's <|endoftext|>)
+        stop = _after_last_special(full, start, diverge, specials)
+        if stop > start and only_specials(end[stop:], specials):
+            return stop, True
+    located = locate_end(end, full, specials)  # the last turn adds a block (Qwen3's empty think block)
+    if located is not None and located > start:
+        return located, True
+    return max(_after_last_special(full, start, diverge, specials), start), False
 
 
 def _after_last_special(text: str, start: int, stop: int, specials: tuple[str, ...]) -> int:

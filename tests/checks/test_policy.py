@@ -32,6 +32,7 @@ DESIGN_DEFAULTS = {
     F.TIED_REWARD: "drop",
     F.REWARD_DISAGREES: "warn",
     F.REASONING_LOST: "error",
+    F.SYSTEM_LOST: "error",
     F.REASONING_MISMATCH: "warn",
     F.SAME_FINAL_ANSWER: "info",
     F.TOOL_CALL_INVALID: "error",
@@ -43,6 +44,7 @@ DESIGN_DEFAULTS = {
     F.DIVERGES_AT_NON_MODEL_TURN: "drop",
     F.NO_TRAINED_TOKENS: "drop",
     F.UNEQUAL_TURNS: "warn",
+    F.TURN_RENDERS_DIFFERENTLY: "error",
     F.NOT_SELECTED: "drop",
 }
 

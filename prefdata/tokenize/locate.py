@@ -1,0 +1,73 @@
+"""Where a partial render of a conversation ends inside its full render, when it is not a prefix.
+
+Templates render leading messages differently once later ones follow: Qwen3 gives only the last
+assistant turn an (empty) think block; Mistral puts the system message into the last user turn, so
+a render that stops earlier has it in another turn; Phi-3 ends only the last turn with <|endoftext|>.
+The render of the conversation up to (or through) one message is then not a prefix of the full render,
+and where that message's render ends in the full one has to be found.
+
+`locate_end` accepts one kind of difference only, the one those templates make: the partial render is
+the full render's text with one block added (a think block, a moved system message), and ends like
+the full render's text does there (its last special token and what follows it). Anything else gives
+None, so that the caller flags the row instead of guessing.
+"""
+
+from __future__ import annotations
+
+import os
+
+_LONGEST_SPECIAL = 64  # characters; special tokens are shorter
+
+
+def common_prefix(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings."""
+    return len(os.path.commonprefix([a, b]))
+
+
+def last_special(text: str, specials: tuple[str, ...], start: int = 0) -> int:
+    """Where the last special token in `text[start:]` starts, -1 if it has none."""
+    best = -1
+    for special in specials:
+        found = text.rfind(special, start)
+        if found > best:
+            best = found
+    return best
+
+
+def locate_end(render: str, full: str, specials: tuple[str, ...]) -> int | None:
+    """The position in `full` where the text of `render` ends, when `render` is `full[:k]` with one
+    block of text added (before its last special token), else None."""
+    diverge = common_prefix(render, full)
+    # Searched from a little before the divergence: an anchor that holds the added block cannot match.
+    anchor_at = last_special(render, specials, max(diverge - _LONGEST_SPECIAL, 0))
+    if anchor_at < 0 or diverge >= len(render):
+        return None
+    anchor = render[anchor_at:]  # the render's last special token and what follows it
+    found = full.find(anchor, max(diverge - len(anchor) + 1, 0))
+    if found < 0:
+        return None
+    end = found + len(anchor)
+    # One block removed: full[:end] is render[:diverge] + a suffix of render, and shorter than render.
+    if not diverge < end < len(render) or not render.endswith(full[diverge:end]):
+        return None
+    return end
+
+
+def only_specials(text: str, specials: tuple[str, ...]) -> bool:
+    """Whether `text` is nothing but whitespace and special tokens (an end of sequence after a turn)."""
+    text = text.strip()
+    while text:
+        special = next((s for s in specials if text.startswith(s)), None)
+        if special is None:
+            return False
+        text = text[len(special):].lstrip()
+    return True
+
+
+def outside_special(text: str, cut: int, specials: tuple[str, ...]) -> int:
+    """`cut`, or the start of the special token of `text` that it falls inside of."""
+    for special in specials:
+        begin = text.find(special, max(cut - len(special) + 1, 0), cut + len(special) - 1)
+        if 0 <= begin < cut:
+            return begin
+    return cut
