@@ -34,8 +34,6 @@ FLAG_MEANINGS: dict[str, str] = {
     "completion (many reasoning templates drop the trace even from the last turn; see docs/reasoning.md)",
     "system_lost": "the chat template does not render a system (or developer) message of the row: "
     "the tokens lack an instruction the data gives (SmolLM3 reads only a first system message)",
-    "system_lost": "the chat template does not render a system (or developer) message of the row: "
-    "the tokens lack an instruction the data gives (SmolLM3 reads only a first system message)",
     "reasoning_mismatch": "one half reasons and the other does not (or has an empty think block): "
     "the model would learn a format preference",
     "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
@@ -49,8 +47,6 @@ FLAG_MEANINGS: dict[str, str] = {
     "answered differently, the model decided nothing different",
     "diverges_at_non_model_turn": "the halves first differ at a user or tool turn, not at a model decision",
     "no_trained_tokens": "a completion's loss mask covers no token: no model turn of it is left to train",
-    "turn_renders_differently": "an assistant turn renders differently once later turns follow, and could not "
-    "be located in the full render: its loss mask may miss part of that turn",
     "turn_renders_differently": "an assistant turn renders differently once later turns follow, and could not "
     "be located in the full render: its loss mask may miss part of that turn",
     "unequal_turns": "one half has far more assistant turns than the other (3x and at least 3 more)",
