@@ -97,3 +97,69 @@ def test_validate_reads_a_hub_split_too(hub_repo):
     result = validate("org/name:train_prefs", format="json", progress=False, workers=2)
     assert result.exit_code == 0
     assert result.report["accounting"]["rows_in"] == len(QUESTIONS)
+
+
+# --- issue 40, item 9: a path is never taken for a Hub id; no network fails fast, in one line ------
+
+
+def test_a_path_that_looks_like_a_file_is_not_a_hub_id(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert parse_hub_id("data/train.jsonl:train") is None  # a data file's name
+    assert parse_hub_id("data/train.parquet@v1:test") is None
+    (tmp_path / "data").mkdir()
+    assert parse_hub_id("data/train:train") is None  # `data` is a local directory without `train` in it
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    assert parse_hub_id("org/name:train") == HubSource("org/name", "train")  # a local repo laid out like the Hub's
+    assert parse_hub_id("Qwen/Qwen2.5-data:train") == HubSource("Qwen/Qwen2.5-data", "train")  # dots in a repo name
+
+
+def test_prepare_of_a_missing_file_with_a_split_suffix_says_not_found(tmp_path, tiny_tokenizer_dir, capsys, monkeypatch):
+    from prefdata.cli import main
+    from prefdata.io import hub
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(hub, "_open", lambda source: pytest.fail(f"{source} was taken for a Hub id"))
+    code = main(["prepare", "data/train.jsonl:train", "out", "--tokenizer", tiny_tokenizer_dir, "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "data/train.jsonl:train" in err and "no such file" in err, err
+
+
+def test_an_unreachable_hub_fails_at_once_in_one_line_without_retries(tmp_path, monkeypatch):
+    """No network: one probe, then the local cache only (offline mode, no retries), then one line. It
+    used to retry for 27 s, printing 11 lines."""
+    import time
+
+    import datasets.config
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    from prefdata.io.hub import iter_hub_records
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf" / "datasets")
+
+    def no_network(self, repo_id, **kwargs):
+        raise ConnectionError("[Errno -2] Name or service not known")
+
+    seen = []
+    loader = datasets.load_dataset
+
+    def load_offline(*args, **kwargs):
+        seen.append((datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE))
+        return loader(*args, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "dataset_info", no_network)
+    monkeypatch.setattr(datasets, "load_dataset", load_offline)
+    monkeypatch.chdir(tmp_path)
+    started = time.perf_counter()
+    with pytest.raises(PrefdataError) as caught:
+        next(iter_hub_records(HubSource("prefdata-tests/no-such-dataset", "train")))
+    assert time.perf_counter() - started < 20
+    assert seen == [(True, True)]  # the cache only: nothing to retry
+    message = str(caught.value)
+    assert "\n" not in message and "cannot be reached" in message and "not in the local cache" in message
+    assert (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE) == (False, False)  # put back
