@@ -81,11 +81,15 @@ def loc(row: Mapping[str, Any]) -> str:
 def locs(rows: Iterable[Mapping[str, Any]], limit: int = 5) -> str:
     """file:line, file:line … — the file name is only repeated when it changes."""
     parts, last = [], None
-    for row in list(rows)[:limit]:
+    for row in sorted(rows, key=_place)[:limit]:  # ascending, whatever order they were collected in
         file = row.get("source_file")
         parts.append(f"{file}:{row.get('source_line')}" if file != last else f":{row.get('source_line')}")
         last = file
     return ", ".join(parts)
+
+
+def _place(row: Mapping[str, Any]) -> tuple[str, int]:
+    return str(row.get("source_file") or ""), int(row.get("source_line") or 0)
 
 
 _SEVERITY_ORDER = {"error": 0, "drop": 1, "warn": 2}
@@ -97,7 +101,8 @@ def flags_by_severity(report: Report) -> list[tuple[str, Mapping[str, Any]]]:
     entries = dict(report.get("flags", {}))
     quarantine = report.get("quarantine") or {}
     if quarantine.get("count"):
-        examples = [row for reason in quarantine.get("reasons", []) for row in reason.get("rows", [])]
+        # Each reason's lines, most common reason first: put back in input order for the examples.
+        examples = sorted((row for reason in quarantine.get("reasons", []) for row in reason.get("rows", [])), key=_place)
         entries["quarantined"] = {"count": quarantine["count"], "severity": quarantine.get("severity"), "examples": examples}
     return sorted(entries.items(), key=lambda kv: (_SEVERITY_ORDER.get(kv[1].get("severity"), 3), -kv[1]["count"], kv[0]))
 
