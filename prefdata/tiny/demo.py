@@ -101,7 +101,7 @@ def _stages(work: Path, examples: Path, model_dir: Path, max_steps: int, reader:
     print(f"[5/5] prefdata train {out} --model {model_dir} --output {checkpoint} --max-steps {max_steps}")
     trained = train(
         str(out), model=str(model_dir), output=str(checkpoint), max_steps=max_steps, batch_pairs=4,
-        lr=1e-3, device="cpu", progress=False, stall_steps=max_steps + 1,
+        lr=1e-3, device="cpu", progress=False, stall_steps=max_steps + 1, overwrite=True,  # a rerun replaces its run
     )
     print(f"      {trained.summary()}")
     return out, checkpoint
