@@ -13,13 +13,30 @@ def _number(value: Any) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
+# A selection that moves the share of chosen-longer pairs by more than this says so in its summary
+# line: a length-correlated signal can turn a balanced set into one that teaches "longer wins".
+LENGTH_SHIFT_NOTED = 0.05
+
+
 def summary_line(report: Mapping[str, Any]) -> str:
-    """One line for the terminal: what was kept, by what, where the cut fell."""
+    """One line for the terminal: what was kept, by what, where the cut fell, and how far the selection
+    moved the length bias when it moved it by more than LENGTH_SHIFT_NOTED."""
     s = report["selection"]
     reasons = ", ".join(f"{n:,} {why.replace('_', ' ')}" for why, n in s["reasons"].items() if n)
     cut = f"; cut at {s['signal']} {_number(s['cut'])}" if s["cut"] is not None else ""
     return (f"select: kept {s['kept']:,} of {s['pairs_in']:,} pairs by {s['signal']}{cut}"
-            + (f"; not selected: {reasons}" if reasons else ""))
+            + (f"; not selected: {reasons}" if reasons else "") + _length_shift(report.get("length_bias")))
+
+
+def _length_shift(bias: Mapping[str, Any] | None) -> str:
+    """"; chosen longer (tokens) 47.0% of 100 pairs -> 0.0% of 30 kept", or "" when it barely moved."""
+    if not bias or not bias["before"].get("pairs") or not bias["after"].get("pairs"):
+        return ""
+    before, after = bias["before"], bias["after"]
+    if abs(after["chosen_longer"] - before["chosen_longer"]) <= LENGTH_SHIFT_NOTED:
+        return ""
+    return (f"; chosen longer ({bias.get('unit', 'tokens')}) {before['chosen_longer']:.1%} of {before['pairs']:,} pairs "
+            f"-> {after['chosen_longer']:.1%} of {after['pairs']:,} kept")
 
 
 def render_markdown(report: Mapping[str, Any]) -> str:
