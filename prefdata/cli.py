@@ -121,7 +121,20 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
         keys = " and ".join(" or ".join(f"`{one.name}`" for one in items) for items in either)
         verb = "is" if len(missing) == 1 else "are"
         raise PrefdataError(f"{flags} {verb} required (or set {keys} in the config file)")
+    _refuse_config_inside_output(args, settings)
     return settings
+
+
+def _refuse_config_inside_output(args: argparse.Namespace, settings: dict[str, Any]) -> None:
+    """A --config file kept inside the directory a command replaces would be deleted with it."""
+    from pathlib import Path
+
+    from prefdata.io.out_dir import refuse_inputs_inside
+
+    output = {"prepare": getattr(args, "out", None), "select": getattr(args, "new", None),
+              "train": settings.get("output")}.get(args.command)
+    if getattr(args, "config", None) and output:
+        refuse_inputs_inside(Path(output), [args.config])
 
 
 def _origin_note(message: str, args: argparse.Namespace) -> str:

@@ -305,3 +305,24 @@ def test_prepare_overwrite_refuses_an_input_inside_out(input_kind, raw, tiny_mod
     code, err = _cli(argv, capsys)
     _refused(code, err, "prepare", str(inside), "inside")
     assert inside.read_bytes() == before
+
+
+def test_a_config_file_inside_the_output_is_refused(raw, tiny_model_dir, tmp_path, capsys):
+    target = tmp_path / "out"
+    prepare(raw, target, tokenizer=tiny_model_dir, progress=False, workers=1)
+    config = target / "prefdata.toml"
+    config.write_text("[prepare]\nworkers = 1\n")
+    code, err = _cli(["prepare", str(raw), str(target), "--tokenizer", tiny_model_dir, "--no-progress", "--overwrite",
+                      "--config", str(config)], capsys)
+    _refused(code, err, "prepare", str(config), "inside")
+    assert config.is_file()
+
+
+def test_generate_overwrite_refuses_to_replace_its_own_prompts(raw, tiny_model_dir, tmp_path, capsys):
+    prompts = tmp_path / "gen" / "generations.jsonl"
+    prompts.parent.mkdir()
+    shutil.copyfile(raw, prompts)
+    code, err = _cli(["generate", str(prompts), str(prompts.parent), "--model", tiny_model_dir, "--overwrite",
+                      "--no-progress"], capsys)
+    _refused(code, err, "generate", str(prompts), "is the output")
+    assert prompts.read_bytes() == raw.read_bytes()

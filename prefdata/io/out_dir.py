@@ -61,7 +61,8 @@ def refuse_inputs_inside(output: Path, inputs: Iterable[str | Path | None], what
         # The path as named (a symlink inside OUT would be deleted too) and what it points to.
         for found in (Path(given).absolute().parent.resolve() / Path(given).name, Path(given).resolve()):
             if found == target or target in found.parents:
-                raise PrefdataError(f"the input {given} lies inside the output {output}, which this command {what}: "
+                where = "is the output" if found == target else "lies inside the output"
+                raise PrefdataError(f"the input {given} {where} {output}, which this command {what}: "
                                     "move the input out of it, or choose another output")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from prefdata.core.errors import PrefdataError
 from prefdata.core.reasoning import THINK_CLOSE, THINK_OPEN
+from prefdata.io.out_dir import refuse_inputs_inside
 from prefdata.online.decode import Sample
 from prefdata.online.jsonl import write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
@@ -82,6 +83,7 @@ def generate(
     path = Path(out) / GENERATIONS_FILE
     if path.exists() and not overwrite:
         raise PrefdataError(f"{path} exists (it may hold rewards already): pass --overwrite to replace it")
+    refuse_inputs_inside(path, [prompts], "replaces")  # --overwrite must not replace the prompts it reads
     template = TemplateSettings(parse_template_kwargs(template_kwargs),
                                 str(chat_template_file) if chat_template_file else None, date=template_date)
     settings = SamplingSettings(samples, max_new_tokens, temperature, top_p, seed, batch_size, chat_template,
