@@ -125,7 +125,7 @@ def _decoded(shown: str) -> bool:
 def test_show_decodes_from_another_directory(tiny_tokenizer_dir, tmp_path, monkeypatch):
     out = _prepare_relative(tmp_path, tiny_tokenizer_dir, monkeypatch)
     recorded = json.loads((out / "manifest.json").read_text())["tokenizer"]["path"]
-    assert Path(recorded).is_absolute() and Path(recorded) == (tmp_path / "tok").resolve()
+    assert Path(recorded).is_absolute() and Path(recorded).resolve() == (tmp_path / "tok").resolve()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)

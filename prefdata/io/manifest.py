@@ -36,7 +36,7 @@ def recorded_tokenizer_path(value: str | Path) -> str:
     """The tokenizer (or processor) as the manifest records it: a local path absolute, so that `show`
     and the commands after prepare find it from any directory; a Hub id as given."""
     path = Path(value).expanduser()
-    return str(path.resolve()) if path.exists() else str(value)
+    return os.path.abspath(path) if path.exists() else str(value)  # absolute, symlinks as the user named them
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -34,6 +34,7 @@ from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError, RecordError, first_line
 from prefdata.core.records import Message, Pair
 from prefdata.io.images import LoadedImage
+from prefdata.io.manifest import recorded_tokenizer_path
 from prefdata.tokenize.image_layout import SizedLayout, learn_sized_layout
 from prefdata.tokenize.image_scheme import (
     ImageScheme,
@@ -98,7 +99,7 @@ class VisionPairTokenizer(PairTokenizer):
         expansion = ({"prefix": self.scheme.prefix, "suffix": self.scheme.suffix} if self.scheme is not None
                      else {"per_image_size": self.layout.method})  # type: ignore[union-attr]
         return {
-            "path": self.tokenizer_path,
+            "path": recorded_tokenizer_path(self.tokenizer_path),  # absolute: refs/train find it from anywhere
             "class": type(self.processor).__name__,
             "image_processor": type(self.processor.image_processor).__name__,
             "image_token": rule.image_token,
