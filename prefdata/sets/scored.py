@@ -36,7 +36,7 @@ from typing import Any
 import xxhash
 
 from prefdata.core.errors import RecordError
-from prefdata.core.numbers import finite_float
+from prefdata.core.numbers import finite_float, loss_input_problem
 from prefdata.core.records import Message, Pair, RawRecord, ScoredSummary
 from prefdata.io.formats import normalize_record
 from prefdata.io.messages import (
@@ -120,6 +120,9 @@ def _scored_pairs(raw: RawRecord, row: dict[str, Any], pairing: PairingSettings)
         return RecordPairs([], summary)
     consumed = {prompt_key, list_key, scores_key, "tools"} | ({"input"} if prompt_key == "instruction" else set())
     extra = {key: value for key, value in row.items() if key not in consumed}
+    for key in ("weight", "offset"):  # they reach the loss: what float32 training cannot hold costs the record
+        if key in extra and (problem := loss_input_problem(key, extra[key])):
+            raise RecordError(problem)
     tools = _tools(row.get("tools"))
     names = ("rank_chosen", "rank_rejected") if scale == "rank" else ("reward_chosen", "reward_rejected")
     pairs = []

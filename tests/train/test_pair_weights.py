@@ -272,3 +272,18 @@ def test_a_stalled_run_with_offsets_is_recognised_at_its_own_zero_margin_loss(we
     assert abs(expected - math.log(2)) > 0.1
     assert event["zero_margin_loss"] == pytest.approx(expected, abs=1e-5)
     assert event["loss"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_prepare_quarantines_a_scored_record_whose_weight_float32_cannot_hold(tmp_path, tiny_model_dir):
+    import json
+
+    from prefdata.prepare import prepare
+
+    rows = [{"prompt": f"Question {i}?", "completions": ["A good answer.", "No.", "Maybe so."], "scores": [3, 1, 2],
+             "weight": [1.0, 1e39, 0.5][i]} for i in range(3)]
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    prepare(raw, tmp_path / "out", tokenizer=tiny_model_dir, progress=False, workers=1)
+    (quarantined,) = [json.loads(line) for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
+    assert quarantined["source_line"] == 2 and quarantined["error"].startswith("weight 1e+39 is outside")
+    assert sorted(set(load_pairs(tmp_path / "out", need_refs=False).weights.tolist())) == [0.5, 1.0]
