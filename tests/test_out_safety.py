@@ -326,3 +326,23 @@ def test_generate_overwrite_refuses_to_replace_its_own_prompts(raw, tiny_model_d
                       "--no-progress"], capsys)
     _refused(code, err, "generate", str(prompts), "is the output")
     assert prompts.read_bytes() == raw.read_bytes()
+
+
+@pytest.mark.parametrize("command", ["validate", "prepare"])
+def test_a_raw_save_to_disk_input_naming_files_outside_it_is_refused(command, out, tiny_model_dir, tmp_path, capsys):
+    """A `datasets.save_to_disk` directory given as RAW (not an OUT: no manifest) whose state.json
+    climbs out with `../`: the Arrow file it names is never read."""
+    raw = tmp_path / "raw_dataset"
+    shutil.copytree(out, raw, ignore=shutil.ignore_patterns("manifest.json", ".prefdata-output", "*.jsonl"))
+    data = json.loads((raw / "state.json").read_text())["_data_files"][0]["filename"]
+    (tmp_path / "elsewhere").mkdir()
+    shutil.move(str(raw / data), str(tmp_path / "elsewhere" / data))
+    state = json.loads((raw / "state.json").read_text())
+    state["_data_files"] = [{"filename": f"../elsewhere/{data}"}]
+    (raw / "state.json").write_text(json.dumps(state))
+    argv = {"validate": ["validate", str(raw), "--no-progress"],
+            "prepare": ["prepare", str(raw), str(tmp_path / "new"), "--tokenizer", tiny_model_dir, "--no-progress",
+                        "--workers", "1"]}[command]
+    code, err = _cli(argv, capsys)
+    _refused(code, err, command, f"../elsewhere/{data}")
+    assert not (tmp_path / "new").exists()

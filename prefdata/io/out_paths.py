@@ -25,9 +25,7 @@ def out_file(out: str | Path, name: str) -> Path:
     be a regular file. Symlinks are refused even when they point inside OUT: prefdata never writes
     one, so one there was put there by someone else."""
     out = Path(out)
-    parts = PurePosixPath(name.replace("\\", "/")).parts
-    if not parts or PurePosixPath(name).is_absolute() or Path(name).is_absolute() or ".." in parts:
-        raise PrefdataError(f"{out} names a file outside it ({name!r}): refusing to read a tampered OUT")
+    parts = name_parts(out, name)
     path = out.joinpath(*parts)
     for step in [out.joinpath(*parts[: i + 1]) for i in range(len(parts))]:
         if step.is_symlink():
@@ -38,6 +36,15 @@ def out_file(out: str | Path, name: str) -> Path:
     if path.resolve() != base and base not in path.resolve().parents:
         raise PrefdataError(f"{path} lies outside {out}: refusing to read a tampered OUT")
     return path
+
+
+def name_parts(base: Path, name: str) -> tuple[str, ...]:
+    """The parts of a relative file name found in `base`'s metadata (state.json), refused (one line)
+    when it is absolute or climbs out with `..`: joined to `base` it would name a file elsewhere."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    if not parts or PurePosixPath(name).is_absolute() or Path(name).is_absolute() or ".." in parts:
+        raise PrefdataError(f"{base} names a file outside it ({name!r}): refusing to read a tampered dataset")
+    return parts
 
 
 def data_files(out: str | Path) -> list[Path]:

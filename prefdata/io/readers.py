@@ -28,6 +28,7 @@ from prefdata.io.arrow import _iter_arrow, _iter_parquet
 from prefdata.io.json_array import _iter_json_array, _iter_json_document
 from prefdata.io.json_decode import _GZIP_ERRORS, MAX_RECORD_BYTES, _one_line, _open_binary
 from prefdata.io.json_lines import _iter_json_lines
+from prefdata.io.out_paths import name_parts
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def _dataset_arrow_files(path: Path) -> list[Path]:
         names = [entry["filename"] for entry in state["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise PrefdataError(f"{path}: unreadable datasets state.json ({_one_line(exc)})") from None
-    files = [path / name for name in names]
+    files = [path.joinpath(*name_parts(path, str(name))) for name in names]  # `../x.arrow` would read elsewhere
     for file in files:
         if not file.is_file():
             raise PrefdataError(f"{path}: state.json lists {file.name}, which does not exist")
