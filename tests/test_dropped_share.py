@@ -73,7 +73,7 @@ def test_validate_with_tokenizer_applies_it_and_false_turns_it_off(tmp_path, tin
     stdout, err = _err_lines(capsys)
     assert code == 1
     assert len(err) == 1 and err[0].startswith("prefdata validate: error: dropped 6 of 10 pairs")
-    assert "limit: dropped pairs: 60.0% (exceeds the limit 20.0%, max_dropped_share)" in stdout
+    assert "limit: dropped pairs: 60.0% of 10 pairs (exceeds the limit 20.0%, max_dropped_share)" in stdout
 
     off = tmp_path / "off.toml"
     off.write_text("[thresholds]\nmax_dropped_share = false\n")

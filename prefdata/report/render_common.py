@@ -152,12 +152,21 @@ def threshold_findings(report: Report) -> list[Mapping[str, Any]]:
     return [f for f in report.get("findings", []) if f.get("kind") == "threshold"]
 
 
-def threshold_line(f: Mapping[str, Any]) -> str:
+def threshold_value(f: Mapping[str, Any], report: Report | None = None) -> str:
+    """A dataset limit's value with its denominator: "20.0% of 25 pairs" (the pairs checked; for
+    length_bias the pairs measured), so it is not read against the cards' shares of the rows in."""
+    if report is None:
+        return pct(f["value"])
+    pairs = (report.get("length_bias") or {}).get("pairs") if f["name"] == "length_bias" else report.get("rows_checked")
+    return f"{pct(f['value'])} of {count(int(pairs), 'pair')}" if pairs else pct(f["value"])
+
+
+def threshold_line(f: Mapping[str, Any], report: Report | None = None) -> str:
     label = {
         "max_flagged_share": "flagged rows", "length_bias": "chosen longer than rejected", "max_dropped_share": "dropped pairs",
     }.get(f["name"], f["name"])
     verdict = "exceeds" if f.get("exceeded") else "within"
-    return f"{label}: {pct(f['value'])} ({verdict} the limit {pct(f['limit'])}, `{f['name']}`)"
+    return f"{label}: {threshold_value(f, report)} ({verdict} the limit {pct(f['limit'])}, `{f['name']}`)"
 
 
 def hint_lines(report: Report) -> list[str]:

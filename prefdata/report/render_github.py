@@ -71,7 +71,7 @@ def github_annotations(report: Report, max_annotations: int = GITHUB_ANNOTATION_
         flag_of = lambda r: r.get("flags") or []  # noqa: E731
     # Exceeded limits first: they say the most, and GitHub's cap of errors would hide them otherwise.
     errors = [
-        f"::error title={_gh_escape_property('prefdata: ' + f['name'])}::{_gh_escape_data(threshold_line(f).replace('`', ''))}"
+        f"::error title={_gh_escape_property('prefdata: ' + f['name'])}::{_gh_escape_data(threshold_line(f, report).replace('`', ''))}"
         for f in threshold_findings(report)
         if f.get("exceeded") and (not baseline or f["name"] in baseline.get("new_thresholds_exceeded", []))
     ][:max_annotations]

@@ -21,6 +21,7 @@ from prefdata.report.render_common import (
     share_of,
     status_word,
     threshold_findings,
+    threshold_value,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
 from prefdata.report.render_images import images_html
@@ -146,7 +147,7 @@ def _html_limits(report: Report) -> list[str]:
     out = ["<h2>Dataset limits</h2><table><tr><th>limit</th><th>value</th><th>max</th><th></th></tr>"]
     for f in limits:
         verdict = '<span class="badge fail">exceeded</span>' if f.get("exceeded") else '<span class="badge pass">ok</span>'
-        out.append(f"<tr><td><code>{esc(f['name'])}</code></td><td class=n>{pct(f['value'])}</td><td class=n>{pct(f['limit'])}</td><td>{verdict}</td></tr>")
+        out.append(f"<tr><td><code>{esc(f['name'])}</code></td><td class=n>{esc(threshold_value(f, report))}</td><td class=n>{pct(f['limit'])}</td><td>{verdict}</td></tr>")
     out.append("</table>")
     return out
 

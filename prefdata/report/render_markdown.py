@@ -21,6 +21,7 @@ from prefdata.report.render_common import (
     pct,
     status_word,
     threshold_findings,
+    threshold_value,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
 
@@ -76,7 +77,7 @@ def _md_limits(report: Report) -> list[str]:
     out = ["| limit | value | max | |", "| --- | ---: | ---: | --- |"]
     for f in limits:
         mark = "❌ exceeded" if f.get("exceeded") else "ok"
-        out.append(f"| `{f['name']}` | {pct(f['value'])} | {pct(f['limit'])} | {mark} |")
+        out.append(f"| `{f['name']}` | {threshold_value(f, report)} | {pct(f['limit'])} | {mark} |")
     out.append("")
     return out
 

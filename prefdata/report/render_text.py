@@ -45,7 +45,7 @@ def render_text(report: Report, top: int = 8) -> str:
         lines.append(f"  quarantined {reason['count']:,}×: {reason['reason']}  ({locs(reason['rows'], 3)})")
     for f in threshold_findings(report):
         if f.get("exceeded"):
-            lines.append("  limit: " + threshold_line(f).replace("`", ""))
+            lines.append("  limit: " + threshold_line(f, report).replace("`", ""))
     if report.get("length_balance"):
         lines.append("  " + balance_line(report["length_balance"]).replace("`", ""))
     if report.get("sources"):  # a mixture: each source's kept pairs and share of the output

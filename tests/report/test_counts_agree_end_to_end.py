@@ -73,3 +73,7 @@ def test_every_render_of_a_mixed_prepare_prints_the_same_counts_with_denominator
     # The cards' shares say what they are shares of, and add up with the rows in.
     for key, value in (("kept", acc["rows_out"]), ("dropped", acc["rows_dropped"])):
         assert f'<div class="k">{key}</div><div class="v">{value}</div><div class="s">{value / rows_in:.1%} of {rows_in} rows' in page
+    # A dataset limit is a share of the pairs, and says so (the dropped card is a share of the rows in).
+    dropped_share = f"{4 / pairs:.1%} of {pairs} pairs"
+    assert f"| `max_dropped_share` | {dropped_share} | 90.0% | ok |" in markdown
+    assert f"<td><code>max_dropped_share</code></td><td class=n>{dropped_share}</td>" in page
