@@ -34,9 +34,11 @@ def last_special(text: str, specials: tuple[str, ...], start: int = 0) -> int:
     return best
 
 
-def locate_end(render: str, full: str, specials: tuple[str, ...]) -> int | None:
+def locate_end(render: str, full: str, specials: tuple[str, ...], floor: int = 0) -> int | None:
     """The position in `full` where the text of `render` ends, when `render` is `full[:k]` with one
-    block of text added (before its last special token), else None."""
+    block of text added (before its last special token), else None. With a `floor` (a position in
+    `full` up to which the caller has placed the messages already), the blocks may be several, all
+    before it: `full[floor:k]` must end `render`."""
     diverge = common_prefix(render, full)
     # Searched from a little before the divergence: an anchor that holds the added block cannot match.
     anchor_at = last_special(render, specials, max(diverge - _LONGEST_SPECIAL, 0))
@@ -44,13 +46,14 @@ def locate_end(render: str, full: str, specials: tuple[str, ...]) -> int | None:
         return None
     anchor = render[anchor_at:]  # the render's last special token and what follows it
     found = full.find(anchor, max(diverge - len(anchor) + 1, 0))
-    if found < 0:
-        return None
-    end = found + len(anchor)
-    # One block removed: full[:end] is render[:diverge] + a suffix of render, and shorter than render.
-    if not diverge < end < len(render) or not render.endswith(full[diverge:end]):
-        return None
-    return end
+    # Each place the anchor ends, nearest first, while full[:end] can still be shorter than render: the
+    # first where full[:end] is render[:diverge] + a suffix of render (one block removed).
+    while 0 <= found and found + len(anchor) < len(render):
+        end = found + len(anchor)
+        if end > diverge and end > floor and render.endswith(full[max(diverge, floor) : end]):
+            return end
+        found = full.find(anchor, found + 1)
+    return None
 
 
 def only_specials(text: str, specials: tuple[str, ...]) -> bool:

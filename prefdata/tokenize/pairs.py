@@ -371,7 +371,7 @@ class PairTokenizer:
             for job in chunk:
                 n = len(job.turns)
                 spans, located = spans_from_renders(heads[k : k + n], ends[k : k + n], job.full, self._special_strings,
-                                                    bases[k : k + n])
+                                                    bases[k : k + n], job.turns, job.cut)
                 self._put_spans(job.texts, job.half, job.completion, job.turns, spans, job.cut, job.full)
                 if not located and F.TURN_RENDERS_DIFFERENTLY not in job.texts.flags:
                     job.texts.flags += (F.TURN_RENDERS_DIFFERENTLY,)

@@ -93,50 +93,73 @@ def render_chunks(jobs: list[TurnRenders], max_messages: int = MAX_MESSAGES_PER_
 
 
 def spans_from_renders(heads: list[str], ends: list[str], full: str, specials: tuple[str, ...],
-                       bases: list[str | None] | None = None) -> tuple[list[Span], bool]:
-    """Character spans in `full` (the render of prompt + completion) of assistant turns, from the
-    renders of the conversation up to each turn with the generation prompt (`heads`), the same
-    without it where a head is not a prefix of `full` (`bases`), and through the turn (`ends`); and
-    whether every turn was located (False: a turn renders differently once later messages follow in a
-    way `locate_end` does not accept, and its span may miss part of it)."""
+                       bases: list[str | None] | None = None, turns: list[int] | None = None,
+                       cut: int = 0) -> tuple[list[Span], bool]:
+    """Character spans in `full` (the render of prompt + completion, whose completion starts at `cut`)
+    of the completion's assistant turns `turns` (indices in the completion, in order), from the
+    renders of the conversation up to each turn with the generation prompt (`heads`), the same without
+    it where a head is not a prefix of `full` (`bases`), and through the turn (`ends`); and whether
+    every turn was located (False: a turn renders differently once later messages follow in a way
+    `locate_end` does not accept, and its span may miss part of it)."""
     spans = []
     located = True
-    for head, base, end in zip(heads, bases or [None] * len(heads), ends):
-        start, found_start = _turn_start(head, base, full, specials)
-        stop, found_stop = _turn_end(end, full, start, specials)
+    floor = cut  # where the previous turn ends in `full`: what lies between is tool results or user turns
+    for j, head, base, end in zip(turns or range(len(heads)), heads, bases or [None] * len(heads), ends):
+        if j == 0:  # the completion's first message: it starts where the completion does
+            start, found_start = (len(head) if full.startswith(head) else cut), True
+        else:
+            start, found_start = _turn_start(head, base, full, specials, floor)
+        stop, found_stop = _turn_end(end, full, start, head, specials)
         located = located and found_start and found_stop
         spans.append((start, stop))
+        floor = max(floor, stop)
     return spans, located
 
 
-def _turn_start(head: str, base: str | None, full: str, specials: tuple[str, ...]) -> tuple[int, bool]:
+def _turn_start(head: str, base: str | None, full: str, specials: tuple[str, ...], floor: int) -> tuple[int, bool]:
     """Where a turn starts in `full`: after its head, or, where the full render differs, after the
-    preceding messages (located in `full`) and as much of the generation prompt as `full` repeats
-    (DeepSeek-R1's ends '<think>\n', which a rendered turn does not have)."""
+    preceding messages (located in `full`: what follows the previous turn, from `floor`, ends `base`)
+    and as much of the generation prompt as `full` repeats (DeepSeek-R1's ends '<think>\n', which a
+    rendered turn does not have)."""
     if full.startswith(head):
         return len(head), True
     if base is None or not head.startswith(base):
         return common_prefix(head, full), False
-    at = len(base) if full.startswith(base) else locate_end(base, full, specials)
+    at = len(base) if full.startswith(base) else locate_end(base, full, specials, floor)
     if at is None:  # the preceding messages render differently in `full` (cannot place the turn)
         return common_prefix(head, full), False
     header = head[len(base):]
     return at + common_prefix(header, full[at : at + len(header)]), True
 
 
-def _turn_end(end: str, full: str, start: int, specials: tuple[str, ...]) -> tuple[int, bool]:
-    """Where a turn ends in `full`, given the render of the conversation through it (`end`)."""
+def _turn_end(end: str, full: str, start: int, head: str, specials: tuple[str, ...]) -> tuple[int, bool]:
+    """Where a turn ends in `full`, given the render of the conversation through it (`end`): the turn's
+    own text (`end` past `head`) aligned from where the turn starts, so that earlier turns rendered
+    differently too (Qwen3 drops their reasoning once a later user turn follows) do not matter; else
+    the whole render aligned."""
     if full.startswith(end):
         return len(end), True
-    diverge = common_prefix(end, full)
+    if end.startswith(head):
+        stop = _end_in(end[len(head) :], full[start:], 0, specials)
+        if stop is not None:
+            return start + stop, True
+    stop = _end_in(end, full, start, specials)
+    if stop is not None:
+        return stop, True
+    return max(_after_last_special(full, start, common_prefix(end, full), specials), start), False
+
+
+def _end_in(render: str, full: str, start: int, specials: tuple[str, ...]) -> int | None:
+    """Where `render` (which `full` continues differently) ends in `full`, past `start`, or None."""
+    if full.startswith(render):
+        return len(render)
+    diverge = common_prefix(render, full)
     if diverge > start:  # the last turn only adds an end of sequence (Phi-3's <|endoftext|>)
         stop = _after_last_special(full, start, diverge, specials)
-        if stop > start and only_specials(end[stop:], specials):
-            return stop, True
-    located = locate_end(end, full, specials)  # the last turn adds a block (Qwen3's empty think block)
-    if located is not None and located > start:
-        return located, True
-    return max(_after_last_special(full, start, diverge, specials), start), False
+        if stop > start and only_specials(render[stop:], specials):
+            return stop
+    located = locate_end(render, full, specials)  # the last turn adds a block (Qwen3's empty think block)
+    return located if located is not None and located > start else None
 
 
 def _after_last_special(text: str, start: int, stop: int, specials: tuple[str, ...]) -> int:
