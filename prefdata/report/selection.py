@@ -23,11 +23,25 @@ def float_summary(values: np.ndarray, bins: int = HISTOGRAM_BINS) -> dict[str, A
     out: dict[str, Any] = {"count": int(len(values)), "non_finite": int(len(values) - len(finite))}
     if not len(finite):
         return out
-    out.update(mean=float(finite.mean()), min=float(finite.min()), max=float(finite.max()))
-    out.update({f"p{int(q * 100)}": float(np.quantile(finite, q)) for q in QUANTILES})
-    counts, edges = np.histogram(finite, bins=bins)
-    out["histogram"] = {"edges": [float(e) for e in edges], "counts": [int(c) for c in counts]}
+    try:
+        with np.errstate(all="raise"):
+            moments = _moments(finite, bins, 1.0)
+    except (FloatingPointError, ValueError):
+        # Values near float64's ends (a reward of ±1.7e308 overflows a sum or a bin width; subnormal ones
+        # leave no room for bins): the same figures over the values divided by their largest magnitude.
+        with np.errstate(all="ignore"):
+            moments = _moments(finite, bins, float(np.abs(finite).max()))
+    out.update(mean=moments.pop("mean"), min=float(finite.min()), max=float(finite.max()), **moments)
     return out
+
+
+def _moments(finite: np.ndarray, bins: int, scale: float) -> dict[str, Any]:
+    """Mean, quantiles and histogram of `finite`, computed over `finite / scale` and scaled back."""
+    scaled = finite / scale if scale != 1.0 else finite
+    counts, edges = np.histogram(scaled, bins=bins)
+    return {"mean": float(scaled.mean()) * scale,
+            **{f"p{int(q * 100)}": float(np.quantile(scaled, q)) * scale for q in QUANTILES},
+            "histogram": {"edges": [float(e) * scale for e in edges], "counts": [int(c) for c in counts]}}
 
 
 def length_bias(chosen: np.ndarray, rejected: np.ndarray) -> dict[str, Any]:

@@ -62,3 +62,22 @@ def test_offsets_beyond_what_float32_training_holds_are_refused_before_new_is_wr
     from prefdata.core.schema import check_out
 
     assert check_out(tmp_path / "ok", tokens_only=True) == 4
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_rewards_at_float64s_ends_report_finite_figures(tmp_path, tiny_model_dir, capsys):
+    """Rewards of ±1.7e308 (a sum or a bin width overflows) and subnormal ones: the report's mean,
+    quantiles and histogram are still finite numbers, with no warning and no crash."""
+    out = _prepare(tmp_path, tiny_model_dir, [(1.0, 1.7e308), (2.0, -1.7e308), (0.5, 0.1), (1e-300, 5e-324),
+                                              (3.0, 2.0)])
+    capsys.readouterr()
+    new = tmp_path / "new"
+    assert main(["select", str(out), str(new), "--by", "reward_rejected", "--keep", "2", "--no-progress"]) == 0
+    assert "Warning" not in capsys.readouterr().err
+    summary = json.loads((new / "report.json").read_text())["signals"]["reward_rejected"]["before"]
+    assert summary["min"] == -1.7e308 and summary["max"] == 1.7e308
+    assert summary["mean"] == pytest.approx((0.1 + 5e-324 + 2.0) / 5)
+    assert sum(summary["histogram"]["counts"]) == 5 and summary["histogram"]["edges"][-1] == pytest.approx(1.7e308)
+    (tmp_path / "tiny").mkdir()
+    tiny = _prepare(tmp_path / "tiny", tiny_model_dir, [(1.0, 5e-324), (2.0, 1e-323), (0.5, 1.5e-323)])
+    assert main(["select", str(tiny), str(tmp_path / "tiny-new"), "--by", "reward_rejected", "--no-progress"]) == 0
