@@ -4,7 +4,11 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -102,17 +106,14 @@ def test_a_killed_run_ends_where_an_uninterrupted_run_ends(tmp_path, tiny_model_
     assert lrs and max(lrs) < RUN["lr"] / 2  # round 3 is late in the run's one schedule, not back at the peak
 
 
-def test_the_learning_case_learns_over_seeds(tmp_path):
-    """The benchmark's case (bench/bench_online.py --learn) at a small size: the mean reward of fresh
-    samples rises over 4 rounds, on average over three seeds. One seed is not enough: its gain
-    depends on the machine's float rounding, which sampling amplifies (seed 0 gave +0.057 on the
-    development machine and +0.018 on CI's); at lr 5e-2 five seeds gave +0.003 .. +0.180, mean +0.056."""
+def learning_gains(work: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> list[float]:
+    """Per seed: the mean reward of fresh samples after 4 rounds minus before (the case at a small size)."""
     from prefdata.online.generate import generate_rows
     from prefdata.online.sample_settings import SamplingSettings
     from prefdata.online.prompts import read_prompts
     from prefdata.tiny.learning_case import build_learning_case, first_half_share
 
-    case = build_learning_case(tmp_path / "case", prompts=16)
+    case = build_learning_case(work / "case", prompts=16)
 
     def mean_reward(policy) -> float:
         settings = SamplingSettings(samples=8, max_new_tokens=16, seed=123, batch_size=64, device="cpu")
@@ -120,13 +121,34 @@ def test_the_learning_case_learns_over_seeds(tmp_path):
         return statistics.fmean(first_half_share([], [row["completion"] for row in rows]))
 
     start, gains = mean_reward(case["policy"]), []
-    for seed in (0, 1, 2):
-        result = run_online(case["prompts"], model=case["policy"], output=tmp_path / f"run-{seed}",
+    for seed in seeds:
+        result = run_online(case["prompts"], model=case["policy"], output=work / f"run-{seed}",
                             reward_fn=str(case["reward_fn"]), rounds=4, prompts_per_round=16, samples=4,
                             max_new_tokens=16, lr=5e-2, batch_pairs=4, batch_size=64, seed=seed, device="cpu",
                             progress=False)
         assert all(line["trained"] for line in result.rounds)
         gains.append(mean_reward(result.policy) - start)
+    return gains
+
+
+def test_the_learning_case_learns_over_seeds(tmp_path):
+    """The benchmark's case (bench/bench_online.py --learn) at a small size: the mean reward of fresh
+    samples rises over 4 rounds, on average over three seeds. One seed is not enough: its gain
+    depends on the machine's float rounding, which sampling amplifies (seed 0 gave +0.057 on the
+    development machine and +0.018 on CI's; at lr 5e-2 five seeds gave +0.003 .. +0.180, mean +0.056).
+    So it runs in a process whose arithmetic is pinned as the online demo's is (MKL's reproducible
+    mode, ATen's portable kernels, one thread: the same gains on every x86-64 CPU with this torch),
+    and asserts the mean of three seeds with a wide margin: pinned, seeds 0-4 gave +0.219, +0.022,
+    +0.197, +0.033, +0.107 (the three asserted: mean +0.146, ten times the bound)."""
+    from prefdata.tiny.online_demo import PINNED_ARITHMETIC
+
+    code = ("import json, sys, torch; from pathlib import Path; torch.use_deterministic_algorithms(True); "
+            "sys.path.insert(0, sys.argv[2]); from test_learning import learning_gains; "
+            "print(json.dumps(learning_gains(Path(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path), str(Path(__file__).parent)],
+                          env={**os.environ, **PINNED_ARITHMETIC}, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    gains = json.loads(done.stdout.strip().splitlines()[-1])
     assert statistics.fmean(gains) >= 0.015, gains
 
 
