@@ -87,6 +87,11 @@ def test_refs_and_train_refuse_an_id_past_the_models_embedding(good_out, tiny_mo
         train(bad, model=tiny_model_dir, output=tmp_path / "run", loss="simpo", max_steps=1, progress=False,
               device="cpu")
     assert not (tmp_path / "run" / "model.safetensors").exists()
+    from prefdata.select import select_pairs
+
+    with pytest.raises(PrefdataError, match=f"raw.jsonl:4 holds token id {rows + 7}"):  # select's model pass too
+        select_pairs(bad, tmp_path / "new", by="on_policy", policy_model=tiny_model_dir, device="cpu", progress=False)
+    assert not (tmp_path / "new").exists()
 
 
 def test_a_million_token_pair_is_refused_before_any_forward(good_out, tiny_model_dir, tmp_path, capsys):

@@ -82,3 +82,12 @@ def check_pairs_fit_model(model: Any, ids: dict[str, Any], where: Callable[[int]
         raise PrefdataError(
             f"the pair at {where(row)} is {int(longest[row]):,} tokens long (prompt + completion), "
             f"beyond the {limit:,} the model takes ({source}): prepare it again with --max-length")
+
+
+def source_of(table: Any) -> Callable[[int], str]:
+    """`file:line` of a row of OUT's Arrow table, for errors that name a pair (`row N` without source
+    columns)."""
+    if not {"source_file", "source_line"} <= set(table.column_names):
+        return lambda row: f"row {row}"
+    files, lines = table.column("source_file"), table.column("source_line")
+    return lambda row: f"{files[row].as_py()}:{lines[row].as_py()}"

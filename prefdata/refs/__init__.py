@@ -25,7 +25,7 @@ from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
 from prefdata.io.lock import holding_out_lock, is_rank_zero
 from prefdata.io.manifest import read_manifest, require_pairs, write_manifest
-from prefdata.model.bounds import check_pairs_fit_model
+from prefdata.model.bounds import check_pairs_fit_model, source_of
 from prefdata.refs.compute import KILL_AFTER_SHARDS_ENV, batch_costs, compute_shards
 from prefdata.refs.setup import (
     checked_vision,
@@ -174,7 +174,7 @@ def compute_refs(
     net, vision = _reference_model(loaded_model, model_dir, dtype_name, device_name, trust_remote_code, vision)
     layout = choose_layout(net, layout, vision)
     dataset, ids, lens = open_ids(out, images=vision is not None)
-    check_pairs_fit_model(net, ids, _source_of(dataset))  # ids inside its embedding, lengths inside its positions
+    check_pairs_fit_model(net, ids, source_of(dataset.data.table))  # ids inside its embedding, lengths inside its positions
 
     # 2. plan batches and shards; the work directory is keyed by everything that decides the values
     costs, padding_free, shared_pairs = batch_costs(net, layout, lens)
@@ -226,14 +226,6 @@ def compute_refs(
     write_manifest(out, manifest)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     return result
-
-
-def _source_of(dataset: Any) -> Any:
-    """`file:line` of a dataset row, for errors that name a pair (`row N` without source columns)."""
-    if not {"source_file", "source_line"} <= set(dataset.column_names):
-        return lambda row: f"row {row}"
-    table = dataset.data.table
-    return lambda row: f"{table.column('source_file')[row].as_py()}:{table.column('source_line')[row].as_py()}"
 
 
 def _checked_arguments(out: Path, model: str, batch_tokens: int) -> dict[str, Any]:

@@ -47,11 +47,14 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
     import torch
 
     from prefdata.core.schema import LOSS_MASK_COLUMNS, LOSS_START_COLUMNS
+    from prefdata.model.bounds import check_pairs_fit_model, source_of
     from prefdata.model.pairs import choose_layout, pair_logps, plan_pair_batches
 
     if "images" in table.column_names:
         raise PrefdataError("the on_policy signal is not built for image OUTs yet")
     net, _ = _load_policy(model, tokenizer_fingerprint, device)
+    check_pairs_fit_model(net, {name: table.column(name).combine_chunks()  # as refs and train: one line, no IndexError
+                                for name in ("prompt_ids", "chosen_ids", "rejected_ids")}, source_of(table))
     layout = choose_layout(net, "auto")
     lens = {name: pc.list_value_length(table.column(name)).to_numpy(zero_copy_only=False)
             for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
@@ -73,3 +76,4 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
                 with np.errstate(divide="ignore", invalid="ignore"):
                     target[rows] = np.where(counts_f > 0, sums.float().cpu().numpy() / counts_f, np.nan)
     return chosen, rejected
+
