@@ -161,7 +161,6 @@ def verify_out(out_dir: str | Path) -> dict[str, Any]:
     if manifest.get("row_accounting") is None:  # an OUT written elsewhere, with no ledger: its files are the ledger
         manifest["row_accounting"] = {"rows_in": rows + dropped + quarantined, "rows_out": rows,
                                       "rows_dropped": dropped, "rows_quarantined": quarantined}
+    # A state.json that lists no data file under a ledger with pairs fails here too: rows_out N but 0 dataset rows.
     check_against_files(manifest["row_accounting"], out, rows=rows, dropped_lines=dropped, quarantine_lines=quarantined)
-    if not files and accounting["rows_out"]:
-        raise PrefdataError(f"{out}'s dataset lists no data file in state.json: rerun `prefdata prepare` into a new OUT")
     return manifest
