@@ -20,6 +20,7 @@ import math
 import numbers
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,16 @@ def _within(call: Callable[[], Any], timeout: float | None) -> Any:
             raise _TimedOut()
 
         previous = signal.signal(signal.SIGALRM, time_up)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        started = time.monotonic()
+        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, timeout)
         try:
             return call()
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
+            if outer_delay > 0:  # a timer the caller had set keeps running (what is left of it)
+                left = max(outer_delay - (time.monotonic() - started), 1e-3)
+                signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
     outcome: dict[str, Any] = {}
 
     def run() -> None:

@@ -136,3 +136,21 @@ def test_an_online_round_whose_training_diverges_stops_the_run_with_exit_1(tmp_p
 
     for weights in out.rglob("*.safetensors"):
         assert all(bool(t.isfinite().all()) for t in load_file(weights).values()), weights
+
+
+def test_a_timer_the_caller_set_keeps_running(tmp_path):
+    """The timeout borrows SIGALRM for the call only: an alarm the caller had set still fires afterwards."""
+    import signal
+
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda *args: fired.append(1))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        scorer = RewardFunctionScorer(_reward_file(tmp_path, "    return [1.0 for _ in completions]"), timeout=30)
+        assert scorer(["p"], ["c"]) == [1.0]
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+        time.sleep(1.5)
+        assert fired == [1]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
