@@ -280,3 +280,32 @@ def test_a_template_that_fails_on_a_partial_conversation_costs_that_row_only(tin
     assert isinstance(results[0], RecordError) and "no generation prompt after a second turn" in str(results[0])
     assert "\n" not in str(results[0])
     assert results[1].chosen_loss_mask is None and len(results[1].chosen_ids) > 0
+
+
+def test_a_turn_that_cannot_be_located_flags_the_row_instead_of_training_on_less(tiny_tokenizer_dir, tmp_path):
+    """A template that rewrites an earlier turn once a later one follows (here: upper-cases it) gives
+    renders prefdata cannot align: the row is flagged `turn_renders_differently` (error by default:
+    removed, exit 1), never kept with that turn silently out of the loss."""
+    from prefdata.prepare import prepare
+    from prefdata.tokenize.template import TemplateSettings
+
+    rewriting = (
+        "{% for message in messages %}{% set text = message['content'] %}"
+        "{% if message['role'] == 'assistant' and not loop.last %}{% set text = text | upper %}{% endif %}"
+        "{{ '<|im_start|>' + message['role'] + '\n' + text + '<|im_end|>' + '\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    pt = PairTokenizer(tiny_tokenizer_dir, TokenizeSettings(template=TemplateSettings(chat_template_text=rewriting)))
+    tokenized = pt.tokenize_pairs([_pair(CHAT)])[0]
+    assert F.TURN_RENDERS_DIFFERENTLY in tokenized.flags
+    single = {"chosen": [user("Q"), assistant("yes")], "rejected": [user("Q"), assistant("no")]}
+    assert F.TURN_RENDERS_DIFFERENTLY not in pt.tokenize_pairs([_pair(single)])[0].flags
+
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text(json.dumps(CHAT) + "\n" + json.dumps(single) + "\n", encoding="utf-8")
+    template = tmp_path / "rewriting.jinja"
+    template.write_text(rewriting, encoding="utf-8")
+    result = prepare(raw, tmp_path / "out", tokenizer=tiny_tokenizer_dir, chat_template_file=str(template),
+                     progress=False, workers=1)
+    assert result.exit_code == 1 and (result.rows_out, result.rows_dropped) == (1, 1)
+    dropped = [json.loads(line) for line in (tmp_path / "out" / "dropped.jsonl").read_text().splitlines()]
+    assert [d["flags"] for d in dropped] == [[F.TURN_RENDERS_DIFFERENTLY]]
