@@ -15,6 +15,8 @@ None, so that the caller flags the row instead of guessing.
 from __future__ import annotations
 
 _LONGEST_SPECIAL = 64  # characters; special tokens are shorter
+# with_blocks_added: places a block may end that are looked at, tried, and characters compared to rank them.
+_RESUME_PLACES, _RESUME_TRIES, _AGREE = 256, 4, 256
 
 
 def common_prefix(a: str, b: str) -> int:
@@ -43,11 +45,12 @@ def last_special(text: str, specials: tuple[str, ...], start: int = 0) -> int:
     return best
 
 
-def locate_end(render: str, full: str, specials: tuple[str, ...], floor: int = 0) -> int | None:
+def locate_end(render: str, full: str, specials: tuple[str, ...], floor: int = 0, blocks: int = 1) -> int | None:
     """The position in `full` where the text of `render` ends, when `render` is `full[:k]` with one
     block of text added (before its last special token), else None. With a `floor` (a position in
     `full` up to which the caller has placed the messages already), the blocks may be several, all
-    before it: `full[floor:k]` must end `render`."""
+    before it: `full[floor:k]` must end `render`. With `blocks` above 1, up to that many blocks
+    anywhere (Mistral moves both the system text and the tools list to the last user turn)."""
     diverge = common_prefix(render, full)
     # Searched from a little before the divergence: an anchor that holds the added block cannot match.
     anchor_at = last_special(render, specials, max(diverge - _LONGEST_SPECIAL, 0))
@@ -62,8 +65,30 @@ def locate_end(render: str, full: str, specials: tuple[str, ...], floor: int = 0
         end = found + len(anchor)
         if end > lo and render.endswith(full[lo:end]):
             return end
+        if blocks > 1 and end > lo and with_blocks_added(render, full[:end], blocks):
+            return end
         found = full.find(anchor, found + 1)
     return None
+
+
+def with_blocks_added(render: str, text: str, blocks: int, i: int = 0, j: int = 0) -> bool:
+    """Whether `render[i:]` is `text[j:]` with at most `blocks` blocks of text inserted: walked in step;
+    at a mismatch, the block is tried to end at the next place the text resumes and at the places that
+    agree with it the longest (a few each, so a long render costs a few walks, not a search)."""
+    same = common_prefix(render[i:], text[j:])
+    i, j = i + same, j + same
+    if j == len(text):
+        return i == len(render) or blocks > 0  # what is left of render: one more block
+    if blocks == 0:
+        return False
+    places: list[int] = []
+    at = render.find(text[j], i + 1)
+    while at >= 0 and len(places) < _RESUME_PLACES:
+        places.append(at)
+        at = render.find(text[j], at + 1)
+    ranked = sorted(places, key=lambda p: -common_prefix(render[p : p + _AGREE], text[j : j + _AGREE]))
+    tries = ([places[0]] if places else []) + [p for p in ranked[:_RESUME_TRIES] if places and p != places[0]]
+    return any(with_blocks_added(render, text, blocks - 1, p, j) for p in tries)
 
 
 def only_specials(text: str, specials: tuple[str, ...]) -> bool:

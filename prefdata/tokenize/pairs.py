@@ -565,6 +565,11 @@ class PairTokenizer:
         return result
 
 
+# Blocks a template may move out of the prompt once the completion follows (Mistral: the system text
+# and the tools list go to the last user turn).
+_MOVED_BLOCKS = 3
+
+
 def _rendered(prompt: str, full_chosen: str, full_rejected: str, specials: tuple[str, ...] = ()) -> Rendered:
     """A row's renders and where its completions start: after the prompt's render; where a template
     renders the prompt differently once the completion follows, where the prompt's render ends in
@@ -574,8 +579,8 @@ def _rendered(prompt: str, full_chosen: str, full_rejected: str, specials: tuple
     cut = len(prompt)
     if not (full_chosen.startswith(prompt) and full_rejected.startswith(prompt)):
         cut = outside_special(full_chosen, len(os.path.commonprefix([prompt, full_chosen, full_rejected])), specials)
-        located = locate_end(prompt, full_chosen, specials)
-        if located is not None and located == locate_end(prompt, full_rejected, specials) \
+        located = locate_end(prompt, full_chosen, specials, blocks=_MOVED_BLOCKS)
+        if located is not None and located == locate_end(prompt, full_rejected, specials, blocks=_MOVED_BLOCKS) \
                 and full_chosen[:located] == full_rejected[:located]:
             cut = located
     return Rendered(prompt, (full_chosen, full_rejected), cut)

@@ -89,10 +89,23 @@ DEVELOPER = {
 }
 
 
+# A system message, tools and a user turn inside the completion: Mistral moves both the system text
+# and the tools list into that last user turn, two blocks out of the prompt's own render.
+AGENT_THEN_USER = {
+    "id": "agent-then-user", "tools": _TOOLS,
+    "chosen": [{"role": "system", "content": "Be brief."}, _ASK, _call("call00001", "get_weather", {"city": "Paris"}),
+               _tool("call00001", "14C"), {"role": "assistant", "content": "Mild."},
+               {"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "Welcome."}],
+    "rejected": [{"role": "system", "content": "Be brief."}, _ASK, _call("call00001", "get_time", {"city": "Paris"}),
+                 _tool("call00001", "14:02"), {"role": "assistant", "content": "Two o'clock."},
+                 {"role": "user", "content": "Thanks"}, {"role": "assistant", "content": "Sure."}],
+}
+
+
 def _rows() -> list[dict[str, Any]]:
     path = REPO / "examples" / "agent" / "trajectories.jsonl"
     shipped = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return shipped + [TEXT_AND_CALL, CALL_ONLY, DEVELOPER]
+    return shipped + [TEXT_AND_CALL, CALL_ONLY, DEVELOPER, AGENT_THEN_USER]
 
 
 _TOKENIZERS: dict[str, PairTokenizer] = {}
