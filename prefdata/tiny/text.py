@@ -126,7 +126,9 @@ def build_tiny_model(
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        # A real small model's context (Qwen2.5-0.5B's): refs and train refuse pairs past it, and the tests'
+        # long trajectories run past 2,048. Rotary positions: the weights do not depend on it.
+        max_position_embeddings=32768,
         pad_token_id=pad_id,
         tie_word_embeddings=True,
     )
