@@ -25,8 +25,8 @@ TOOLS = [{"type": "function", "function": {"name": name, "description": name, "p
 
 def _turns(first_text: str, name: str, result: str, answer: str) -> list[dict]:
     return [{"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": first_text,
-             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": name, "arguments": {"city": "Paris"}}}]},
+            {"role": "assistant", "content": first_text, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": name, "arguments": {"city": "Paris"}}}]},
             {"role": "tool", "tool_call_id": "c1", "content": result},
             {"role": "assistant", "content": answer}]
 

@@ -7,9 +7,10 @@ The render of the conversation up to (or through) one message is then not a pref
 and where that message's render ends in the full one has to be found.
 
 `locate_end` accepts one kind of difference only, the one those templates make: the partial render is
-the full render's text with one block added (a think block, a moved system message), and ends like
-the full render's text does there (its last special token and what follows it). Anything else gives
-None, so that the caller flags the row instead of guessing.
+the full render's text with blocks added (a think block, a moved system message or tools list: one,
+or a few where the caller allows it), and ends like the full render's text does there (its last
+special token and what follows it). Anything else gives None, so that the caller flags the row
+instead of guessing.
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def with_blocks_added(render: str, text: str, blocks: int, i: int = 0, j: int = 
         places.append(at)
         at = render.find(text[j], at + 1)
     ranked = sorted(places, key=lambda p: -common_prefix(render[p : p + _AGREE], text[j : j + _AGREE]))
-    tries = ([places[0]] if places else []) + [p for p in ranked[:_RESUME_TRIES] if places and p != places[0]]
+    tries = places[:1] + [p for p in ranked[:_RESUME_TRIES] if p != places[0]] if places else []
     return any(with_blocks_added(render, text, blocks - 1, p, j) for p in tries)
 
 
