@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
 # re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
-_STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH)
+_STORED_TOKEN_FLAGS = (F.COMPLETION_TRUNCATED, F.PROMPT_BOUNDARY_MISMATCH, F.SYSTEM_LOST, F.TURN_RENDERS_DIFFERENTLY)
 _STORED_PAIR_FLAGS = (F.MULTI_TURN_COMPLETION, F.TIED_REWARD, F.REWARD_DISAGREES, F.ENVIRONMENT_DIFFERS,
                       F.DIVERGES_AT_NON_MODEL_TURN, F.UNEQUAL_TURNS)
 

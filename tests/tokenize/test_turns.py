@@ -309,3 +309,25 @@ def test_a_turn_that_cannot_be_located_flags_the_row_instead_of_training_on_less
     assert result.exit_code == 1 and (result.rows_out, result.rows_dropped) == (1, 1)
     dropped = [json.loads(line) for line in (tmp_path / "out" / "dropped.jsonl").read_text().splitlines()]
     assert [d["flags"] for d in dropped] == [[F.TURN_RENDERS_DIFFERENTLY]]
+
+
+def test_validate_out_keeps_a_stored_turn_renders_differently(tiny_tokenizer_dir, tmp_path):
+    """A policy that only warns keeps the row; `validate OUT` (which does not render again) reports the
+    flag prepare stored, as it does prompt_boundary_mismatch."""
+    from prefdata.prepare import prepare
+    from prefdata.validate import validate
+
+    rewriting = (
+        "{% for message in messages %}{% set text = message['content'] %}"
+        "{% if message['role'] == 'assistant' and not loop.last %}{% set text = text | upper %}{% endif %}"
+        "{{ '<|im_start|>' + message['role'] + '\n' + text + '<|im_end|>' + '\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    (tmp_path / "rewriting.jinja").write_text(rewriting, encoding="utf-8")
+    (tmp_path / "warn.toml").write_text('[flags]\nturn_renders_differently = "warn"\n', encoding="utf-8")
+    (tmp_path / "raw.jsonl").write_text(json.dumps(CHAT) + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    result = prepare(tmp_path / "raw.jsonl", out, tokenizer=tiny_tokenizer_dir, policy=tmp_path / "warn.toml",
+                     chat_template_file=str(tmp_path / "rewriting.jinja"), progress=False, workers=1)
+    assert result.exit_code == 0 and result.rows_out == 1
+    report = validate(out, policy=tmp_path / "warn.toml", format="json").report
+    assert report["flags"][F.TURN_RENDERS_DIFFERENTLY]["count"] == 1
