@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from prefdata.core.records import Message
 from prefdata.io.formats import HH_ASSISTANT, HH_HUMAN
 from prefdata.io.trajectory import MODEL_ROLE, holds_non_model_turns
-from prefdata.tokenize.locate import common_prefix, locate_end, only_specials
+from prefdata.tokenize.locate import common_prefix, locate_end, only_specials, outside_special
 
 TRAIN_TURNS = ("all", "last")
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -129,7 +129,7 @@ def _turn_start(head: str, base: str | None, full: str, specials: tuple[str, ...
     if at is None:  # the preceding messages render differently in `full` (cannot place the turn)
         return common_prefix(head, full), False
     header = head[len(base):]
-    return at + common_prefix(header, full[at : at + len(header)]), True
+    return outside_special(full, at + common_prefix(header, full[at : at + len(header)]), specials), True
 
 
 def _turn_end(end: str, full: str, start: int, head: str, specials: tuple[str, ...]) -> tuple[int, bool]:
