@@ -45,7 +45,14 @@ else
   $PIP install -q "torch==2.13.0"
 fi
 
-echo "setup: installing prefdata with its dev, bench, trl and ray extras (what the tests need)"
-$PIP install -q -e ".[dev,bench,trl,ray,vision]"
+echo "setup: installing prefdata with its dev, bench, trl, ray, vision and openrlhf extras (what the tests need)"
+$PIP install -q -e ".[dev,bench,trl,ray,vision,openrlhf]"
+# `validate --trainer openrlhf` runs OpenRLHF's own preprocessing (tests/trainers). --no-deps: openrlhf's
+# requirements pin deepspeed and flash-attn (source builds that need CUDA) and another transformers;
+# its preprocessing needs only what prefdata[openrlhf] installed above.
+$PIP install -q --no-deps "openrlhf==0.11.2"
+# Its wheel also installs a top-level `tests` package, which would shadow this repository's tests/.
+site=$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if grep -q '^tests/__init__.py' "$site"/openrlhf-0.11.2.dist-info/RECORD 2>/dev/null; then rm -rf "$site/tests"; fi
 "$PY" -c "import prefdata, torch; print(f'setup: prefdata {prefdata.__version__}, torch {torch.__version__}, cuda={torch.cuda.is_available()}')"
 echo "$want" > "$stamp"

@@ -17,7 +17,7 @@ LAYERS = [
     {"sets"},  # set building: mixtures, sampling, pairing scored completions, decontamination, balance
     {"tokenize"},
     {"checks", "settings"},  # the checks (and the checked-row stream); the commands' declared settings
-    {"report", "model"},  # findings laid out; model-side log-probs and losses
+    {"report", "model", "trainers"},  # findings laid out; model-side log-probs and losses; other trainers' preprocessing
     {"prepare", "validate", "show", "refs", "select", "train", "trl"},  # the commands, and the TRL hand-off
     {"online"},  # generate -> score -> prepare -> refs -> train
     {"cli", "tiny"},  # the command line; tiny models and the demos on top of everything

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from prefdata.report.render_trainer import trainer_markdown
 from prefdata.report.render_images import images_markdown
 from prefdata.report.render_scored import scored_markdown
 from prefdata.report.render_common import (
@@ -45,6 +46,7 @@ def render_markdown(report: Report, *, max_flagged_examples: int = 5) -> str:
     out += _md_hints(report)
     out += _md_baseline(report.get("baseline"))
     out += _md_flags(report, max_flagged_examples)
+    out += trainer_markdown(report)  # validate --trainer: what that trainer trains on
     out += _md_quarantine(report.get("quarantine", {}))
     out += scored_markdown(report, _spark)
     out += _md_decontamination(report.get("decontamination"))

@@ -17,6 +17,7 @@ from prefdata.report.render_common import (
 )
 from prefdata.report.render_images import images_text
 from prefdata.report.render_scored import capped_line, ledger_line
+from prefdata.report.render_trainer import trainer_text
 
 
 def render_text(report: Report, top: int = 8) -> str:
@@ -51,6 +52,7 @@ def render_text(report: Report, top: int = 8) -> str:
     if report.get("sources"):  # a mixture: each source's kept pairs and share of the output
         lines.append("  sources: " + ", ".join(
             f"{s['name']} {s['kept']:,} kept ({pct(s['share_of_kept'])})" for s in report["sources"]))
+    lines += ["  " + line for line in trainer_text(report)]  # validate --trainer: what that trainer trains on
     lines += [f"  hint: {line}" for line in hint_lines(report)]
     if bounded_line(report):
         lines.append("  " + bounded_line(report).replace("`", ""))

@@ -94,6 +94,8 @@ def validate(
     decontaminate_ngram: int = DEFAULT_NGRAM,
     decontaminate_completions: bool = False,
     allowed_image_root: str | Path | list[str | Path] | None = None,
+    trainer: str | None = None,
+    trainer_args: list[str] | None = None,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -116,6 +118,8 @@ def validate(
     `decontaminate_*`: flag `benchmark_overlap` against benchmark files, as in `prepare`.
     INPUT may be a mix file (prefdata.sets.mix): the same sampled records `prepare` reads from it, and
     the report's per-source section.
+    `trainer`, `trainer_args`: also run the rows through that trainer's own preprocessing with its
+    settings (prefdata.trainers); findings at error severity there fail the run too.
     Image paths in rows are read only under the input file's directory (a directory input: that
     directory) or an `allowed_image_root` (none by default); anything else, and an image above the
     policy's `max_image_pixels`, is quarantined naming the path, never opened (prefdata.io.images).
@@ -133,6 +137,10 @@ def validate(
                                  completions=decontaminate_completions)
     index = benchmarks[0] if benchmarks else None
     prepared = is_prepared_dir(input_path)
+    from prefdata.trainers.run import check_trainer_arguments
+
+    trainer_settings = check_trainer_arguments(trainer, trainer_args, tokenizer, prepared,
+                                               trainer is None or (hub is None and not is_mix_file(input_path)))
     mix = None
     if not prepared and is_mix_file(input_path):
         from prefdata.checks.stream import plan_input_mix
@@ -161,11 +169,20 @@ def validate(
                  {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
                   "chat_template_file": str(chat_template_file) if chat_template_file else None})
     report = build_report(builder, None, meta)
+    if trainer_settings is not None:  # what the trainer's own preprocessing makes of the same rows
+        from prefdata.trainers.run import trainer_section
+
+        report["trainer"] = trainer_section(input_path, trainer_settings, str(tokenizer), trust_remote_code,
+                                            pair_tokenizer, loaded_policy)
+        if report["trainer"]["errors"]:
+            report["status"] = "fail"
     if base is not None:
         apply_baseline(report, base)
         exit_code = 1 if report["baseline"]["regressions"] else 0
     else:
         exit_code = 1 if report["errors"] or report["limits_exceeded"] else 0
+    if report.get("trainer", {}).get("errors"):
+        exit_code = 1  # pairs the trainer would train on broken, at the policy's error severity
     rendered = emit(report, format, output)
     # The one failure line for too many dropped pairs (main cause, setting that keeps them), unless
     # a baseline already had it.
