@@ -5,11 +5,16 @@ per_device_train_batch_size): 2 ranks x 2 pairs equal one process with 2 pairs x
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import re
+import struct
 import subprocess
 import sys
+import termios
+import threading
 from pathlib import Path
 
 import datasets
@@ -32,9 +37,33 @@ def _torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "prefdata", *args]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    # stderr is a terminal, as in a user's shell: progress bars are drawn only on one (a redirected
+    # stderr gets none), and the test counts them.
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 120 columns: a bar has room
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=slave, text=True)
+    os.close(slave)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=_drain, args=(master, chunks), daemon=True)
+    reader.start()
+    stdout, _ = proc.communicate(timeout=300)
+    reader.join(timeout=10)
+    os.close(master)
+    stderr = b"".join(chunks).decode(errors="replace").replace("\r\n", "\n")
+    assert proc.returncode == 0, stderr[-3000:]
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _drain(fd: int, chunks: list[bytes]) -> None:
+    """Read a pty's master end until the last writer closes it (EIO on Linux)."""
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        chunks.append(data)
 
 
 def _bars(stderr: str, desc: str) -> int:
