@@ -18,16 +18,18 @@ def _lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_mean_reward_rises_over_rounds_with_a_rule_reward(tmp_path, tiny_model_dir, prompts_file, rules_file):
+def test_rounds_with_a_rule_reward_record_their_accounts_and_chain_their_policies(tmp_path, tiny_model_dir,
+                                                                                 prompts_file, rules_file):
+    """Whether one seed's reward rises is the CPU's float rounding amplified by sampling (issue 40):
+    test_learning.py asserts learning over seeds with pinned arithmetic; this asserts what every run does."""
     out = tmp_path / "run"
     result = run_online(
         prompts_file, model=tiny_model_dir, output=out, reward_fn=f"{rules_file}:count_e", rounds=3,
         prompts_per_round=16, samples=4, max_new_tokens=16, lr=1e-2, beta=0.1, batch_pairs=4, epochs=2,
         batch_size=16, seed=0, device="cpu", progress=False,
     )
-    means = [line["reward_mean"] for line in result.rounds]
-    assert means[0] < means[1] < means[2], means
     lines = _lines(out / "rounds.jsonl")
+    assert [line["reward_mean"] for line in result.rounds] == [line["reward_mean"] for line in lines]
     assert [line["round"] for line in lines] == [1, 2, 3]
     for line in lines:
         assert {"reward_mean", "reward_std", "pairs_kept", "pairs_dropped", "flag_counts", "loss",
