@@ -124,4 +124,12 @@ def test_the_installed_wheel_runs_the_demo_and_the_commands_from_elsewhere(venv,
     assert policy.returncode in (0, 1) and "Traceback" not in policy.stderr, policy.stderr[-2000:]
     assert "max_dropped_share" in policy.stdout + policy.stderr  # pr.toml's rule was read
 
+    # The inputs the other demos (--images, the online demo) default to, and the bundled templates, are installed.
+    check = ("import sys\nfrom pathlib import Path\nimport prefdata.templates, prefdata.tiny.demo as d, "
+             "prefdata.tiny.online_demo as o\n"
+             "assert d.EXAMPLES.is_relative_to(sys.prefix) and (d.EXAMPLES / 'images' / 'pairs.jsonl').is_file()\n"
+             "assert (o.EXAMPLES / 'pairs' / 'explicit.jsonl').is_file()\n"
+             "assert list(Path(prefdata.templates.__file__).parent.glob('*.jinja'))\n")
+    _ok(_run([str(python), "-c", check], tmp_path))
+
     assert _installed_files(venv) == before, "a command wrote inside the installed package"
