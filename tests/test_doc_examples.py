@@ -1,4 +1,5 @@
-"""Every Python example in README.md and docs/*.md runs as written, on a tiny model.
+"""Every Python example and every shell command in README.md and docs/*.md runs as written, on tiny
+models, from a directory that is not the repository (the shell commands: second half of this file).
 
 Each fenced ```python block runs unchanged, as a script, in a fresh directory laid out so that the
 placeholder paths the examples use exist there (nothing in the code is substituted):
