@@ -30,8 +30,8 @@ def needs_untruncated(pair: OpenRLHFPair, settings: OpenRLHFSettings) -> bool:
 
 
 def openrlhf_findings(outcome: OpenRLHFOutcome, full: OpenRLHFOutcome, settings: OpenRLHFSettings,
-                      tokenizer: Any) -> list[TrainerFinding]:
-    """Findings for every row. `full`: OpenRLHF's run with no length limit on the rows it dropped and
+                      tokenizer: Any, rows: list[dict[str, Any]]) -> list[TrainerFinding]:
+    """Findings for every row (`rows`: the rows as handed to OpenRLHF). `full`: OpenRLHF's run with no length limit on the rows it dropped and
     those it may have cut (needs_untruncated), by the same row positions."""
     cause = settings.flag("max_len")
     found: list[TrainerFinding] = []
@@ -45,7 +45,26 @@ def openrlhf_findings(outcome: OpenRLHFOutcome, full: OpenRLHFOutcome, settings:
             f">= data.max_len - 2 (RewardDataset's filter)", cause, fix))
     for row, pair in sorted(outcome.pairs.items()):
         found += _pair_findings(row, pair, full.pairs.get(row), settings, tokenizer)
+        history = _other_history(rows[row], pair, settings, tokenizer)
+        if history:
+            found.append(TrainerFinding(F.PROMPT_BOUNDARY_MISMATCH, row, history,
+                                        "no --data.prompt_key (the prompt is rendered from the chosen conversation)",
+                                        "a prompt column both halves share, given as --data.prompt_key"))
     return found
+
+
+def _other_history(row: dict[str, Any], pair: OpenRLHFPair, settings: OpenRLHFSettings, tokenizer: Any) -> str:
+    """Without a prompt key, OpenRLHF renders the prompt from chosen[:-1] and cuts rejected's rendering at
+    that prompt's length; where rejected's earlier turns differ, the cut falls anywhere."""
+    if settings.prompt_key or not settings.apply_chat_template:
+        return ""
+    chosen, rejected = row.get(settings.chosen_key), row.get(settings.rejected_key)
+    if not isinstance(chosen, list) or not isinstance(rejected, list) or chosen[:-1] == rejected[:-1]:
+        return ""
+    text = tokenizer.decode(pair.rejected.trained)
+    short = text if len(text) <= 80 else text[:77] + "..."
+    return (f"rejected's turns before its last differ from chosen's, but OpenRLHF cuts rejected's rendering at "
+            f"the length of the prompt rendered from chosen's: it trains rejected as {short!r}")
 
 
 def _pair_findings(row: int, pair: OpenRLHFPair, full: OpenRLHFPair | None, settings: OpenRLHFSettings,

@@ -199,11 +199,9 @@ def run_openrlhf(rows: list[dict[str, Any]], tokenizer: Any, settings: OpenRLHFS
 
 def _run(rows: list[dict[str, Any]], tokenizer: Any, settings: OpenRLHFSettings, batch_pairs: int,
          classes: tuple[type, type]) -> OpenRLHFOutcome:
-    import datasets
-
     RewardDataset, DPOTrainer = classes
     outcome = OpenRLHFOutcome()
-    table = datasets.Dataset.from_list(rows)
+    table = _rows_table(rows)
     # num_processors=None: its map runs in this process (1 would still start a pool); the rows are the same.
     dataset = RewardDataset(table, tokenizer, settings.max_len, _strategy(settings),
                             input_template=settings.input_template, is_dpo=True, num_processors=None)
@@ -232,6 +230,22 @@ def _run(rows: list[dict[str, Any]], tokenizer: Any, settings: OpenRLHFSettings,
                 rejected=OpenRLHFHalf(r_ids[0].tolist(), r_mask[0].int().tolist(), rejected_loss),
             )
     return outcome
+
+
+def _rows_table(rows: list[dict[str, Any]]) -> Any:
+    """The rows as the datasets.Dataset OpenRLHF's loader gives RewardDataset. Its map would name its
+    cache by hashing the transform, which pickles the whole tokenizer (seconds per run for some); a
+    fresh name instead changes nothing RewardDataset computes."""
+    import uuid
+
+    import datasets
+
+    class Rows(datasets.Dataset):
+        def map(self, function: Any = None, *args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("new_fingerprint", uuid.uuid4().hex)
+            return super().map(function, *args, **kwargs)
+
+    return Rows.from_list(rows)
 
 
 def _loss_masks(trainer: Any, dataset: Any, items: list[Any]) -> list[tuple[list[int], list[int]]]:

@@ -74,7 +74,7 @@ def trainer_section(input_path: Path, settings: OpenRLHFSettings, tokenizer_path
 
         unlimited = run_openrlhf([rows[i] for i in again], tokenizer, replace(settings, max_len=UNLIMITED))
         full.pairs = {again[k]: pair for k, pair in unlimited.pairs.items()}
-    findings = openrlhf_findings(outcome, full, settings, tokenizer)
+    findings = openrlhf_findings(outcome, full, settings, tokenizer, rows)
     ours = _prefdata_ids(records, pair_tokenizer, normalize_record)
     return {
         "trainer": "openrlhf",

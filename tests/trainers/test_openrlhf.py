@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("openrlhf.datasets", reason="openrlhf is not installed (pip install --no-deps openrlhf==0.11.2)")
 
 from prefdata.cli import main  # noqa: E402
-from prefdata.trainers.openrlhf import OpenRLHFSettings, load_openrlhf, _strategy  # noqa: E402
+from prefdata.trainers.openrlhf import OpenRLHFSettings, _rows_table, _strategy, load_openrlhf  # noqa: E402
 from prefdata.trainers.run import openrlhf_tokenizer  # noqa: E402
 from prefdata.validate.command import validate  # noqa: E402
 
@@ -36,11 +36,10 @@ def _write(tmp_path: Path, rows: list[dict]) -> Path:
 
 
 def _reward_dataset(rows: list[dict], tokenizer_dir: str, settings: OpenRLHFSettings):
-    """OpenRLHF's RewardDataset itself, as train_dpo.py builds it (the test's independent reference)."""
-    import datasets
-
+    """OpenRLHF's RewardDataset itself, as train_dpo.py builds it (the test's independent reference; the
+    rows' table only skips hashing the tokenizer for a cache name)."""
     RewardDataset, _ = load_openrlhf()
-    return RewardDataset(datasets.Dataset.from_list(rows), openrlhf_tokenizer(tokenizer_dir, False), settings.max_len,
+    return RewardDataset(_rows_table(rows), openrlhf_tokenizer(tokenizer_dir, False), settings.max_len,
                          _strategy(settings), input_template=settings.input_template, is_dpo=True, num_processors=None)
 
 
@@ -117,3 +116,36 @@ def test_exit_code_follows_the_policys_severity(tmp_path, tiny_tokenizer_dir, ca
     assert main([*argv, "--policy", "pr"]) == 1  # pr: it is an error
     assert main([*argv[:-4], "--trainer-arg", "data.maxlen=32"]) == 2  # a name OpenRLHF does not read
     assert "data.max_len" in capsys.readouterr().err
+
+
+def test_rejected_with_other_earlier_turns_is_reported_without_a_prompt_key(tmp_path, tiny_tokenizer_dir):
+    row = {"chosen": [{"role": "user", "content": "Hi there."}, {"role": "assistant", "content": "Hello! How can I help?"}],
+           "rejected": [{"role": "user", "content": "Hi there, friend."}, {"role": "assistant", "content": "Go away."}]}
+    result = validate(_write(tmp_path, [row]), tokenizer=tiny_tokenizer_dir, progress=False, trainer="openrlhf",
+                      trainer_args=["data.apply_chat_template"])
+    groups = {g["flag"]: g for g in result.report["trainer"]["findings"]}
+    assert groups["prompt_boundary_mismatch"]["fix"] == ["a prompt column both halves share, given as --data.prompt_key"]
+
+
+@pytest.mark.parametrize("name", ["qwen2.5-instruct", "mistral-7b-instruct-v0.3", "smollm2-135m-instruct",
+                                  "phi-3-mini-4k-instruct", "gpt2"])
+def test_peer_rows_from_shared_data_give_openrlhfs_own_ids(name, shared_dir):
+    """Invariant 7 on real rows and tokenizers: every pair, mask and dropped row prefdata reports is what
+    OpenRLHF's RewardDataset gives (at a max_len that cuts some halves and drops some rows)."""
+    from prefdata.trainers.openrlhf import run_openrlhf
+
+    lines = (shared_dir / "assets" / "data" / "ultrafeedback-sample" / "train.jsonl").read_text(encoding="utf-8")
+    rows = [json.loads(line) for line in lines.splitlines()[:16]]
+    rows = [{key: row[key] for key in ("prompt", "chosen", "rejected")} for row in rows]
+    tokenizer_dir = str(shared_dir / "assets" / "tokenizers" / name)
+    settings = OpenRLHFSettings(max_len=192, prompt_key="prompt")
+    outcome = run_openrlhf(rows, openrlhf_tokenizer(tokenizer_dir, False), settings)
+    dataset = _reward_dataset(rows, tokenizer_dir, settings)
+    assert len(outcome.pairs) == len(dataset) and len(outcome.pairs) + len(outcome.dropped) == len(rows)
+    assert outcome.dropped and any(len(p.chosen.ids) == 192 for p in outcome.pairs.values())  # the limit bites
+    for k, row in enumerate(sorted(outcome.pairs)):
+        c_ids, c_mask, r_ids, r_mask, prompt_len = dataset[k]
+        got = outcome.pairs[row]
+        assert (got.chosen.ids, got.rejected.ids, got.prompt_len) == (c_ids[0].tolist(), r_ids[0].tolist(), prompt_len)
+        assert got.chosen.attention_mask == c_mask[0].int().tolist()
+        assert got.rejected.loss_mask == [int(on and j >= prompt_len) for j, on in enumerate(r_mask[0].tolist())][1:]
