@@ -287,3 +287,18 @@ def test_prepare_quarantines_a_scored_record_whose_weight_float32_cannot_hold(tm
     (quarantined,) = [json.loads(line) for line in (tmp_path / "out" / "quarantine.jsonl").read_text().splitlines()]
     assert quarantined["source_line"] == 2 and quarantined["error"].startswith("weight 1e+39 is outside")
     assert sorted(set(load_pairs(tmp_path / "out", need_refs=False).weights.tolist())) == [0.5, 1.0]
+
+
+def test_the_bound_is_stated_whichever_model_was_validated_first():
+    """pandera drops a check's own name in a subclass validated after its parent: the words stay."""
+    import polars as pl
+
+    from prefdata.core.schema import check_frame
+
+    base = {"prompt_ids": [[1]] * 3, "chosen_ids": [[2]] * 3, "rejected_ids": [[3]] * 3, "source_file": ["r"] * 3,
+            "source_line": [1, 2, 3]}
+    refs = {"ref_chosen_logps": [-1.0] * 3, "ref_rejected_logps": [-1.0] * 3}
+    check_frame(pl.DataFrame(base), "OUT", tokens_only=True)
+    for columns in ({"weight": [1.0, -1.0, 1.0]}, {**refs, "weight": [1.0, -1.0, 1.0]}):
+        with pytest.raises(PrefdataError, match=r"weight is a number, 0 or in \[1e-09, 1e\+09\]: 1 failing, first at r:2"):
+            check_frame(pl.DataFrame({**base, **columns}), "OUT", tokens_only=True)
