@@ -37,6 +37,7 @@ from prefdata.prepare.written import Written, write_rows
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
 from prefdata.report.sections import build_report
+from prefdata.trainers.run import check_trainer_arguments, trainer_section
 from prefdata.sets.balance import check_target
 from prefdata.sets.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
 from prefdata.sets.mix import MixPlan, is_mix_file
@@ -102,6 +103,8 @@ def prepare(
     balance_length: float | None = None,
     seed: int | None = None,
     allowed_image_root: str | Path | list[str | Path] | None = None,
+    trainer: str | None = None,
+    trainer_args: list[str] | None = None,
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
@@ -114,7 +117,9 @@ def prepare(
     count gives the same OUT (same content hash).
     Image paths in rows are read only under the input file's directory (a directory input: that
     directory) or an `allowed_image_root`; anything else, and an image above the policy's
-    `max_image_pixels`, is quarantined naming the path (prefdata.io.images)."""
+    `max_image_pixels`, is quarantined naming the path (prefdata.io.images).
+    `trainer`: also run RAW's rows through that trainer's own preprocessing (prefdata.trainers) into the
+    report's `trainer` section; its findings at error severity make the run exit 1 (OUT is written)."""
     started = time.time()
     check_engine(engine)
     workers = _check_numbers(batch_size, workers, engine)
@@ -128,6 +133,8 @@ def prepare(
     refuse_inputs_inside(out_path, [raw_path, *input_files, policy, tokenizer, processor, chat_template_file,
                                     *_paths(decontaminate_against), *_paths(allowed_image_root)])
     seed = seed if seed is not None else (mix.mix.seed if mix else 0)
+    trainer_settings = check_trainer_arguments(trainer, trainer_args, tokenizer, False,
+                                               trainer is None or (mix is None and hub is None))
     loaded_policy = load_policy(policy)
     benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
                                  completions=decontaminate_completions)
@@ -170,7 +177,11 @@ def prepare(
                 # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
                 "bundled_templates": bundled_templates_for(pair_tokenizer.tokenizer.chat_template),
             }
-            built = _write_reports(tmp, build_report(written.report, written.accounting, meta))
+            built = build_report(written.report, written.accounting, meta)
+            if trainer_settings is not None:  # what the trainer's own preprocessing makes of RAW's rows
+                built["trainer"] = trainer_section(raw_path, trainer_settings, str(tokenizer), trust_remote_code,
+                                                   pair_tokenizer, loaded_policy)
+            built = _write_reports(tmp, built)
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
             if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
                 manifest = _manifest(written, input_files, config, pair_tokenizer, hub, mix)
@@ -210,7 +221,7 @@ def _result(written: Written, built: dict[str, Any], out_path: Path, seconds: fl
         rows_quarantined=accounting["rows_quarantined"],
         flag_counts=dict(written.flag_counts),
         errors=written.errors,
-        exit_code=1 if written.errors or problem else 0,
+        exit_code=1 if written.errors or problem or built.get("trainer", {}).get("errors") else 0,
         report=built,
         seconds=seconds,
         problem=problem,

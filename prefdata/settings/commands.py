@@ -222,6 +222,22 @@ class EngineOptions(Settings):
 
 
 @dataclass(kw_only=True)
+class TrainerOptions(Settings):
+    """Another trainer's own preprocessing on the same rows (prefdata.trainers): prepare and validate."""
+
+    trainer: str | None = setting(
+        None, "also run each pair through this trainer's own preprocessing (its code, CPU only, no model; needs "
+        "--tokenizer and the trainer installed) and check what it will train on; findings say `under <trainer>` "
+        "with the setting that causes them and the one that avoids them (docs/trainers.md)", group=CHECKS,
+        choices=("openrlhf",))  # prefdata.trainers.TRAINERS (it stands above settings)
+    trainer_args: list[str] | None = setting(
+        None, "a --trainer setting as given to that trainer, in its own names: data.max_len=1024, "
+        "data.prompt_key=prompt, data.apply_chat_template, data.input_template=..., data.chosen_key=... "
+        "(OpenRLHF's --data.* flags; its defaults otherwise, max_len 512; repeatable)", group=CHECKS,
+        flag="--trainer-arg", metavar="NAME[=VALUE]", action="append")
+
+
+@dataclass(kw_only=True)
 class GenerationOptions(Settings):
     """Sampling from a policy: generate and online."""
 
@@ -259,7 +275,7 @@ class RewardOptions(Settings):
 
 
 @dataclass(kw_only=True)
-class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
+class PrepareSettings(Progress, TrainerOptions, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
     tokenizer: str | None = setting(None, "Hugging Face tokenizer directory", group=IO, metavar="PATH",
                                     required=True, exclusive="reader")
     processor: str | None = setting(
@@ -299,7 +315,7 @@ class PrepareSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpti
 
 
 @dataclass(kw_only=True)
-class ValidateSettings(Progress, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
+class ValidateSettings(Progress, TrainerOptions, EngineOptions, DecontaminateOptions, PairingOptions, TokenizeOptions):
     tokenizer: str | None = setting(None, "also run token-level checks (after truncation)", group=IO, metavar="PATH",
                                     exclusive="reader")
     processor: str | None = setting(
@@ -325,16 +341,6 @@ class ValidateSettings(Progress, EngineOptions, DecontaminateOptions, PairingOpt
     template_date: str | None = setting(
         None, "the date templates print (strftime_now, date_string), pinned so OUT does not change with the day",
         group=TEMPLATE, metavar="YYYY-MM-DD", default_text=DEFAULT_TEMPLATE_DATE)
-    trainer: str | None = setting(
-        None, "also run each pair through this trainer's own preprocessing (its code, CPU only, no model; needs "
-        "--tokenizer and the trainer installed) and check what it will train on; findings say `under <trainer>` "
-        "with the setting that causes them and the one that avoids them (docs/trainers.md)", group=CHECKS,
-        choices=("openrlhf",))  # prefdata.trainers.TRAINERS (it stands above settings)
-    trainer_args: list[str] | None = setting(
-        None, "a --trainer setting as given to that trainer, in its own names: data.max_len=1024, "
-        "data.prompt_key=prompt, data.apply_chat_template, data.input_template=..., data.chosen_key=... "
-        "(OpenRLHF's --data.* flags; its defaults otherwise, max_len 512; repeatable)", group=CHECKS,
-        flag="--trainer-arg", metavar="NAME[=VALUE]", action="append")
     batch_size: int = setting(1000, "records per processing batch", group=RUN, flag=False, parse=positive_int)
     workers: int | None = setting(None, "processes that check raw input (with --engine ray: Ray actors)", group=RUN,
                                   metavar="N", parse=positive_int, default_text="all cores, at most 8")

@@ -149,3 +149,13 @@ def test_peer_rows_from_shared_data_give_openrlhfs_own_ids(name, shared_dir):
         assert (got.chosen.ids, got.rejected.ids, got.prompt_len) == (c_ids[0].tolist(), r_ids[0].tolist(), prompt_len)
         assert got.chosen.attention_mask == c_mask[0].int().tolist()
         assert got.rejected.loss_mask == [int(on and j >= prompt_len) for j, on in enumerate(r_mask[0].tolist())][1:]
+
+
+def test_prepare_takes_the_same_trainer_flags_and_writes_the_section(tmp_path, tiny_tokenizer_dir):
+    path = _write(tmp_path, [{**SUN, "prompt": "word " * 80}, {"prompt": "What is 2+2?", "chosen": "4", "rejected": "5"}])
+    argv = ["prepare", str(path), str(tmp_path / "out"), "--tokenizer", tiny_tokenizer_dir, "--no-progress",
+            "--trainer", "openrlhf", "--trainer-arg", "data.max_len=32", "--trainer-arg", "data.prompt_key=prompt"]
+    assert main([*argv, "--policy", "pr"]) == 1  # OpenRLHF drops the long row: an error under pr
+    report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
+    assert report["trainer"]["dropped_rows"] == 1 and report["trainer"]["errors"] == 1
+    assert "Under openrlhf" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
