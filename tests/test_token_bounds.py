@@ -145,3 +145,22 @@ def test_rope_scaling_stretches_the_position_limit():
         "rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192})) == 131072
     assert position_limit(model(text_config=SimpleNamespace(max_position_embeddings=8192))) == 8192
     assert position_limit(model()) is None
+
+
+def test_an_id_past_the_embedding_is_found_in_any_chunk_at_its_dataset_row():
+    """OUT's columns are memory-mapped in chunks: the check reads them chunk by chunk and names the row
+    counted over the whole dataset."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from prefdata.model.bounds import check_pairs_fit_model
+
+    embedding = SimpleNamespace(num_embeddings=100)
+    model = SimpleNamespace(config=SimpleNamespace(max_position_embeddings=64), get_input_embeddings=lambda: embedding)
+    ok = pa.chunked_array([pa.array([[1, 2], [3]]), pa.array([[4], [5, 6]])])
+    bad = pa.chunked_array([pa.array([[1, 2], [3]]), pa.array([[4], [5, 100]])])
+    check_pairs_fit_model(model, {"prompt_ids": ok, "chosen_ids": ok, "rejected_ids": ok}, str)
+    with pytest.raises(PrefdataError, match="the pair at 3 holds token id 100 in chosen_ids, outside the model's "
+                                            "embedding of 100 ids"):
+        check_pairs_fit_model(model, {"prompt_ids": ok, "chosen_ids": bad, "rejected_ids": ok}, str)

@@ -61,16 +61,12 @@ def check_pairs_fit_model(model: Any, ids: dict[str, Any], where: Callable[[int]
     vocabulary = embedding_rows(model)
     if vocabulary is not None:
         for name in ("prompt_ids", "chosen_ids", "rejected_ids"):
-            column = ids[name]
-            flat = pc.list_flatten(column)
-            if len(flat) == 0 or pc.max(flat).as_py() < vocabulary:
-                continue
-            too_big = pc.greater_equal(flat, vocabulary).to_numpy(zero_copy_only=False)
-            position = int(np.argmax(too_big))
-            row = int(pc.list_parent_indices(column).to_numpy(zero_copy_only=False)[position])
-            raise PrefdataError(
-                f"the pair at {where(row)} holds token id {flat[position].as_py()} in {name}, outside the "
-                f"model's embedding of {vocabulary} ids: prepare the data with this model's tokenizer")
+            found = _first_id_at_least(ids[name], vocabulary)
+            if found is not None:
+                row, token = found
+                raise PrefdataError(
+                    f"the pair at {where(row)} holds token id {token} in {name}, outside the model's embedding of "
+                    f"{vocabulary} ids: prepare the data with this model's tokenizer")
     limit = position_limit(model) or DEFAULT_MAX_LENGTH
     lengths = {name: pc.list_value_length(ids[name]).to_numpy(zero_copy_only=False).astype(np.int64)
                for name in ("prompt_ids", "chosen_ids", "rejected_ids")}
@@ -82,6 +78,22 @@ def check_pairs_fit_model(model: Any, ids: dict[str, Any], where: Callable[[int]
         raise PrefdataError(
             f"the pair at {where(row)} is {int(longest[row]):,} tokens long (prompt + completion), "
             f"beyond the {limit:,} the model takes ({source}): prepare it again with --max-length")
+
+
+def _first_id_at_least(column: Any, bound: int) -> tuple[int, int] | None:
+    """(row, id) of the first id >= `bound` in a list column, chunk by chunk (a memory-mapped column is
+    never copied whole), or None."""
+    import pyarrow.compute as pc
+
+    first_row = 0
+    for chunk in getattr(column, "chunks", [column]):
+        flat = pc.list_flatten(chunk)
+        if len(flat) and pc.max(flat).as_py() >= bound:
+            position = int(np.argmax(pc.greater_equal(flat, bound).to_numpy(zero_copy_only=False)))
+            row = int(pc.list_parent_indices(chunk).to_numpy(zero_copy_only=False)[position])
+            return first_row + row, int(flat[position].as_py())
+        first_row += len(chunk)
+    return None
 
 
 def source_of(table: Any) -> Callable[[int], str]:

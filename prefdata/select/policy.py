@@ -53,8 +53,8 @@ def mean_token_logps(table: Any, model: str | Path, *, tokenizer_fingerprint: st
     if "images" in table.column_names:
         raise PrefdataError("the on_policy signal is not built for image OUTs yet")
     net, _ = _load_policy(model, tokenizer_fingerprint, device)
-    check_pairs_fit_model(net, {name: table.column(name).combine_chunks()  # as refs and train: one line, no IndexError
-                                for name in ("prompt_ids", "chosen_ids", "rejected_ids")}, source_of(table))
+    check_pairs_fit_model(net, {name: table.column(name) for name in ("prompt_ids", "chosen_ids", "rejected_ids")},
+                          source_of(table))  # as refs and train: one line naming the pair, no IndexError
     layout = choose_layout(net, "auto")
     lens = {name: pc.list_value_length(table.column(name)).to_numpy(zero_copy_only=False)
             for name in ("prompt_ids", "chosen_ids", "rejected_ids")}

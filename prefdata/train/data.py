@@ -78,7 +78,7 @@ class PairData:
         tokens actually put through the model (the prompt once where it is shared). Refuses (one
         line) a pair the model cannot take: an id past its embedding, a half past its positions."""
         table = self.dataset.data.table
-        check_pairs_fit_model(model, {name: table.column(name).combine_chunks() for name in self.lengths},
+        check_pairs_fit_model(model, {name: table.column(name) for name in self.lengths},
                               lambda row: self.sources_of([row])[0])
         self.forward_tokens, self.padding_free, self.shared_pairs = list(self.pair_tokens), False, 0
         if layout not in BLOCK_LAYOUTS:
