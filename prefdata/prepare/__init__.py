@@ -181,6 +181,8 @@ def prepare(
             if trainer_settings is not None:  # what the trainer's own preprocessing makes of RAW's rows
                 built["trainer"] = trainer_section(raw_path, trainer_settings, str(tokenizer), trust_remote_code,
                                                    pair_tokenizer, loaded_policy)
+                if built["trainer"]["errors"]:
+                    built["status"] = "fail"
             built = _write_reports(tmp, built)
             nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
             if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
