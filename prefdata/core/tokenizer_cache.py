@@ -10,6 +10,10 @@ The cache key includes every file of the directory with its size and modificatio
 saved again into the same directory is loaded afresh. Names that are not local directories (the
 Hugging Face cache) are not cached. What is computed from a tokenizer handed out read only (its
 fingerprint) is kept with it (`remembered`).
+
+A directory that states its tokenizer class (and holds no model config) is loaded with that class
+directly, the class AutoTokenizer would pick (prefdata.core.tokenizer_class): AutoTokenizer's model
+configuration machinery imports torch, seconds of a short `validate` or `prepare`.
 """
 
 from __future__ import annotations
@@ -36,8 +40,6 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
     """`AutoTokenizer.from_pretrained(path, ...)`, loaded from disk once per process for a local
     directory whose files have not changed since; each call returns its own copy, except with
     `read_only`: a caller that only encodes, fingerprints or saves it gets the cached one itself."""
-    from transformers import AutoTokenizer
-
     path = str(path)
     try:
         key = _directory_key(path, trust_remote_code, kwargs)
@@ -54,7 +56,7 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
             del _LOADED[key]
             _REMEMBERED.pop(key, None)
             key = None
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
+    tokenizer = _from_pretrained(path, trust_remote_code, kwargs)
     if key is not None:
         try:
             _LOADED[key] = copy.deepcopy(tokenizer)  # the caller may change the one it gets
@@ -64,6 +66,17 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
             dropped, _ = _LOADED.popitem(last=False)
             _REMEMBERED.pop(dropped, None)
     return tokenizer
+
+
+def _from_pretrained(path: str, trust_remote_code: bool, kwargs: dict[str, Any]) -> Any:
+    from prefdata.core.tokenizer_class import direct_tokenizer_class
+
+    direct = direct_tokenizer_class(path, trust_remote_code, kwargs)
+    if direct is not None:
+        return direct.from_pretrained(path, **kwargs)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
 
 
 def remembered(tokenizer: Any, what: str, compute: Callable[[Any], Any]) -> Any:

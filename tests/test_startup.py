@@ -1,0 +1,154 @@
+"""Start-up: `validate` and `prepare` load a tokenizer without torch (issue 45), and the tokenizer
+they load that way is the one AutoTokenizer gives: same class, same ids, same chat renders."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from prefdata.core.tokenizer_class import AUTO_BACKEND_NAMES, direct_tokenizer_class
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_TOKENIZERS = REPO.parent / "shared" / "assets" / "tokenizers"
+
+TEXTS = [
+    "Hello world",
+    " leading space, trailing space ",
+    "Line one\nline two\n\n  indented\tand tabbed",
+    "Ünïcödé — 中文 — emoji 🙂",
+    "",
+    "a" * 300,
+]
+CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "What is 2+2?"},
+    {"role": "assistant", "content": "4"},
+    {"role": "user", "content": "And 3+3?"},
+]
+
+
+def _tokenizer_dirs() -> list[str]:
+    if not SHARED_TOKENIZERS.is_dir():
+        return []
+    return sorted(str(p) for p in SHARED_TOKENIZERS.iterdir() if (p / "tokenizer_config.json").is_file())
+
+
+def _assert_same(path: str) -> None:
+    from transformers import AutoTokenizer
+
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
+    from prefdata.io.manifest import tokenizer_fingerprint
+
+    direct = direct_tokenizer_class(path)
+    assert direct is not None, f"{path}: expected the direct path to apply"
+    fast = load_pretrained_tokenizer(path)
+    auto = AutoTokenizer.from_pretrained(path)
+    assert type(fast) is type(auto)
+    assert len(fast) == len(auto)
+    for attr in ("bos_token", "eos_token", "pad_token", "unk_token", "padding_side", "truncation_side"):
+        assert getattr(fast, attr) == getattr(auto, attr), attr
+    assert fast.all_special_tokens == auto.all_special_tokens
+    assert fast.chat_template == auto.chat_template
+    assert tokenizer_fingerprint(fast) == tokenizer_fingerprint(auto)
+    specials = " ".join(t for t in (auto.bos_token, auto.eos_token, auto.pad_token) if t)
+    texts = TEXTS + [f"{specials} between {specials}", f"{auto.eos_token or ''}tail"]
+    for text in texts:
+        for add in (True, False):
+            assert fast(text, add_special_tokens=add)["input_ids"] == auto(text, add_special_tokens=add)["input_ids"], (text, add)
+    assert fast(texts)["input_ids"] == auto(texts)["input_ids"]
+    if auto.chat_template is not None:
+        for messages, generation in ((CONVERSATION, True), (CONVERSATION[:3], False)):
+            kwargs = {"add_generation_prompt": generation}
+            assert fast.apply_chat_template(messages, tokenize=False, **kwargs) == auto.apply_chat_template(
+                messages, tokenize=False, **kwargs
+            )
+            fast_ids = fast.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)["input_ids"]
+            auto_ids = auto.apply_chat_template(messages, tokenize=True, return_dict=True, **kwargs)["input_ids"]
+            assert fast_ids == auto_ids
+
+
+@pytest.mark.parametrize("path", _tokenizer_dirs() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="../shared/assets/tokenizers is not present"))], ids=lambda p: os.path.basename(p or "none"))
+def test_direct_load_equals_autotokenizer_for_shared_tokenizers(path):
+    _assert_same(path)
+
+
+def test_direct_load_equals_autotokenizer_for_the_tiny_tokenizer(tiny_tokenizer_dir):
+    _assert_same(tiny_tokenizer_dir)
+
+
+def test_autotokenizer_still_decides_where_the_class_depends_on_more(tmp_path, tiny_tokenizer_dir):
+    import shutil
+
+    model_like = tmp_path / "model"
+    shutil.copytree(tiny_tokenizer_dir, model_like)
+    (model_like / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
+    assert direct_tokenizer_class(str(model_like)) is None  # the model type can change the class
+    assert direct_tokenizer_class(tiny_tokenizer_dir, trust_remote_code=True) is None
+    remote = tmp_path / "remote"
+    shutil.copytree(tiny_tokenizer_dir, remote)
+    config = json.loads((remote / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": [None, "tok.MyTokenizer"]}
+    (remote / "tokenizer_config.json").write_text(json.dumps(config))
+    assert direct_tokenizer_class(str(remote)) is None
+
+
+def test_autotokenizers_backend_names_are_all_known():
+    """The copy of the names AutoTokenizer forces onto TokenizersBackend covers transformers' list."""
+    from transformers.models.auto import tokenization_auto
+
+    assert set(tokenization_auto.MODEL_IDS_TO_TOKENIZERS_BACKEND) <= set(AUTO_BACKEND_NAMES)
+
+
+_PROBE = """
+import json, sys
+from prefdata.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+heavy = ("torch", "transformers", "datasets", "pandas", "pandera", "polars", "matplotlib")
+print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules]}), file=sys.stderr)
+"""
+
+
+def _modules_after(args: list[str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+    return json.loads(done.stderr.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def tiny_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("startup") / "pairs.jsonl"
+    rows = [{"prompt": f"Question {i}?", "chosen": f"A good answer {i}.", "rejected": f"A bad one {i}."}
+            for i in range(20)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_validate_text_only_imports_no_tokenizer_library(tiny_file):
+    result = _modules_after(["validate", str(tiny_file), "--no-progress"])
+    assert result["code"] in (0, 1, None)
+    assert result["loaded"] == []
+
+
+def test_validate_with_a_tokenizer_does_not_import_torch(tiny_file, tiny_tokenizer_dir):
+    result = _modules_after(["validate", str(tiny_file), "--tokenizer", tiny_tokenizer_dir, "--no-progress"])
+    assert result["code"] in (0, 1, None)
+    assert "transformers" in result["loaded"]  # the tokenizer was really loaded
+    assert "torch" not in result["loaded"]
+
+
+def test_prepare_does_not_import_torch(tiny_file, tiny_tokenizer_dir, tmp_path):
+    out = tmp_path / "out"
+    result = _modules_after(["prepare", str(tiny_file), str(out), "--tokenizer", tiny_tokenizer_dir,
+                             "--workers", "1", "--no-progress"])
+    assert result["code"] in (0, None)
+    assert (out / "manifest.json").is_file()
+    assert "torch" not in result["loaded"]
