@@ -11,7 +11,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "prefdata"
 REPORT = PACKAGE / "report"
 RENDERING = {"render_common", "render_text", "render_markdown", "render_html", "render_github", "render_scored",
-             "render_images", "render_selection", "svg"}
+             "render_images", "render_selection", "render_trainer", "svg"}
 # What report/ may import from prefdata: the layers below it, and itself.
 BELOW_REPORT = ("prefdata.core", "prefdata.checks", "prefdata.report")
 
