@@ -101,7 +101,8 @@ def zero_margin_losses(loss: str, beta: float, label_smoothing: float, simpo_gam
     row): -logσ(-δ) for sigmoid. A stalled run with offsets sits at their mean, not at ln 2."""
     import numpy as np
 
-    shift = torch.as_tensor(np.asarray(offsets, dtype=np.float32))
+    with np.errstate(over="ignore"):  # an offset past float32 (only through the Python API) is inf: the run stops
+        shift = torch.as_tensor(np.asarray(offsets, dtype=np.float32))
     zero, one = torch.zeros_like(shift), torch.ones_like(shift)
     out = dpo_loss(zero, zero, zero, zero, loss_type=loss, beta=beta, label_smoothing=label_smoothing,
                    chosen_counts=one, rejected_counts=one, simpo_gamma=simpo_gamma, offsets=shift)
