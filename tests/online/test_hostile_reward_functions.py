@@ -154,3 +154,13 @@ def test_a_timer_the_caller_set_keeps_running(tmp_path):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_online_with_a_reward_function_that_exits_at_import_is_exit_2(tmp_path, tiny_model_dir, prompts_file, capsys):
+    spec = _reward_file(tmp_path, "    return [1.0 for _ in completions]", at_import="sys.exit(0)")
+    capsys.readouterr()
+    code = main(["online", str(prompts_file), "--model", tiny_model_dir, "--reward-fn", spec, "--output",
+                 str(tmp_path / "run"), "--rounds", "1", "--device", "cpu", "--no-progress"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "called sys.exit(0)" in err, err
+    assert not list((tmp_path / "run").glob("round-*"))
