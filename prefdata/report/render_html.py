@@ -24,6 +24,7 @@ from prefdata.report.render_common import (
     threshold_value,
 )
 from prefdata.report.render_common import balance_line, length_bias_units_line, source_cells
+from prefdata.report.render_trainer import trainer_html
 from prefdata.report.render_images import images_html
 from prefdata.report.render_scored import scored_html
 from prefdata.report.svg import svg_histogram
@@ -120,6 +121,7 @@ def render_html(report: Report) -> str:
     body += [f'<p class="hint"><b>Hint:</b> {esc(line)}</p>' for line in hint_lines(report)]
     body += _html_baseline(report.get("baseline"))
     body += _html_flags(report)
+    body += trainer_html(report)  # validate/prepare --trainer: what that trainer trains on
     body += _html_quarantine(report.get("quarantine", {}))
     body += scored_html(report)
     body += _html_decontamination(report.get("decontamination"))

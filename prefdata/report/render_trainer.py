@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefdata.report.render_common import locs
+from prefdata.report.render_common import esc, locs
 
 Report = dict[str, Any]
 
@@ -72,4 +72,35 @@ def trainer_markdown(report: Report) -> list[str]:
             out.append(f"| {_where(e)} | {e['half']} | {e['position']} | `{_cell(repr(e['before']))}` | "
                        f"`{_cell(_pieces(e['prefdata']))}` | `{_cell(_pieces(e['trainer']))}` |")
         out.append("")
+    return out
+
+
+def trainer_html(report: Report) -> list[str]:
+    section = report.get("trainer")
+    if not section:
+        return []
+    name = section["trainer"]
+    out = [f"<h2>Under {esc(name)}</h2>",
+           f"<p>{esc(name)} {esc(section['version'])} with <code>{esc(' '.join(section['settings']))}</code>: "
+           f"{section['trained_pairs']:,} of {section['rows']:,} rows trained, {section['dropped_rows']:,} dropped by "
+           f"{esc(name)}.</p>"]
+    if section["findings"]:
+        out.append("<table><tr><th>flag</th><th>severity</th><th>rows</th><th>cause</th><th>avoided by</th>"
+                   "<th>e.g.</th></tr>")
+        for g in section["findings"]:
+            first = g["examples"][0]
+            out.append(f"<tr><td><code>{esc(g['flag'])}</code></td><td>{esc(g['severity'])}</td><td class=n>{g['rows']:,}</td>"
+                       f"<td>{esc('; '.join(g['cause']))}</td><td>{esc('; '.join(g['fix']))}</td>"
+                       f"<td>{esc(_where(first))}: {esc(first['detail'])}</td></tr>")
+        out.append("</table>")
+    c = section["comparison"]
+    out.append(f"<p>{esc(_comparison_line(c, name))}.</p>")
+    if c["examples"]:
+        out.append(f"<table><tr><th>row</th><th>half</th><th>token</th><th>after</th><th>prefdata</th>"
+                   f"<th>{esc(name)}</th></tr>")
+        for e in c["examples"]:
+            out.append(f"<tr><td>{esc(_where(e))}</td><td>{esc(e['half'])}</td><td class=n>{e['position']}</td>"
+                       f"<td><code>{esc(repr(e['before']))}</code></td><td><code>{esc(_pieces(e['prefdata']))}</code></td>"
+                       f"<td><code>{esc(_pieces(e['trainer']))}</code></td></tr>")
+        out.append("</table>")
     return out

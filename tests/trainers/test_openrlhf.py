@@ -158,4 +158,5 @@ def test_prepare_takes_the_same_trainer_flags_and_writes_the_section(tmp_path, t
     assert main([*argv, "--policy", "pr"]) == 1  # OpenRLHF drops the long row: an error under pr
     report = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))
     assert report["trainer"]["dropped_rows"] == 1 and report["trainer"]["errors"] == 1 and report["status"] == "fail"
-    assert "Under openrlhf" in (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
+    for name in ("report.md", "report.html"):
+        assert "Under openrlhf" in (tmp_path / "out" / name).read_text(encoding="utf-8")
