@@ -152,3 +152,18 @@ def test_prepare_does_not_import_torch(tiny_file, tiny_tokenizer_dir, tmp_path):
     assert result["code"] in (0, None)
     assert (out / "manifest.json").is_file()
     assert "torch" not in result["loaded"]
+
+
+def test_a_read_only_first_load_is_kept_uncopied_and_others_still_get_copies(tiny_tokenizer_dir, tmp_path):
+    import shutil
+
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
+
+    path = tmp_path / "tok"
+    shutil.copytree(tiny_tokenizer_dir, path)
+    shared = load_pretrained_tokenizer(path, read_only=True)
+    assert load_pretrained_tokenizer(path, read_only=True) is shared
+    mine = load_pretrained_tokenizer(path)
+    assert mine is not shared
+    mine.chat_template = "{{ 'changed' }}"
+    assert load_pretrained_tokenizer(path, read_only=True).chat_template != "{{ 'changed' }}"
