@@ -95,7 +95,12 @@ def _pair_findings(row: int, pair: OpenRLHFPair, full: OpenRLHFPair | None, sett
         empty = [h for h in ("chosen", "rejected") if not getattr(pair, h).trained]
         found.append(TrainerFinding(F.NO_COMPLETION_TOKENS, row, f"{' and '.join(empty)}: no token in OpenRLHF's "
                                     "loss mask", cause, "a shorter prompt or a longer --data.max_len"))
-    if F.IDENTICAL_AFTER_TRUNCATION in flags:
+    if F.IDENTICAL_AFTER_TRUNCATION in flags and pair.chosen_text == pair.rejected_text:
+        # the row's own halves are the same text: prefdata's `identical`, whatever OpenRLHF does
+        found.append(TrainerFinding(F.IDENTICAL, row, _identical_detail(pair, tokenizer),
+                                    "the row itself: chosen and rejected are the same text",
+                                    "no OpenRLHF setting: fix or remove the row"))
+    elif F.IDENTICAL_AFTER_TRUNCATION in flags:
         found.append(TrainerFinding(F.IDENTICAL_AFTER_TRUNCATION, row, _identical_detail(pair, tokenizer),
                                     *_identical_fix(pair, full, settings)))
     elif pair.chosen.trained != pair.rejected.trained and _same_words(pair, tokenizer):

@@ -160,3 +160,15 @@ def test_prepare_takes_the_same_trainer_flags_and_writes_the_section(tmp_path, t
     assert report["trainer"]["dropped_rows"] == 1 and report["trainer"]["errors"] == 1 and report["status"] == "fail"
     for name in ("report.md", "report.html"):
         assert "Under openrlhf" in (tmp_path / "out" / name).read_text(encoding="utf-8")
+
+
+def test_halves_openrlhfs_newline_strip_makes_equal_are_told_apart_from_equal_rows(tmp_path, tiny_tokenizer_dir):
+    rows = [{"prompt": "Hi", "chosen": "Same.", "rejected": "Same."},  # the row's own problem
+            {"prompt": "Hi", "chosen": "Same.\n", "rejected": "Same."}]  # OpenRLHF's .rstrip("\n") makes it
+    result = validate(_write(tmp_path, rows), tokenizer=tiny_tokenizer_dir, progress=False, trainer="openrlhf",
+                      trainer_args=["data.prompt_key=prompt"])
+    groups = {g["flag"]: g for g in result.report["trainer"]["findings"]}
+    assert [e["source_line"] for e in groups["identical"]["examples"]] == [1]
+    assert [e["source_line"] for e in groups["identical_after_truncation"]["examples"]] == [2]
+    assert groups["identical_after_truncation"]["cause"] == ["OpenRLHF's processing (it strips trailing newlines, "
+                                                             "then adds ' ' + EOS)"]
