@@ -332,7 +332,8 @@ def test_validate_out_rechecks_the_stored_masks(prepared, tmp_path):
     rows = rows.remove_columns("chosen_loss_mask").add_column("chosen_loss_mask", zeroed)
     broken = tmp_path / "broken"
     rows.save_to_disk(str(broken))
-    shutil.copy(out / "manifest.json", broken / "manifest.json")
+    for name in ("manifest.json", "dropped.jsonl", "quarantine.jsonl"):  # the ledger stays whole: only a mask changed
+        shutil.copy(out / name, broken / name)
     report = validate(broken, format="json").report
     assert report["flags"][F.NO_TRAINED_TOKENS]["count"] == 1
     assert report["flags"][F.NO_TRAINED_TOKENS]["examples"][0]["source_line"] == 2
