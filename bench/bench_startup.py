@@ -1,0 +1,108 @@
+"""Start-up of `prefdata validate` and `prefdata prepare` on a small file, as whole processes (issue 45).
+
+    python bench/bench_startup.py                      # this tree, 5 runs of each command
+    python bench/bench_startup.py --before ../old/     # the same commands on another tree's prefdata, alternated
+
+Runs each command as a fresh `python -m prefdata ...` process: the first N rows of the UltraFeedback
+sample (default 50; ../shared/assets/data/ultrafeedback-sample/train.jsonl) validated text-only,
+validated with `--tokenizer`, and prepared with `--workers 1`. Prints each command's best and median
+wall time and its CPU time (user + sys of the process and its children), then one extra run under
+`python -X importtime` for what does not depend on the machine's load: how many modules were imported,
+the summed import time, and whether torch was among them. `--before DIR` puts DIR (a directory holding
+another tree's `prefdata/` package) first on PYTHONPATH for the B runs; A and B alternate run by run,
+so a change in the machine's load reaches both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "assets"
+_IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)")
+
+
+def _commands(data: Path, tokenizer: str, out: Path) -> dict[str, list[str]]:
+    return {
+        "validate (text checks)": ["validate", str(data), "--no-progress"],
+        "validate --tokenizer": ["validate", str(data), "--tokenizer", tokenizer, "--no-progress"],
+        "prepare --workers 1": ["prepare", str(data), str(out), "--overwrite", "--tokenizer", tokenizer,
+                                "--workers", "1", "--no-progress"],
+    }
+
+
+def _env(before: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if before:
+        env["PYTHONPATH"] = before + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
+    start_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "prefdata", *args], env=env, cwd=tempfile.gettempdir(),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - start
+    end_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (end_cpu.ru_utime - start_cpu.ru_utime) + (end_cpu.ru_stime - start_cpu.ru_stime)
+    return wall, cpu
+
+
+def _imports(args: list[str], env: dict[str, str]) -> tuple[int, float, bool]:
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "prefdata", *args], env=env,
+                          cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True, check=False)
+    rows = [m for m in map(_IMPORT_LINE.match, done.stderr.splitlines()) if m]
+    names = {m[4] for m in rows}
+    return len(rows), sum(int(m[1]) for m in rows) / 1e6, "torch" in names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--tokenizer", default=str(SHARED / "tokenizers" / "qwen2.5-instruct"))
+    parser.add_argument("--data", default=str(SHARED / "data" / "ultrafeedback-sample" / "train.jsonl"))
+    parser.add_argument("--before", default=None, help="a directory holding another tree's prefdata/ package")
+    args = parser.parse_args()
+    if not Path(args.data).is_file() or not Path(args.tokenizer).is_dir():
+        sys.exit(f"bench_startup: needs {args.data} and {args.tokenizer} (../shared/assets)")
+    work = Path(tempfile.mkdtemp(prefix="prefdata-startup-"))
+    data = work / f"pairs-{args.rows}.jsonl"
+    with open(args.data, encoding="utf-8") as source, open(data, "w", encoding="utf-8") as sink:
+        for _, line in zip(range(args.rows), source):
+            sink.write(line)
+    sides = {"A (this tree)": _env(None)}
+    if args.before:
+        sides["B (--before)"] = _env(str(Path(args.before).resolve()))
+    print(f"{args.rows} rows, tokenizer {Path(args.tokenizer).name}, {args.runs} runs after one warm-up, "
+          f"load average {os.getloadavg()[0]:.1f} at the start")
+    for name, command in _commands(data, args.tokenizer, work / "out").items():
+        results: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
+        for side, env in sides.items():
+            _timed(command, env)  # warm-up: page cache, bytecode
+        for _ in range(args.runs):
+            for side, env in sides.items():
+                results[side].append(_timed(command, env))
+        for side, env in sides.items():
+            walls = [w for w, _ in results[side]]
+            cpus = [c for _, c in results[side]]
+            modules, import_s, torch = _imports(command, env)
+            print(f"{name:24s} {side:14s} wall best {min(walls):5.2f} s, median {statistics.median(walls):5.2f} s; "
+                  f"CPU median {statistics.median(cpus):5.2f} s; {modules} modules imported in {import_s:4.2f} s"
+                  f"{', torch among them' if torch else ', no torch'}")
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
+
+
+if __name__ == "__main__":
+    main()
