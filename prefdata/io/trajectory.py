@@ -18,9 +18,10 @@ MODEL_ROLE = "assistant"
 # One half with this many times the other's assistant turns (and UNEQUAL_TURNS_MIN_GAP more) is flagged.
 UNEQUAL_TURNS_RATIO = 3
 UNEQUAL_TURNS_MIN_GAP = 3
-# A completion's turn spans come from two renders per assistant turn, each as long as the conversation:
-# the cost grows with the square of its length. 200-turn agent runs take ~3 s a pair; far longer ones
-# are refused, one record, instead of holding a worker for minutes.
+# A completion's turn spans come from renders of the conversation up to and through each assistant turn:
+# built from short windows where the template allows it (tokenize.turn_windows: a 999-message Qwen3 pair
+# prepares in ~4 s), else rendered whole, a cost that grows with the square of the length. Far longer
+# completions are refused, one record, instead of holding a worker for minutes.
 MAX_COMPLETION_MESSAGES = 1024
 
 

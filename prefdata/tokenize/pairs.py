@@ -32,13 +32,14 @@ from __future__ import annotations
 import os
 from array import array
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError, RecordError, first_line
 from prefdata.core.reasoning import carries_reasoning_or_tools, reasoning_end
 from prefdata.core.records import Message, Pair, TokenizedPair
 from prefdata.io.manifest import shared_tokenizer_fingerprint
+from prefdata.tokenize import turn_windows
 from prefdata.tokenize.locate import locate_end, outside_special
 from prefdata.tokenize.pieces import HUGE_TEXT_CHARS, count_tokens_before, encode_ids
 from prefdata.tokenize.settings import TokenizeSettings
@@ -52,6 +53,7 @@ from prefdata.tokenize.template import (
 )
 from prefdata.tokenize.tokenizer import leading_special_ids, load_tokenizer, pick_anchor
 from prefdata.tokenize.truncate import truncate_pair
+from prefdata.tokenize.turn_windows import windowed_renders
 from prefdata.tokenize.turns import (
     Span,
     completion_spans,
@@ -332,7 +334,8 @@ class PairTokenizer:
                         tools: list[Any] | None) -> None:
         """For the rows whose completions need loss masks (tokenize.turns), the character spans of each
         half's trained assistant turns: from the template's `{% generation %}` blocks where it has them,
-        else from renders up to and through each turn, made for many rows per call (`render_chunks`)."""
+        else from renders up to and through each turn: built from windows for long completions
+        (tokenize.turn_windows), else made whole for many rows per call (`render_chunks`)."""
         train_turns = self.settings.train_turns
         pending: list[TurnRenders] = []
         for texts, conversation, rendered in jobs:
@@ -356,7 +359,17 @@ class PairTokenizer:
                 blocks = without_header([b for b in blocks if b[1] > rendered.cut], full, header)
                 self._put_spans(texts, half, completion, turns, blocks[-1:] if train_turns == "last" else blocks,
                                 rendered.cut, full)
-        for chunk in render_chunks(pending):
+        whole: list[TurnRenders] = []
+        for job in pending:
+            windowed = None
+            if job.turns and len(job.turns) >= turn_windows.WINDOWED_MIN_TURNS:  # long completions: linear, not quadratic
+                windowed = windowed_renders(job.prompt, job.completion, job.full, job.turns, self._render, tools)
+            if windowed is None:
+                whole.append(job)
+            else:
+                heads, bases, ends = windowed
+                self._spans_of(job, heads, ends, bases)
+        for chunk in render_chunks(whole):
             convs = [job.prompt + job.completion[:j] for job in chunk for j in job.turns]
             heads = self._render(convs, True, tools)
             ends = self._render([job.prompt + job.completion[: j + 1] for job in chunk for j in job.turns], False, tools)
@@ -370,12 +383,16 @@ class PairTokenizer:
             k = 0
             for job in chunk:
                 n = len(job.turns)
-                spans, located = spans_from_renders(heads[k : k + n], ends[k : k + n], job.full, self._special_strings,
-                                                    bases[k : k + n], job.turns, job.cut)
-                self._put_spans(job.texts, job.half, job.completion, job.turns, spans, job.cut, job.full)
-                if not located and F.TURN_RENDERS_DIFFERENTLY not in job.texts.flags:
-                    job.texts.flags += (F.TURN_RENDERS_DIFFERENTLY,)
+                self._spans_of(job, heads[k : k + n], ends[k : k + n], bases[k : k + n])
                 k += n
+
+    def _spans_of(self, job: TurnRenders, heads: Iterable[str], ends: Iterable[str],
+                  bases: Iterable[str | None]) -> None:
+        """A job's turn spans from the renders up to and through each of its trained turns."""
+        spans, located = spans_from_renders(heads, ends, job.full, self._special_strings, bases, job.turns, job.cut)
+        self._put_spans(job.texts, job.half, job.completion, job.turns, spans, job.cut, job.full)
+        if not located and F.TURN_RENDERS_DIFFERENTLY not in job.texts.flags:
+            job.texts.flags += (F.TURN_RENDERS_DIFFERENTLY,)
 
     def _put_spans(self, texts: _Texts, half: str, completion: list[Message], turns: list[int], spans: list[Span],
                    cut: int, full: str) -> None:

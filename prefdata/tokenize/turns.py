@@ -7,7 +7,9 @@ The spans come from the template itself, as characters of the rendered completio
   `render_jinja_template(return_assistant_tokens_mask=True)`, used when its render equals ours;
 - otherwise incremental renders (batched across rows, `render_chunks`): assistant turn j of the
   completion starts where the render of the conversation up to it with the generation prompt ends,
-  and ends where the render of the conversation through it ends. Where a template renders a turn
+  and ends where the render of the conversation through it ends (for long completions those renders
+  are built from short windows of the full render where the template allows: tokenize.turn_windows,
+  linear in turns instead of quadratic). Where a template renders a turn
   differently once later messages follow, those renders are not prefixes of the full render, and
   the turn is located in the full render instead (prefdata.tokenize.locate): Qwen3's last turn adds
   an empty think block, Phi-3's adds <|endoftext|>, Mistral moves the system message to the last
@@ -23,8 +25,9 @@ tool results and user turns stay in the sequence as context, with mask 0.
 from __future__ import annotations
 
 import re
+from itertools import repeat
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from prefdata.core.records import Message
 from prefdata.io.formats import HH_ASSISTANT, HH_HUMAN
@@ -92,8 +95,8 @@ def render_chunks(jobs: list[TurnRenders], max_messages: int = MAX_MESSAGES_PER_
     return chunks
 
 
-def spans_from_renders(heads: list[str], ends: list[str], full: str, specials: tuple[str, ...],
-                       bases: list[str | None] | None = None, turns: list[int] | None = None,
+def spans_from_renders(heads: Iterable[str], ends: Iterable[str], full: str, specials: tuple[str, ...],
+                       bases: Iterable[str | None] | None = None, turns: list[int] | None = None,
                        cut: int = 0) -> tuple[list[Span], bool]:
     """Character spans in `full` (the render of prompt + completion, whose completion starts at `cut`)
     of the completion's assistant turns `turns` (indices in the completion, in order), from the
@@ -104,7 +107,11 @@ def spans_from_renders(heads: list[str], ends: list[str], full: str, specials: t
     spans = []
     located = True
     floor = cut  # where the previous turn ends in `full`: what lies between is tool results or user turns
-    for j, head, base, end in zip(turns or range(len(heads)), heads, bases or [None] * len(heads), ends):
+    if not turns:
+        heads = list(heads)
+        turns = list(range(len(heads)))
+    # The renders may be built one at a time (tokenize.turn_windows): each is read once, in order.
+    for j, head, base, end in zip(turns, heads, bases or repeat(None), ends):
         if j == 0:  # the completion's first message: it starts where the completion does
             start, found_start = (len(head) if full.startswith(head) else cut), True
         else:
