@@ -82,13 +82,49 @@ def test_direct_load_equals_autotokenizer_for_the_tiny_tokenizer(tiny_tokenizer_
     _assert_same(tiny_tokenizer_dir)
 
 
+MODEL_TYPES = ("qwen2", "qwen3", "llama", "gpt2", "phi3", "mistral", "smollm3")
+
+
+def test_model_directories_load_as_autotokenizer_loads_them(tmp_path):
+    """A tokenizer inside a model directory: config.json's model_type can change AutoTokenizer's class
+    (phi3 and qwen2 are on transformers' list of wrong hub classes). Where the direct path answers, the
+    class and ids are AutoTokenizer's."""
+    from transformers import AutoTokenizer
+
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
+
+    tokenizers = _tokenizer_dirs()
+    if not tokenizers:
+        pytest.skip("../shared/assets/tokenizers is not present")
+    direct_paths = []
+    for source in tokenizers:
+        for model_type in MODEL_TYPES:
+            model_dir = tmp_path / f"{os.path.basename(source)}-{model_type}"
+            model_dir.mkdir()
+            for entry in Path(source).iterdir():
+                (model_dir / entry.name).symlink_to(entry)
+            (model_dir / "config.json").write_text(json.dumps({"model_type": model_type}))
+            if direct_tokenizer_class(str(model_dir)) is None:
+                continue
+            direct_paths.append(model_dir.name)
+            fast = load_pretrained_tokenizer(model_dir)
+            auto = AutoTokenizer.from_pretrained(str(model_dir))
+            assert type(fast) is type(auto), model_dir.name
+            assert len(fast) == len(auto) and fast.eos_token == auto.eos_token and fast.bos_token == auto.bos_token
+            for text in TEXTS[:4]:
+                assert fast(text)["input_ids"] == auto(text)["input_ids"], (model_dir.name, text)
+    # The usual pairs take the direct path: a Qwen model with its tokenizer, a Llama-style one.
+    assert "qwen2.5-instruct-qwen2" in direct_paths or not (SHARED_TOKENIZERS / "qwen2.5-instruct").is_dir()
+    assert "smollm2-135m-instruct-llama" in direct_paths or not (SHARED_TOKENIZERS / "smollm2-135m-instruct").is_dir()
+
+
 def test_autotokenizer_still_decides_where_the_class_depends_on_more(tmp_path, tiny_tokenizer_dir):
     import shutil
 
     model_like = tmp_path / "model"
     shutil.copytree(tiny_tokenizer_dir, model_like)
     (model_like / "config.json").write_text(json.dumps({"model_type": "qwen2"}))
-    assert direct_tokenizer_class(str(model_like)) is None  # the model type can change the class
+    assert direct_tokenizer_class(str(model_like)) is None  # qwen2 maps to Qwen2Tokenizer, not the declared class
     assert direct_tokenizer_class(tiny_tokenizer_dir, trust_remote_code=True) is None
     remote = tmp_path / "remote"
     shutil.copytree(tiny_tokenizer_dir, remote)
