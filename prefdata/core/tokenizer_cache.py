@@ -11,9 +11,9 @@ saved again into the same directory is loaded afresh. Names that are not local d
 Hugging Face cache) are not cached. What is computed from a tokenizer handed out read only (its
 fingerprint) is kept with it (`remembered`).
 
-A directory that states its tokenizer class (and holds no model config) is loaded with that class
-directly, the class AutoTokenizer would pick (prefdata.core.tokenizer_class): AutoTokenizer's model
-configuration machinery imports torch, seconds of a short `validate` or `prepare`.
+A directory that states its tokenizer class is loaded with that class directly where it is the class
+AutoTokenizer would pick (prefdata.core.tokenizer_class): AutoTokenizer's model configuration
+machinery imports torch, seconds of a short `validate` or `prepare`.
 """
 
 from __future__ import annotations
