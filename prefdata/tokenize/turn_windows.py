@@ -23,8 +23,9 @@ from typing import Iterator
 from prefdata.core.records import Message
 from prefdata.tokenize.template import Render
 
-# Fewer trained turns than this: rendering each whole costs about as much as the windows and checks.
-WINDOWED_MIN_TURNS = 6
+# Fewer trained turns than this: rendering each whole, batched across rows, costs no more than the
+# windows and the checks (measured on batches of 64 Qwen2.5 chats: even at 12 turns, 2x faster at 24).
+WINDOWED_MIN_TURNS = 12
 
 Renders = tuple[Iterator[str], Iterator[str], Iterator[str]]
 
