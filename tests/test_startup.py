@@ -206,3 +206,24 @@ def test_a_read_only_first_load_is_kept_uncopied_and_others_still_get_copies(tin
     assert mine is not shared
     mine.chat_template = "{{ 'changed' }}"
     assert load_pretrained_tokenizer(path, read_only=True).chat_template != "{{ 'changed' }}"
+
+
+def test_the_tokenizer_fingerprint_is_taken_when_asked_and_is_the_loaded_tokenizers(tiny_tokenizer_dir):
+    """validate never asks for the fingerprint (serializing a large tokenizer costs ~0.2 s); prepare does,
+    and gets the fingerprint of the tokenizer as loaded, also when a replacement template is in effect."""
+    from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
+    from prefdata.io.manifest import tokenizer_fingerprint
+    from prefdata.tokenize.pairs import PairTokenizer
+    from prefdata.tokenize.settings import TokenizeSettings
+    from prefdata.tokenize.template import TemplateSettings
+
+    expected = tokenizer_fingerprint(load_pretrained_tokenizer(tiny_tokenizer_dir))
+    plain = PairTokenizer(tiny_tokenizer_dir, TokenizeSettings())
+    plain.setup()
+    assert plain._fingerprint == ""
+    assert plain.fingerprint() == expected
+    replaced = PairTokenizer(tiny_tokenizer_dir, TokenizeSettings(
+        template=TemplateSettings(chat_template_text="{{ messages[0]['content'] }}")))
+    assert replaced.fingerprint() == expected
+    assert replaced.tokenizer.chat_template == "{{ messages[0]['content'] }}"
+    assert replaced.template_fingerprint() != plain.template_fingerprint()

@@ -141,10 +141,11 @@ class PairTokenizer:
         if tokenizer.eos_token_id is None:
             raise PrefdataError(f"tokenizer at {self.tokenizer_path} has no EOS token; completions need one")
         # The tokenizer's own fingerprint (its template included) is what refs and train compare with
-        # a model's tokenizer; a replacement template is part of `template_fingerprint` instead.
-        self._fingerprint = shared_tokenizer_fingerprint(tokenizer)  # computed once for the process's shared tokenizer
+        # a model's tokenizer; a replacement template is part of `template_fingerprint` instead. Taken
+        # here only before a replacement; otherwise when first asked (`validate` never asks: ~0.2 s).
         template = self.settings.template
         if template.chat_template_text is not None:
+            self._fingerprint = shared_tokenizer_fingerprint(tokenizer)
             tokenizer.chat_template = template.chat_template_text
         if self.settings.chat_template and not tokenizer.chat_template:
             raise PrefdataError(
@@ -166,12 +167,13 @@ class PairTokenizer:
 
     def fingerprint(self) -> str:
         self.setup()
+        if not self._fingerprint:  # the tokenizer is unchanged since loading (setup)
+            self._fingerprint = shared_tokenizer_fingerprint(self.tokenizer)  # once for the process's shared one
         return self._fingerprint
 
     def template_fingerprint(self) -> str:
         """The tokenizer, the template in effect, its variables and the pinned date, in one hash."""
-        self.setup()
-        return template_fingerprint(self._fingerprint, self.tokenizer.chat_template, self.settings.template)
+        return template_fingerprint(self.fingerprint(), self.tokenizer.chat_template, self.settings.template)
 
     @property
     def eos_token_id(self) -> int:

@@ -89,7 +89,7 @@ class VisionPairTokenizer(PairTokenizer):
         except LayoutRefused:
             self.layout = learn_sized_layout(self.processor, self._encode, dict(self.tokenizer.get_added_vocab()))
         rule = self.scheme.record() if self.scheme is not None else self.layout.record()  # type: ignore[union-attr]
-        self._fingerprint = _combined_fingerprint(self._fingerprint, self.processor, rule)
+        self._fingerprint = _combined_fingerprint(self.fingerprint(), self.processor, rule)
 
     def processor_record(self) -> dict[str, Any]:
         """What the manifest records of the processor."""
