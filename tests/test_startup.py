@@ -227,3 +227,35 @@ def test_the_tokenizer_fingerprint_is_taken_when_asked_and_is_the_loaded_tokeniz
     assert replaced.fingerprint() == expected
     assert replaced.tokenizer.chat_template == "{{ messages[0]['content'] }}"
     assert replaced.template_fingerprint() != plain.template_fingerprint()
+
+
+_FROM_CACHE = """
+import json, sys
+from prefdata.tokenize.tokenizer import load_tokenizer
+mine = load_tokenizer(sys.argv[1])
+torch_loaded = "torch" in sys.modules
+from transformers import AutoTokenizer
+auto = AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True)
+texts = ["Hello world", "<|im_end|> tail", " two  spaces"]
+print(json.dumps({"torch": torch_loaded, "same_class": type(mine) is type(auto), "same_len": len(mine) == len(auto),
+                  "same_ids": [mine(t)["input_ids"] for t in texts] == [auto(t)["input_ids"] for t in texts],
+                  "same_eos": mine.eos_token == auto.eos_token}))
+"""
+
+
+def test_a_name_in_the_hf_cache_loads_without_torch_as_autotokenizer_loads_it(tmp_path, tiny_tokenizer_dir):
+    import shutil
+
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--prefdata-test--tiny-model"
+    snapshot = repo / "snapshots" / revision
+    shutil.copytree(tiny_tokenizer_dir, snapshot)
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", _FROM_CACHE, "prefdata-test/tiny-model"], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"torch": False, "same_class": True, "same_len": True, "same_ids": True, "same_eos": True}

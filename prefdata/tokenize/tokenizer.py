@@ -30,8 +30,9 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, *, read_only: boo
 
         # A name that is not a local directory is only looked up in the local HF cache: preparing
         # data never downloads anything.
-        if os.path.isdir(path):
-            tokenizer = load_pretrained_tokenizer(path, trust_remote_code=trust_remote_code, read_only=read_only)
+        local = path if os.path.isdir(path) else _cached_snapshot(path, trust_remote_code)
+        if local is not None:
+            tokenizer = load_pretrained_tokenizer(local, trust_remote_code=trust_remote_code, read_only=read_only)
         else:
             from transformers import AutoTokenizer
 
@@ -46,6 +47,26 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, *, read_only: boo
             f"tokenizer at {path} has no fast (Rust) version; prefdata needs a tokenizer.json-backed tokenizer"
         )
     return tokenizer
+
+
+def _cached_snapshot(name: str, trust_remote_code: bool) -> str | None:
+    """The HF cache's snapshot directory of `name` where loading from it gives what AutoTokenizer
+    gives for the name (the class is read from its files, prefdata.core.tokenizer_class): it is then
+    loaded like a local directory, without torch. None otherwise (not cached, a name AutoTokenizer
+    treats specially): AutoTokenizer loads the name itself."""
+    import fnmatch
+
+    from prefdata.core.tokenizer_class import AUTO_BACKEND_NAMES, direct_tokenizer_class
+
+    if trust_remote_code or any(fnmatch.fnmatch(name.lower(), pattern) for pattern in AUTO_BACKEND_NAMES):
+        return None
+    try:
+        from huggingface_hub import snapshot_download
+
+        snapshot = snapshot_download(name, local_files_only=True)
+    except Exception:  # not cached, not a repo name: AutoTokenizer says why in its own words
+        return None
+    return snapshot if direct_tokenizer_class(snapshot) is not None else None
 
 
 def interrupted(exc: BaseException) -> bool:
