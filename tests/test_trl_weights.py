@@ -82,3 +82,31 @@ def test_offsets_without_stored_refs_are_refused(prepared, tiny_model_dir, tmp_p
     with pytest.raises(PrefdataError, match="stored reference log-probs"):
         DPOTrainer(tiny_model_dir, ref_model=AutoModelForCausalLM.from_pretrained(tiny_model_dir),
                    args=_config(tmp_path), train_dataset=_with(prepared, offset=OFFSETS))
+
+
+def test_offsets_beside_a_non_finite_ref_row_shift_the_kept_rows_and_write_nothing(with_refs, tiny_model_dir, tmp_path):
+    """A row with a non-finite ref is left out (as `prefdata train` does); the offsets of the rows kept
+    shift their own refs (the columns were read unfiltered and misaligned), and nothing is cached into
+    the directory the dataset was loaded from (a dataset with an indices mapping was flattened there)."""
+    import math
+
+    from transformers import AutoTokenizer
+
+    from prefdata.trl import DPOTrainer
+
+    dataset = _with(with_refs, offset=OFFSETS)
+    refs = list(dataset["ref_chosen_logps"])
+    refs[1] = math.nan
+    saved = tmp_path / "saved"
+    dataset.remove_columns("ref_chosen_logps").add_column(
+        "ref_chosen_logps", refs, feature=datasets.Value("float32")).save_to_disk(str(saved))
+    before = sorted(p.name for p in saved.iterdir())
+    loaded = datasets.load_from_disk(str(saved))
+    beta = 2.0
+    trainer = DPOTrainer(tiny_model_dir, args=_config(tmp_path / "run", beta=beta), train_dataset=loaded,
+                         processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
+    kept = [i for i in range(loaded.num_rows) if i != 1]
+    assert trainer.train_dataset.num_rows == len(kept)
+    assert trainer.train_dataset["ref_chosen_logps"] == pytest.approx(
+        [refs[i] + OFFSETS[i] / beta for i in kept], rel=1e-6)
+    assert sorted(p.name for p in saved.iterdir()) == before

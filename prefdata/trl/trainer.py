@@ -173,7 +173,8 @@ def has_images(dataset: datasets.Dataset) -> bool:
 
 def finite_rows(dataset: datasets.Dataset) -> datasets.Dataset:
     """Rows `prefdata refs` flagged for non-finite reference log-probs would make the loss NaN: left out,
-    as `prefdata train` does. In memory (an indices mapping), so nothing is cached inside OUT."""
+    as `prefdata train` does. The rows kept are copied into memory (not an indices mapping): the column
+    readers below see only them, and a later add_column has no mapping to flatten into a cache file in OUT."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -189,7 +190,7 @@ def finite_rows(dataset: datasets.Dataset) -> datasets.Dataset:
         keep[flagged] = False
     if keep.all():
         return dataset
-    return dataset.select(np.flatnonzero(keep), keep_in_memory=True)
+    return dataset.select(np.flatnonzero(keep), keep_in_memory=True).flatten_indices(keep_in_memory=True)
 
 
 def length_desensitized_refs(dataset: datasets.Dataset, alpha: float, name: str = "train_dataset") -> datasets.Dataset:
