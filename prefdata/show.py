@@ -169,8 +169,9 @@ def _load_tokenizer(recorded: str | None, out_dir: Path) -> tuple[Any, str]:
     why = (f"tokenizer {recorded} (from {Path(out_dir) / 'manifest.json'}) is not found from here "
            "(nor in the Hub cache): token ids are shown")
     try:
-        from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
+
+        from prefdata.core.tokenizer_cache import load_pretrained_tokenizer
     except ImportError:
         return None, "transformers is not installed: token ids are shown"
     if not Path(place).exists() and not _looks_like_hub_id(place):
@@ -180,7 +181,8 @@ def _load_tokenizer(recorded: str | None, out_dir: Path) -> tuple[Any, str]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return AutoTokenizer.from_pretrained(place, local_files_only=True), ""
+            # Through prefdata's loader: a directory that states its tokenizer class loads without torch.
+            return load_pretrained_tokenizer(place, read_only=True, local_files_only=True), ""
     except Exception:  # the tokenizer moved, or a Hub id never downloaded here; ids are still shown
         return None, why
     finally:
