@@ -85,9 +85,12 @@ def learnable_out(tmp_path_factory, tiny_model_dir) -> Path:
 FAST = dict(lr=3e-3, batch_pairs=4, warmup_ratio=0.0, progress=False, device="cpu")
 
 
-def test_loss_falls_below_ln2_and_accuracy_rises(learnable_out, tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("seed,lr", [(0, 3e-3), (1, 3e-3), (2, 3e-3), (0, 1e-2), (1, 1e-3)])
+def test_loss_falls_below_ln2_and_accuracy_rises(learnable_out, tiny_model_dir, tmp_path, seed, lr):
+    """Holds at every seed (data order) and learning rate tried, not at one tuned point."""
     output = tmp_path / "run"
-    result = train(learnable_out, model=tiny_model_dir, output=output, max_steps=16, save_every=None, **FAST)
+    result = train(learnable_out, model=tiny_model_dir, output=output, max_steps=16, save_every=None,
+                   **(FAST | dict(lr=lr, seed=seed)))
     lines = [m for m in _metrics(output) if "loss" in m]
     assert len(lines) == 16 and result.steps == 16
     expected_keys = {"loss", "rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
