@@ -132,7 +132,7 @@ def _refuse_config_inside_output(args: argparse.Namespace, settings: dict[str, A
     from prefdata.io.out_dir import refuse_inputs_inside
 
     output = {"prepare": getattr(args, "out", None), "select": getattr(args, "new", None),
-              "train": settings.get("output")}.get(args.command)
+              "train": settings.get("output"), "export": getattr(args, "dir", None)}.get(args.command)
     if getattr(args, "config", None) and output:
         refuse_inputs_inside(Path(output), [args.config])
 
@@ -199,6 +199,13 @@ def _run_select(args: argparse.Namespace) -> int:
     if result.problem:  # a selection that keeps nothing must not pass for a successful run
         print(f"prefdata select: error: {result.problem}", file=sys.stderr)
     return result.exit_code
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    from prefdata.trainers.export import export_for_trainer
+
+    print(export_for_trainer(args.out, args.dir, **_settings(args)).summary())
+    return 0
 
 
 def _run_train(args: argparse.Namespace) -> int:
@@ -271,6 +278,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "validate": _run_validate,
     "refs": _run_refs,
     "select": _run_select,
+    "export": _run_export,
     "train": _run_train,
     "show": _run_show,
     "generate": _run_generate,

@@ -30,6 +30,7 @@ FLAGS_BEFORE = {
     "score": "--batch-size:batch_size --config:config --device:device --missing-eos-penalty:missing_eos_penalty --no-progress:progress --output:output --pairs:pairs --reward-fn:reward_fn --reward-model:reward_model --score-reasoning:score_reasoning --trust-remote-code:trust_remote_code",  # noqa: E501
     "online": "--batch-pairs:batch_pairs --batch-size:batch_size --beta:beta --chat-template:chat_template --chat-template-file:chat_template_file --config:config --device:device --engine:engine --epochs:epochs --keep-round-policies:keep_round_policies --loss:loss --lr:lr --lr-schedule:lr_schedule --max-length:max_length --max-new-tokens:max_new_tokens --max-prompt-length:max_prompt_length --missing-eos-penalty:missing_eos_penalty --model:model --no-progress:progress --output:output --policy:policy --prompts-per-round:prompts_per_round --ref-model:ref_model --reward-fn:reward_fn --reward-model:reward_model --rounds:rounds --samples:samples --score-reasoning:score_reasoning --seed:seed --temperature:temperature --template-date:template_date --template-kwargs:template_kwargs --top-p:top_p --trust-remote-code:trust_remote_code --warmup-ratio:warmup_ratio",  # noqa: E501
     "show": "--config:config --line:line --no-progress:progress --row:row",
+    "export": "--config:config --overwrite:overwrite --trainer:trainer --trainer-arg:trainer_args",
     "select": "--by:by --config:config --keep:keep --lowest:lowest --max:max_signal --min:min_signal --no-progress:progress --offset-by:offset_by --offset-scale:offset_scale --overwrite:overwrite --policy-model:policy_model --device:device --seed:seed --weight-by:weight_by",  # noqa: E501
 }
 
@@ -183,7 +184,7 @@ def test_a_bad_flag_or_value_is_one_line_exit_2_naming_the_near_flag(capsys):
 # What each command needs before it runs (flag or config key); one of an exclusive group is enough.
 REQUIRED = {"prepare": ["(--tokenizer PATH | --processor PATH)"], "refs": ["--model PATH"],
             "train": ["--model PATH", "--output DIR"], "generate": ["--model POLICY"],
-            "online": ["--model POLICY", "--output DIR"],
+            "online": ["--model POLICY", "--output DIR"], "export": ["--trainer {openrlhf}"],
             "select": ["--by {reward_margin,reward_rejected,implicit_margin,implicit_margin_per_token,rejected_length,"
                        "length_difference,rip,random,on_policy}"]}
 

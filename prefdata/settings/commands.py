@@ -547,6 +547,20 @@ class SelectSettings(Progress):
     overwrite: bool = setting(False, "replace an existing NEW written by prefdata", group=IO, action="on")
 
 
+@dataclass(kw_only=True)
+class ExportSettings(Settings):
+    trainer: str | None = setting(
+        None, "the trainer whose input format DIR gets: openrlhf writes train.jsonl (prompt/chosen/rejected, "
+        "message lists where OUT's rows are conversations) and openrlhf_args.txt, the --data.* flags its "
+        "train_dpo.py needs (docs/trainers.md)", group=IO, choices=("openrlhf",), metavar="TRAINER",
+        required=True)
+    trainer_args: list[str] | None = setting(
+        None, "a setting as given to that trainer, for its flags: data.max_len=N (default OUT's --max-length, "
+        "else OpenRLHF's 512), data.tokenizer_chat_template=JINJA; the keys and the template switch follow "
+        "from OUT (repeatable)", group=IO, flag="--trainer-arg", metavar="NAME=VALUE", action="append")
+    overwrite: bool = setting(False, "replace an existing DIR written by prefdata", group=IO, action="on")
+
+
 @dataclass(frozen=True)
 class Positional:
     name: str
@@ -604,6 +618,16 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             ("prefdata select out/ out-top30/ --by reward_margin --keep 0.3",
              "prefdata select out/ out-random30/ --by random --seed 1 --keep 0.3",
              "prefdata select out/ out-weighted/ --by reward_margin --keep 1.0 --weight-by reward_margin")),
+    Command("export", "write OUT's kept pairs in another trainer's input format, with the flags it needs",
+            "Write OUT's dataset rows (never its dropped or quarantined records), in order, as the trainer's native "
+            "input: for OpenRLHF, DIR/train.jsonl with prompt/chosen/rejected (message lists for conversations, "
+            "rendered by its --data.apply_chat_template), source_file/source_line and OUT's ref_chosen_logps/"
+            "ref_rejected_logps where present, and DIR/openrlhf_args.txt with train_dpo.py's --data.* flags. "
+            "OpenRLHF's DPO computes reference log-probs with a live reference model and cannot read precomputed "
+            "ones: the ref columns pass through for other tools.",
+            (_PREPARED, Positional("dir", "DIR", "output directory (must not exist unless --overwrite; not inside "
+                                   "OUT)")), ExportSettings, "prefdata.trainers.export:export_for_trainer",
+            ("prefdata export out/ openrlhf-data/ --trainer openrlhf --trainer-arg data.max_len=1024",)),
     Command("train", "train a policy with DPO on OUT/ using its precomputed reference log-probs",
             "A lean DPO trainer: no reference model in memory; metrics.jsonl with TRL's metric names.",
             (Positional("out", "OUT", "a prepared OUT/ (with `prefdata refs` columns unless --loss simpo)"),),
