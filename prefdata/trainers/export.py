@@ -70,7 +70,7 @@ def export_for_trainer(
     columns = set(table.column_names)
     if "images" in columns:
         raise PrefdataError(f"{out} holds image pairs; OpenRLHF's DPO trainer (train_dpo.py) reads text only")
-    kind = manifest.get("text_columns") or "strings"
+    kind = _text_kind(table)
     if kind == "mixed":
         raise PrefdataError(f"{out} mixes string and conversational rows; OpenRLHF applies --data.apply_chat_template "
                             "to every row or to none: prepare the two kinds into separate OUTs and export each")
@@ -100,6 +100,17 @@ def export_for_trainer(
         abandon(staging, target)
         raise
     return ExportResult(target, rows, as_messages, flags, notes)
+
+
+def _text_kind(table: Any) -> str:
+    """strings, messages, or mixed (string text columns beside *_messages ones), from OUT's schema
+    (prefdata.io.writer.DatasetWriter), which every OUT has whatever wrote its manifest."""
+    import pyarrow as pa
+
+    if "prompt_messages" in table.column_names:
+        return "mixed"
+    kind = table.schema.field("prompt").type
+    return "messages" if pa.types.is_list(kind) or pa.types.is_large_list(kind) else "strings"
 
 
 def _check_places(out: Path, target: Path, overwrite: bool) -> None:

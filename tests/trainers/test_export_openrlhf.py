@@ -187,3 +187,21 @@ def test_a_symlink_in_out_is_refused_and_nothing_is_written(tmp_path, tiny_token
     os.symlink(outside, out / "dropped.jsonl")
     assert main(["export", str(out), str(tmp_path / "export"), "--trainer", "openrlhf"]) == 2
     assert "is a symlink" in capsys.readouterr().err and not (tmp_path / "export").exists()
+
+
+def test_strings_prepare_rendered_through_the_template_go_out_as_messages(tmp_path, tiny_tokenizer_dir, openrlhf):
+    result = prepare(_raw(tmp_path, STRINGS), tmp_path / "out", tokenizer=tiny_tokenizer_dir, chat_template=True,
+                     policy=str(_policy(tmp_path)), progress=False)
+    assert result.exit_code == 0, result.problem
+    export = export_for_trainer(tmp_path / "out", tmp_path / "export", trainer="openrlhf")
+    assert export.conversational and "--data.apply_chat_template" in export.flags
+    data, dataset, _ = _openrlhf_reads(export.flags, tiny_tokenizer_dir)
+    assert data[0]["prompt"] == [{"role": "user", "content": "Good afternoon."}]
+    assert data[0]["chosen"] == [{"role": "assistant", "content": "The weather is nice today."}]
+    assert len(dataset) == 3
+
+
+def test_an_out_mixing_strings_and_conversations_is_refused(tmp_path, tiny_tokenizer_dir, capsys):
+    out = _out(tmp_path, [STRINGS[0], CONVERSATIONS[0]], tiny_tokenizer_dir)
+    assert main(["export", str(out), str(tmp_path / "export"), "--trainer", "openrlhf"]) == 2
+    assert "mixes string and conversational rows" in capsys.readouterr().err and not (tmp_path / "export").exists()
