@@ -206,7 +206,7 @@ def _notes(manifest: dict[str, Any], columns: set[str], settings: OpenRLHFSettin
         notes.append(f"OUT was tokenized with {tokenizer}: train the model whose tokenizer that is "
                      "(--model.model_name_or_path)")
     notes.append("OpenRLHF tokenizes, truncates and masks these rows its own way: `prefdata validate "
-                 f"{data} --tokenizer TOK --trainer openrlhf --trainer-arg data.max_len={settings.max_len} "
+                 f"{data} --tokenizer {tokenizer or 'TOK'} --trainer openrlhf --trainer-arg data.max_len={settings.max_len} "
                  "--trainer-arg data.prompt_key=prompt"
                  + (" --trainer-arg data.apply_chat_template" if settings.apply_chat_template else "")
                  + "` shows what it will train on")

@@ -104,16 +104,23 @@ def _validate_ids(monkeypatch, raw: Path, tokenizer: str, settings) -> dict[int,
     return {parsed[row]: pair for row, pair in seen[0].pairs.items()}
 
 
+@pytest.fixture(params=["tiny", "qwen2.5-instruct"])
+def tokenizer_dir(request, tiny_tokenizer_dir) -> str:
+    if request.param == "tiny":
+        return tiny_tokenizer_dir
+    return str(request.getfixturevalue("shared_tokenizer")(request.param))
+
+
 @pytest.mark.parametrize("rows", [STRINGS, CONVERSATIONS], ids=["strings", "conversations"])
-def test_openrlhfs_loader_reads_exactly_the_kept_pairs_and_validates_ids(rows, tmp_path, tiny_tokenizer_dir, openrlhf,
+def test_openrlhfs_loader_reads_exactly_the_kept_pairs_and_validates_ids(rows, tmp_path, tokenizer_dir, openrlhf,
                                                                        monkeypatch):
     import datasets
 
-    out = _out(tmp_path, rows, tiny_tokenizer_dir)
+    out = _out(tmp_path, rows, tokenizer_dir)
     kept = datasets.load_from_disk(str(out))
     result = export_for_trainer(out, tmp_path / "export", trainer="openrlhf", trainer_args=["data.max_len=64"])
     assert result.rows == len(kept) == len(rows) - 1 and result.conversational == (rows is CONVERSATIONS)
-    data, dataset, settings = _openrlhf_reads(result.flags, tiny_tokenizer_dir)
+    data, dataset, settings = _openrlhf_reads(result.flags, tokenizer_dir)
     # exactly OUT's rows, in order, nothing dropped or quarantined among them
     assert len(data) == len(dataset) == len(kept)
     assert [(r["prompt"], r["chosen"], r["rejected"]) for r in data] == [
@@ -122,7 +129,8 @@ def test_openrlhfs_loader_reads_exactly_the_kept_pairs_and_validates_ids(rows, t
     dropped = [json.loads(line)["source_line"] for line in (out / "dropped.jsonl").read_text().splitlines()]
     assert dropped == [2] and 2 not in data["source_line"]
     # the ids OpenRLHF makes from the export are those validate --trainer openrlhf reports for the raw rows
-    reported = _validate_ids(monkeypatch, tmp_path / "raw.jsonl", tiny_tokenizer_dir, settings)
+    reported = _validate_ids(monkeypatch, tmp_path / "raw.jsonl", tokenizer_dir, settings)
+    assert set(reported) - set(data["source_line"]) == {2}  # from the raw file OpenRLHF would train the dropped pair
     for k, line in enumerate(data["source_line"]):
         c_ids, _, r_ids, _, prompt_len = dataset[k]
         pair = reported[line]
