@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both set up .venv first.
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-floors bench bench-gpu
+.PHONY: setup demo test test-floors bench bench-gpu smollm2
 
 setup:
 	@bash scripts/setup.sh
@@ -17,6 +17,10 @@ test: setup
 # CI runs it after `make test`: 4 to 5 minutes on a clean 2-core machine, building the venv included.
 test-floors:
 	@bash scripts/test-floors.sh
+
+# SmolLM2-135M-Instruct as a float32 model, once, in ~/.cache/prefdata (or $$PREFDATA_SMOLLM2_DIR): tests/real_model.
+smollm2: setup
+	$(PY) scripts/get_smollm2.py
 
 bench: setup
 	$(PY) bench/bench_prepare.py --quick

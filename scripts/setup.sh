@@ -45,8 +45,8 @@ else
   $PIP install -q "torch==2.13.0"
 fi
 
-echo "setup: installing prefdata with its dev, bench, trl, ray, vision and openrlhf extras (what the tests need)"
-$PIP install -q -e ".[dev,bench,trl,ray,vision,openrlhf]"
+echo "setup: installing prefdata with its dev, bench, trl, ray, vision, openrlhf and real extras (what the tests need)"
+$PIP install -q -e ".[dev,bench,trl,ray,vision,openrlhf,real]"
 # `validate --trainer openrlhf` runs OpenRLHF's own preprocessing (tests/trainers). --no-deps: openrlhf's
 # requirements pin deepspeed and flash-attn (source builds that need CUDA) and another transformers;
 # its preprocessing needs only what prefdata[openrlhf] installed above.
