@@ -37,6 +37,7 @@ def trainer_text(report: Report) -> list[str]:
     name = section["trainer"]
     lines = [f"under {name} {section['version']} ({' '.join(section['settings'])}): {section['trained_pairs']:,} of "
              f"{section['rows']:,} rows trained, {section['dropped_rows']:,} dropped by {name}"]
+    lines += [f"  note: {note}" for note in section.get("notes", [])]
     for group in section["findings"]:
         rows = list({_where(e): e for e in group["examples"]}.values())  # one row may have two findings
         lines.append(f"  {group['flag']} under {name}  {group['severity']}  {group['rows']:,} rows  e.g. {locs(rows, 3)}")
@@ -57,7 +58,8 @@ def trainer_markdown(report: Report) -> list[str]:
     name = section["trainer"]
     out = [f"### Under {name}", "",
            f"{name} {section['version']} with `{' '.join(section['settings'])}`: {section['trained_pairs']:,} of "
-           f"{section['rows']:,} rows trained, {section['dropped_rows']:,} dropped by {name}.", ""]
+           f"{section['rows']:,} rows trained, {section['dropped_rows']:,} dropped by {name}.", "",
+           *(f"- note: {note}" for note in section.get("notes", [])), *([""] if section.get("notes") else [])]
     if section["findings"]:
         out += ["| flag | severity | rows | cause | avoided by | e.g. |", "| --- | --- | ---: | --- | --- | --- |"]
         for g in section["findings"]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.core.numbers import OFFSET_MAX
+from prefdata.core.trainer_names import EXPORT_TRAINERS, TRAINERS
 from prefdata.sets.pairing import DEFAULT_TOP_K, STRATEGIES
 from prefdata.settings.declare import Settings, setting
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE
@@ -229,11 +230,11 @@ class TrainerOptions(Settings):
         None, "also run each pair through this trainer's own preprocessing (its code, CPU only, no model; needs "
         "--tokenizer and the trainer installed) and check what it will train on; findings say `under <trainer>` "
         "with the setting that causes them and the one that avoids them (docs/trainers.md)", group=CHECKS,
-        choices=("openrlhf",))  # prefdata.trainers.TRAINERS (it stands above settings)
+        choices=TRAINERS)
     trainer_args: list[str] | None = setting(
-        None, "a --trainer setting as given to that trainer, in its own names: data.max_len=1024, "
-        "data.prompt_key=prompt, data.apply_chat_template, data.input_template=..., data.chosen_key=... "
-        "(OpenRLHF's --data.* flags; its defaults otherwise, max_len 512; repeatable)", group=CHECKS,
+        None, "a --trainer setting as given to that trainer, in its own names, e.g. OpenRLHF's data.max_len=1024, "
+        "data.prompt_key=prompt, data.apply_chat_template (the trainer's defaults otherwise; docs/trainers.md "
+        "lists each trainer's; repeatable)", group=CHECKS,
         flag="--trainer-arg", metavar="NAME[=VALUE]", action="append")
 
 
@@ -552,7 +553,7 @@ class ExportSettings(Settings):
     trainer: str | None = setting(
         None, "the trainer whose input format DIR gets: openrlhf writes train.jsonl (prompt/chosen/rejected, "
         "message lists where OUT's rows are conversations) and openrlhf_args.txt, the --data.* flags its "
-        "train_dpo.py needs (docs/trainers.md)", group=IO, choices=("openrlhf",), metavar="TRAINER",
+        "train_dpo.py needs (docs/trainers.md)", group=IO, choices=EXPORT_TRAINERS, metavar="TRAINER",
         required=True)
     trainer_args: list[str] | None = setting(
         None, "a setting as given to that trainer, for its flags: data.max_len=N (default OUT's --max-length, "

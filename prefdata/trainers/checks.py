@@ -6,22 +6,13 @@ that avoids it (a `--data.max_len` long enough, computed from OpenRLHF's own unt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from prefdata.checks.pair import normalize_whitespace, token_flags
 from prefdata.core import flags as F
 from prefdata.core.records import TokenizedPair
+from prefdata.trainers.common import TrainerFinding
 from prefdata.trainers.openrlhf import OpenRLHFOutcome, OpenRLHFPair, OpenRLHFSettings
-
-
-@dataclass
-class TrainerFinding:
-    flag: str  # a prefdata flag name: its severity comes from the check policy
-    row: int  # position of the row in the input
-    detail: str
-    cause: str  # the OpenRLHF setting behind it, as typed to OpenRLHF
-    fix: int | str  # an int: the smallest --data.max_len that avoids it; a str: what does, in words
 
 
 def needs_untruncated(pair: OpenRLHFPair, settings: OpenRLHFSettings) -> bool:

@@ -1,32 +1,39 @@
-"""`validate --trainer openrlhf`: the rows through OpenRLHF's own preprocessing, prefdata's pair checks
-on what comes out, and its ids beside prefdata's, as the report's `trainer` section."""
+"""`validate|prepare --trainer NAME`: the rows through that trainer's own preprocessing (its adapter,
+prefdata.core.trainer_names), prefdata's pair checks on what comes out, and its ids beside prefdata's,
+as the report's `trainer` section."""
 
 from __future__ import annotations
 
+import importlib
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from prefdata.checks.policy import SEVERITY_RANK, Policy
 from prefdata.core.errors import PrefdataError, RecordError
 from prefdata.core.records import TokenizedPair
-from prefdata.trainers import TRAINERS
-from prefdata.trainers.checks import TrainerFinding, needs_untruncated, openrlhf_findings
+from prefdata.core.trainer_names import TRAINER_ADAPTERS, TRAINERS
+from prefdata.trainers.common import TrainerFinding, TrainerRun
 from prefdata.trainers.compare import compare_ids
-from prefdata.trainers.openrlhf import (
-    TESTED_VERSION,
-    UNLIMITED,
-    OpenRLHFOutcome,
-    OpenRLHFSettings,
-    openrlhf_version,
-    parse_openrlhf_args,
-    run_openrlhf,
-)
 
 EXAMPLES = 5
 
 
+@dataclass(frozen=True)
+class TrainerChoice:
+    """--trainer and its --trainer-arg settings, parsed by the trainer's adapter."""
+
+    name: str
+    settings: Any
+
+
+def adapter(name: str) -> ModuleType:
+    return importlib.import_module(TRAINER_ADAPTERS[name])
+
+
 def check_trainer_arguments(trainer: str | None, trainer_args: list[str] | None, tokenizer: str | None,
-                            prepared: bool, plain_file: bool) -> OpenRLHFSettings | None:
+                            prepared: bool, plain_file: bool) -> TrainerChoice | None:
     """The trainer's settings, checked before any work; None without --trainer."""
     if trainer is None:
         if trainer_args:
@@ -39,53 +46,32 @@ def check_trainer_arguments(trainer: str | None, trainer_args: list[str] | None,
     if prepared or not plain_file:
         raise PrefdataError(f"--trainer {trainer} reads raw rows from files, as {trainer} does "
                             "(not a prepared OUT/, a Hub id or a mix file)")
-    return parse_openrlhf_args(trainer_args)
+    return TrainerChoice(trainer, adapter(trainer).parse_args(trainer_args))
 
 
-def openrlhf_tokenizer(path: str, trust_remote_code: bool) -> Any:
-    """The tokenizer as OpenRLHF's train_dpo.py gets it (get_tokenizer(..., "right")): right padding and
-    EOS as PAD when there is none. Loaded here with prefdata's trust setting, not get_tokenizer's
-    trust_remote_code=True; the padding only fills positions both masks leave out."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, use_fast=True)
-    tokenizer.padding_side = "right"
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
-
-
-def trainer_section(input_path: Path, settings: OpenRLHFSettings, tokenizer_path: str, trust_remote_code: bool,
+def trainer_section(input_path: Path, choice: TrainerChoice, tokenizer_path: str, trust_remote_code: bool,
                     pair_tokenizer: Any, policy: Policy) -> dict[str, Any]:
-    """The report's `trainer` section for OpenRLHF: settings, findings by flag (severity from `policy`),
-    rows at error severity, and the ids comparison with prefdata's."""
+    """The report's `trainer` section: settings, findings by flag (severity from `policy`), rows at error
+    severity, and the ids comparison with prefdata's."""
     from prefdata.io.formats import normalize_record
     from prefdata.io.readers import iter_raw_records
 
     records = [r for r in iter_raw_records(input_path) if r.error is None and type(r.value) is dict]
     where = {i: {"source_file": r.source_file, "source_line": r.source_line} for i, r in enumerate(records)}
-    tokenizer = openrlhf_tokenizer(tokenizer_path, trust_remote_code)
     rows = [r.value for r in records]
-    outcome = run_openrlhf(rows, tokenizer, settings)
-    again = sorted([*outcome.dropped, *(i for i, pair in outcome.pairs.items() if needs_untruncated(pair, settings))])
-    full = OpenRLHFOutcome()
-    if again:  # OpenRLHF once more with no limit, on the rows it dropped or may have cut: what the limit took
-        from dataclasses import replace
-
-        unlimited = run_openrlhf([rows[i] for i in again], tokenizer, replace(settings, max_len=UNLIMITED))
-        full.pairs = {again[k]: pair for k, pair in unlimited.pairs.items()}
-    findings = openrlhf_findings(outcome, full, settings, tokenizer, rows)
+    result: TrainerRun = adapter(choice.name).run(rows, tokenizer_path, trust_remote_code, choice.settings)
     ours = _prefdata_ids(records, pair_tokenizer, normalize_record)
     return {
-        "trainer": "openrlhf",
-        "version": openrlhf_version(),
-        "tested_version": TESTED_VERSION,
-        "settings": settings.given(),
-        "rows": len(rows),
-        "trained_pairs": len(outcome.pairs),
-        "dropped_rows": len(outcome.dropped),
-        **_by_flag(findings, policy, where),
-        "comparison": compare_ids(ours, outcome.pairs, tokenizer, where),
+        "trainer": result.trainer,
+        "version": result.version,
+        "tested_version": result.tested_version,
+        "settings": result.settings,
+        "rows": result.rows,
+        "trained_pairs": len(result.pairs),
+        "dropped_rows": result.dropped,
+        "notes": result.notes,
+        **_by_flag(result.findings, policy, where, result.length_fix),
+        "comparison": compare_ids(ours, result.pairs, result.tokenizer, where),
     }
 
 
@@ -105,7 +91,8 @@ def _prefdata_ids(records: list[Any], pair_tokenizer: Any, normalize: Any) -> di
     return out
 
 
-def _by_flag(findings: list[TrainerFinding], policy: Policy, where: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _by_flag(findings: list[TrainerFinding], policy: Policy, where: dict[int, dict[str, Any]],
+             length_fix: str) -> dict[str, Any]:
     """Findings grouped by flag at the policy's severity (ignored flags left out), with the one setting
     that avoids them all; `errors`: rows with an error-severity finding (they fail validate)."""
     groups: dict[str, list[TrainerFinding]] = {}
@@ -116,7 +103,7 @@ def _by_flag(findings: list[TrainerFinding], policy: Policy, where: dict[int, di
     for flag, items in groups.items():
         lengths = [f.fix for f in items if isinstance(f.fix, int)]
         words = sorted({f.fix for f in items if isinstance(f.fix, str)})
-        fix = ([f"--data.max_len {max(lengths)}"] if lengths else []) + words
+        fix = ([length_fix.format(max(lengths))] if lengths else []) + words
         out.append({
             "flag": flag, "severity": policy.severity(flag), "rows": len({f.row for f in items}),
             "cause": sorted({f.cause for f in items}), "fix": fix,

@@ -13,7 +13,8 @@ import pytest
 
 from prefdata.cli import main
 from prefdata.prepare import prepare
-from prefdata.trainers.export import ARGS_NAME, DATA_NAME, export_for_trainer
+from prefdata.trainers.export import export_for_trainer
+from prefdata.trainers.export_openrlhf import ARGS_NAME, DATA_NAME
 
 STRINGS = [
     {"prompt": "Good afternoon.", "chosen": "The weather is nice today.", "rejected": "It rains."},
@@ -69,7 +70,7 @@ def _openrlhf_reads(flags: list[str], tokenizer: str):
     from openrlhf.datasets.utils import blending_datasets
 
     from prefdata.trainers.openrlhf import _rows_table, _strategy, load_openrlhf
-    from prefdata.trainers.run import openrlhf_tokenizer
+    from prefdata.trainers.openrlhf_adapter import openrlhf_tokenizer
 
     settings, dataset_path = _settings_from_flags(flags)
     strategy = types.SimpleNamespace(print=lambda *a: None, is_rank_0=lambda: False,
@@ -85,7 +86,7 @@ def _openrlhf_reads(flags: list[str], tokenizer: str):
 
 def _validate_ids(monkeypatch, raw: Path, tokenizer: str, settings) -> dict[int, object]:
     """The pairs `validate --trainer openrlhf` reports for the raw rows, by source line."""
-    import prefdata.trainers.run as run
+    import prefdata.trainers.openrlhf_adapter as run
     from prefdata.validate.command import validate
 
     seen = []

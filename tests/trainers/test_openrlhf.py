@@ -13,7 +13,7 @@ pytest.importorskip("openrlhf.datasets", reason="openrlhf is not installed (pip 
 
 from prefdata.cli import main  # noqa: E402
 from prefdata.trainers.openrlhf import OpenRLHFSettings, _rows_table, _strategy, load_openrlhf  # noqa: E402
-from prefdata.trainers.run import openrlhf_tokenizer  # noqa: E402
+from prefdata.trainers.openrlhf_adapter import openrlhf_tokenizer  # noqa: E402
 from prefdata.validate.command import validate  # noqa: E402
 
 SUN = {"prompt": "Good afternoon.", "chosen": "The weather is nice today and the sun is out.",

@@ -1,0 +1,16 @@
+"""The trainers `--trainer` knows, and the module that runs each one's own preprocessing (its adapter) and
+the one that writes its input format (`prefdata export`). Kept here, below settings, so the flags' choices
+and prefdata.trainers read one list. A module here is imported only when its trainer is asked for."""
+
+# name -> adapter module: parse_args(items) -> settings; run(rows, tokenizer_path, trust_remote_code, settings) -> TrainerRun
+TRAINER_ADAPTERS: dict[str, str] = {
+    "openrlhf": "prefdata.trainers.openrlhf_adapter",
+}
+
+# name -> export module: export(out_dir, export_dir, trainer_args, overwrite) -> an object with .summary()
+TRAINER_EXPORTS: dict[str, str] = {
+    "openrlhf": "prefdata.trainers.export_openrlhf",
+}
+
+TRAINERS: tuple[str, ...] = tuple(TRAINER_ADAPTERS)
+EXPORT_TRAINERS: tuple[str, ...] = tuple(TRAINER_EXPORTS)
