@@ -2,7 +2,8 @@
 the one that writes its input format (`prefdata export`). Kept here, below settings, so the flags' choices
 and prefdata.trainers read one list. A module here is imported only when its trainer is asked for."""
 
-# name -> adapter module: parse_args(items) -> settings; run(rows, tokenizer_path, trust_remote_code, settings) -> TrainerRun
+# name -> adapter module: parse_args(items) -> settings;
+# run(rows, tokenizer_path, trust_remote_code, settings, python=None) -> prefdata.trainers.common.TrainerRun
 TRAINER_ADAPTERS: dict[str, str] = {
     "openrlhf": "prefdata.trainers.openrlhf_adapter",
 }

@@ -105,6 +105,7 @@ def prepare(
     allowed_image_root: str | Path | list[str | Path] | None = None,
     trainer: str | None = None,
     trainer_args: list[str] | None = None,
+    trainer_python: str | None = None,
 ) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
@@ -133,7 +134,7 @@ def prepare(
     refuse_inputs_inside(out_path, [raw_path, *input_files, policy, tokenizer, processor, chat_template_file,
                                     *_paths(decontaminate_against), *_paths(allowed_image_root)])
     seed = seed if seed is not None else (mix.mix.seed if mix else 0)
-    trainer_settings = check_trainer_arguments(trainer, trainer_args, tokenizer, False,
+    trainer_settings = check_trainer_arguments(trainer, trainer_args, trainer_python, tokenizer, False,
                                                trainer is None or (mix is None and hub is None))
     loaded_policy = load_policy(policy)
     benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,

@@ -236,6 +236,11 @@ class TrainerOptions(Settings):
         "data.prompt_key=prompt, data.apply_chat_template (the trainer's defaults otherwise; docs/trainers.md "
         "lists each trainer's; repeatable)", group=CHECKS,
         flag="--trainer-arg", metavar="NAME[=VALUE]", action="append")
+    trainer_python: str | None = setting(
+        None, "the Python of the environment the trainer is installed in, for trainers whose pins differ from "
+        "prefdata's (LLaMA-Factory, axolotl): their preprocessing runs there in a child process; default: the "
+        "Python behind the trainer's command on PATH (llamafactory-cli, axolotl), else this one", group=CHECKS,
+        metavar="PYTHON")
 
 
 @dataclass(kw_only=True)

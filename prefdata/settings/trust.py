@@ -38,6 +38,7 @@ FLAG_ONLY: dict[str, dict[str, str]] = {"validate": {
     "allowed_image_root": "it lets image paths in the rows read more of the disk",
     "output": "it chooses a file for validate to write",
     "ray_address": "it connects to a Ray cluster, whose protocol unpickles what the cluster sends",
+    "trainer_python": "it names a program for validate to run",
 }}
 
 # Files validate reads: from a settings file they must lie inside the working directory (the checkout),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from prefdata.core.errors import PrefdataError
 from prefdata.trainers.checks import needs_untruncated, openrlhf_findings
 from prefdata.trainers.common import TrainerRun
 from prefdata.trainers.openrlhf import (
@@ -37,7 +38,10 @@ def openrlhf_tokenizer(path: str, trust_remote_code: bool) -> Any:
 
 
 def run(rows: list[dict[str, Any]], tokenizer_path: str, trust_remote_code: bool,
-        settings: OpenRLHFSettings) -> TrainerRun:
+        settings: OpenRLHFSettings, python: str | None = None) -> TrainerRun:
+    if python is not None:
+        raise PrefdataError("--trainer-python is for trainers that run in their own environment (llamafactory, "
+                            "axolotl); OpenRLHF's preprocessing runs in prefdata's (pip install --no-deps openrlhf)")
     tokenizer = openrlhf_tokenizer(tokenizer_path, trust_remote_code)
     outcome = run_openrlhf(rows, tokenizer, settings)
     again = sorted([*outcome.dropped, *(i for i, pair in outcome.pairs.items() if needs_untruncated(pair, settings))])

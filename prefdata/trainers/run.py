@@ -26,18 +26,20 @@ class TrainerChoice:
 
     name: str
     settings: Any
+    python: str | None = None  # --trainer-python: the trainer's own environment (adapters that run in a child process)
 
 
 def adapter(name: str) -> ModuleType:
     return importlib.import_module(TRAINER_ADAPTERS[name])
 
 
-def check_trainer_arguments(trainer: str | None, trainer_args: list[str] | None, tokenizer: str | None,
-                            prepared: bool, plain_file: bool) -> TrainerChoice | None:
+def check_trainer_arguments(trainer: str | None, trainer_args: list[str] | None, trainer_python: str | None,
+                            tokenizer: str | None, prepared: bool, plain_file: bool) -> TrainerChoice | None:
     """The trainer's settings, checked before any work; None without --trainer."""
     if trainer is None:
-        if trainer_args:
-            raise PrefdataError("--trainer-arg needs --trainer (which trainer reads these settings)")
+        if trainer_args or trainer_python:
+            raise PrefdataError(f"{'--trainer-arg' if trainer_args else '--trainer-python'} needs --trainer "
+                                "(which trainer it is for)")
         return None
     if trainer not in TRAINERS:
         raise PrefdataError(f"--trainer must be one of {', '.join(TRAINERS)}, got {trainer!r}")
@@ -46,7 +48,7 @@ def check_trainer_arguments(trainer: str | None, trainer_args: list[str] | None,
     if prepared or not plain_file:
         raise PrefdataError(f"--trainer {trainer} reads raw rows from files, as {trainer} does "
                             "(not a prepared OUT/, a Hub id or a mix file)")
-    return TrainerChoice(trainer, adapter(trainer).parse_args(trainer_args))
+    return TrainerChoice(trainer, adapter(trainer).parse_args(trainer_args), trainer_python)
 
 
 def trainer_section(input_path: Path, choice: TrainerChoice, tokenizer_path: str, trust_remote_code: bool,
@@ -59,7 +61,8 @@ def trainer_section(input_path: Path, choice: TrainerChoice, tokenizer_path: str
     records = [r for r in iter_raw_records(input_path) if r.error is None and type(r.value) is dict]
     where = {i: {"source_file": r.source_file, "source_line": r.source_line} for i, r in enumerate(records)}
     rows = [r.value for r in records]
-    result: TrainerRun = adapter(choice.name).run(rows, tokenizer_path, trust_remote_code, choice.settings)
+    result: TrainerRun = adapter(choice.name).run(rows, tokenizer_path, trust_remote_code, choice.settings,
+                                                  python=choice.python)
     ours = _prefdata_ids(records, pair_tokenizer, normalize_record)
     return {
         "trainer": result.trainer,

@@ -96,6 +96,7 @@ def validate(
     allowed_image_root: str | Path | list[str | Path] | None = None,
     trainer: str | None = None,
     trainer_args: list[str] | None = None,
+    trainer_python: str | None = None,
 ) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
 
@@ -139,7 +140,7 @@ def validate(
     prepared = is_prepared_dir(input_path)
     from prefdata.trainers.run import check_trainer_arguments
 
-    trainer_settings = check_trainer_arguments(trainer, trainer_args, tokenizer, prepared,
+    trainer_settings = check_trainer_arguments(trainer, trainer_args, trainer_python, tokenizer, prepared,
                                                trainer is None or (hub is None and not is_mix_file(input_path)))
     mix = None
     if not prepared and is_mix_file(input_path):
