@@ -1,4 +1,5 @@
-"""The OUT content hash of a fixed input and fixed settings, pinned as a literal.
+"""The OUT content hash of a fixed input and fixed settings, pinned as a literal (and, below, every file
+prepare writes and every report validate renders, for every way of spreading the work).
 
 Refactors (modules moved, functions split) must not change what prepare writes: the manifest's
 `content_hash` covers every kept row (ids, texts, flags, source lines, pass-through columns). The
@@ -11,10 +12,15 @@ make it only on purpose, and say why in the commit.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from pathlib import Path
 
+import pytest
+
 from prefdata.prepare import prepare
+from prefdata.validate import validate
 
 RECORDS = [
     {"id": "a1", "prompt": "What is the capital of France?", "chosen": "Paris is the capital of France.",
@@ -120,3 +126,123 @@ def test_worker_write_run_content_hash_is_pinned(tmp_path, tiny_tokenizer_dir):
             worker_writes=True, balance_length=0.5, seed=3, decontaminate_against=bench,
             decontaminate_field="question", decontaminate_ngram=3, pairing="all-pairs", progress=False)
     _assert_pinned(out, WORKERS_HASH, WORKERS_ACCOUNTING, WORKERS_FLAGS, WORKERS_DROPPED)
+
+
+# ----------------------------------------------------------------------------- every run shape, every file
+#
+# Before the pipelines became one (issue 44), every file prepare writes and every report validate
+# renders was pinned by content, for each way of running them: one worker or two, the dataset-wide
+# checks partitioned or not, the main process or the workers writing. A run shape changes how the
+# work is spread, never a byte of what comes out, so each input's digest is one literal that every
+# shape must give. Only what names the run (timestamps, temporary paths, the run-shape settings the
+# manifest's config records) is left out of the digest.
+
+CONVERSATIONAL = [
+    {"prompt": [{"role": "user", "content": "What is 2 + 2?"}], "chosen": [{"role": "assistant", "content": "4."}],
+     "rejected": [{"role": "assistant", "content": "5."}]},
+    {"prompt": [{"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "Sky colour?"}],
+     "chosen": [{"role": "assistant", "content": "Blue."}], "rejected": [{"role": "assistant", "content": "Green."}]},
+    {"prompt": [{"role": "user", "content": "Same?"}], "chosen": [{"role": "assistant", "content": "Yes."}],
+     "rejected": [{"role": "assistant", "content": "Yes."}]},
+    {"prompt": [{"role": "user", "content": "What is 2 + 2?"}], "chosen": [{"role": "assistant", "content": "4."}],
+     "rejected": [{"role": "assistant", "content": "5."}]},
+    {"prompt": [{"role": "user", "content": "What is 2 + 2?"}], "chosen": [{"role": "assistant", "content": "5."}],
+     "rejected": [{"role": "assistant", "content": "4."}]},
+    {"chosen": [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "An apple, crisp."}],
+     "rejected": [{"role": "user", "content": "Name a fruit."}, {"role": "assistant", "content": "A car."}]},
+    {"prompt": [{"role": "user", "content": "Is 9 prime?"}],
+     "chosen": [{"role": "assistant", "reasoning_content": "9 = 3 * 3.", "content": "No."}],
+     "rejected": [{"role": "assistant", "content": "Yes."}]},
+    {"prompt": [{"role": "user", "content": "Empty?"}], "chosen": [{"role": "assistant", "content": ""}],
+     "rejected": [{"role": "assistant", "content": "No."}]},
+    "[broken",
+    {"prompt": [{"role": "user", "content": "Explain tides at length."}],
+     "chosen": [{"role": "assistant", "content": "The moon pulls the sea toward it, twice a day. " * 6}],
+     "rejected": [{"role": "assistant", "content": "Wind."}]},
+]
+
+# (input, chat template) -> digest of OUT's files; (input, tokenizer, format) -> digest of the report.
+PREPARE_PINS = {
+    ("conversational", False): "2291d47db760f3624d8a80154748d80d2318596fab6702a175cd3b2b3fc48f25",
+    ("conversational", True): "88ba18ace2954c678623c8f355692b9ca1bcfb537a153ae03f90512776f818a6",
+    ("text", False): "1443e51a030addf34ace8a89791acf54d0552295f2e818aeb456504bdf0b5448",
+    ("text", True): "ff358a3903c6b8eb44b099726032dd56aeabc271c779860d3dc74169dc26907b",
+}
+VALIDATE_PINS = {
+    ("conversational", False, "json"): "c2e39db655595fd158e501d6b1800a868ab88f49f7e2bb5cfc1a71f76d71acf3",
+    ("conversational", False, "markdown"): "4f898946361cd6ad4216f3afb7b9b6d6c5e792780ff30f4c7ddfaa674462b84a",
+    ("conversational", False, "text"): "7af5bda8bf2195fb1564aaa4cb365c5c779bf8256ecff54531b046f095c1044b",
+    ("conversational", True, "json"): "bfdc84027d76f70a9eba177012466e88bdf146a5d6dff3ef005e337754f6e75d",
+    ("conversational", True, "markdown"): "788c73d8bc518ae41dace6ddb28b6da9bcc00c2a9a213194f154b9c7a1bffea7",
+    ("conversational", True, "text"): "1d842f1830008e4a96b57f4d0d7dd9f8d7c48a1b174be660f00a4b769a777d34",
+    ("text", False, "json"): "7c41db88464342b9831cd536b5de8f83f4e636187750e163560363eb1dd2a918",
+    ("text", False, "markdown"): "9d10defcaa7385c809cda1fad3d74f2c5283459552258cf787bc8e282ac669e5",
+    ("text", False, "text"): "c256016789527a96100a032929277cfb35cb2494398bb799e205187a3bfec7ad",
+    ("text", True, "json"): "5145d70dad2e51511c29707b836040b8896d1095014f1905ced5154e87677600",
+    ("text", True, "markdown"): "165be04fa07bedc2ad04b48fd7fec8e278447b91100421216198c5fda7ab3ece",
+    ("text", True, "text"): "35e6fa2ece1b8bc4b2c3ab7fcf8ea5d49c4cc23f1c7811fcc3c2fa43d2af2d61",
+}
+# How the work is spread: (workers, partitioned_checks, worker_writes).
+RUN_SHAPES = [(1, False, False), (2, False, False), (1, True, False), (2, True, False), (1, True, True),
+              (2, True, True)]
+VALIDATE_SHAPES = [(1, False), (2, False), (2, True)]  # (workers, partitioned_checks)
+_STAMP = re.compile(rb'"(generated_at|created_at)": "[^"]*"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|'
+                    rb'\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)? UTC')
+_RUN_KEYS = ("workers", "partitioned_checks", "worker_writes", "batch_size")
+
+
+def _input(directory: Path, shape: str) -> Path:
+    if shape == "text":
+        return _write_input(directory)
+    raw = directory / "raw"
+    raw.mkdir()
+    lines = [record if isinstance(record, str) else json.dumps(record) for record in CONVERSATIONAL]
+    (raw / "pin.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return raw
+
+
+def _normalized(data: bytes, places: dict[str, str]) -> bytes:
+    for path, name in places.items():
+        data = data.replace(path.encode(), name.encode())
+    return _STAMP.sub(b"STAMP", data)
+
+
+def _out_digest(out: Path, places: dict[str, str]) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(out.iterdir()):
+        data = path.read_bytes()
+        if path.name == "manifest.json":  # its config names the run shape; the rest is pinned
+            manifest = json.loads(data)
+            for key in _RUN_KEYS:
+                manifest["config"].pop(key, None)
+            data = json.dumps(manifest, sort_keys=True).encode()
+        digest.update(path.name.encode() + b"\0" + _normalized(data, places) + b"\0")
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("shape", ["text", "conversational"])
+@pytest.mark.parametrize("template", [False, True])
+@pytest.mark.parametrize("workers,partitioned,worker_writes", RUN_SHAPES)
+def test_prepare_outputs_are_pinned_for_every_run_shape(tmp_path, tiny_tokenizer_dir, shape, template, workers,
+                                                        partitioned, worker_writes):
+    raw = _input(tmp_path, shape)
+    out = tmp_path / "out"
+    prepare(raw, out, tokenizer=tiny_tokenizer_dir, max_length=48, chat_template=template, workers=workers,
+            batch_size=3, partitioned_checks=partitioned, worker_writes=worker_writes, progress=False)
+    places = {tiny_tokenizer_dir: "TOKENIZER", str(tmp_path): "TMP"}
+    assert _out_digest(out, places) == PREPARE_PINS[(shape, template)]
+
+
+@pytest.mark.parametrize("shape", ["text", "conversational"])
+@pytest.mark.parametrize("tokenizer", [False, True])
+@pytest.mark.parametrize("workers,partitioned", VALIDATE_SHAPES)
+def test_validate_reports_are_pinned_for_every_run_shape(tmp_path, tiny_tokenizer_dir, shape, tokenizer, workers,
+                                                         partitioned):
+    raw = _input(tmp_path, shape)
+    places = {tiny_tokenizer_dir: "TOKENIZER", str(tmp_path): "TMP"}
+    for format in ("json", "text", "markdown"):
+        output = tmp_path / f"report.{format}"
+        validate(raw, tokenizer=tiny_tokenizer_dir if tokenizer else None, max_length=48, format=format,
+                 output=output, workers=workers, batch_size=3, partitioned_checks=partitioned, progress=False)
+        digest = hashlib.sha256(_normalized(output.read_bytes(), places)).hexdigest()
+        assert digest == VALIDATE_PINS[(shape, tokenizer, format)], format
