@@ -1,4 +1,5 @@
-"""Stable flag names (README "Flags and policies" lists each with its meaning and default). Policies,
+"""Stable flag names, generated from the checks (prefdata/checks/units/, one module per check, with its
+meaning, default severity and hint) by `python -m prefdata.checks.generated`: do not edit by hand. Policies,
 reports and tests refer to these constants."""
 
 IDENTICAL = "identical"
@@ -19,23 +20,20 @@ NON_FINITE_REF_LOGPS = "non_finite_ref_logps"
 TIED_REWARD = "tied_reward"
 REWARD_DISAGREES = "reward_disagrees"
 REASONING_LOST = "reasoning_lost"
-SYSTEM_LOST = "system_lost"  # a system (or developer) message the template does not render (tokenize.pairs)
+SYSTEM_LOST = "system_lost"
 REASONING_MISMATCH = "reasoning_mismatch"
 SAME_FINAL_ANSWER = "same_final_answer"
 TOOL_CALL_INVALID = "tool_call_invalid"
 BENCHMARK_OVERLAP = "benchmark_overlap"
-IMAGE_MISMATCH = "image_mismatch"  # image placeholders and images differ in number (checks.images)
-IMAGE_TRUNCATED = "image_truncated"  # truncation would cut an image's tokens (tokenize.truncate.truncate_pair)
-LENGTH_BALANCE = "length_balance"  # removed by prepare --balance-length's subsample (sets.balance)
-# Agent trajectories and multi-turn pairs (io.trajectory, tokenize.turns): what the model did not decide.
-ENVIRONMENT_DIFFERS = "environment_differs"  # the same tool call answered with different results
-DIVERGES_AT_NON_MODEL_TURN = "diverges_at_non_model_turn"  # the halves first differ at a user or tool turn
-NO_TRAINED_TOKENS = "no_trained_tokens"  # a half's loss mask covers no token (no model turn left)
-UNEQUAL_TURNS = "unequal_turns"  # one half has far more assistant turns than the other
-# An assistant turn that renders differently once later turns follow, and could not be located in the
-# full render (tokenize.turns): its loss mask may miss part of it.
+IMAGE_MISMATCH = "image_mismatch"
+IMAGE_TRUNCATED = "image_truncated"
+LENGTH_BALANCE = "length_balance"
+ENVIRONMENT_DIFFERS = "environment_differs"
+DIVERGES_AT_NON_MODEL_TURN = "diverges_at_non_model_turn"
+NO_TRAINED_TOKENS = "no_trained_tokens"
+UNEQUAL_TURNS = "unequal_turns"
 TURN_RENDERS_DIFFERENTLY = "turn_renders_differently"
-NOT_SELECTED = "not_selected"  # left out by `prefdata select` (its budget, thresholds, or a non-finite signal)
+NOT_SELECTED = "not_selected"
 
 ALL_FLAGS: tuple[str, ...] = (
     IDENTICAL,
@@ -73,7 +71,14 @@ ALL_FLAGS: tuple[str, ...] = (
 )
 
 # Flags that need token ids (only computed when a tokenizer is given or the rows are pre-tokenized).
-TOKEN_FLAGS = frozenset(
-    {IDENTICAL_AFTER_TRUNCATION, NO_COMPLETION_TOKENS, COMPLETION_TRUNCATED, PROMPT_BOUNDARY_MISMATCH, REASONING_LOST,
-     IMAGE_TRUNCATED, NO_TRAINED_TOKENS, SYSTEM_LOST, TURN_RENDERS_DIFFERENTLY}
-)
+TOKEN_FLAGS = frozenset({
+    IDENTICAL_AFTER_TRUNCATION,
+    NO_COMPLETION_TOKENS,
+    COMPLETION_TRUNCATED,
+    PROMPT_BOUNDARY_MISMATCH,
+    REASONING_LOST,
+    SYSTEM_LOST,
+    IMAGE_TRUNCATED,
+    NO_TRAINED_TOKENS,
+    TURN_RENDERS_DIFFERENTLY,
+})

@@ -7,6 +7,8 @@ Three hints exist (report.json's `hints`, docs/report-schema.md):
 - `template`: rows flagged `reasoning_lost`: the chat template (the tokenizer's, or the one given with
   `--chat-template-file`) drops what they carry; names the fix that fits the settings given, and a
   bundled template only to a tokenizer whose template it was made for.
+  Which setting keeps a flag's pairs is its check's (prefdata.checks.units): `system_lost` and
+  `turn_renders_differently` name `--chat-template-file`, `tied_reward` the policy's `tie_threshold`.
 - `chat_template`: many plain-string rows got `prompt_boundary_mismatch` although the tokenizer has a
   chat template and `--chat-template` was not given (an instruct tokenizer reading raw text).
 
@@ -17,19 +19,21 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from prefdata.checks.units import BY_NAME, CHECKS, data_advice
+
 # Share of checked pairs: plain-string rows with prompt_boundary_mismatch above which --chat-template is hinted.
 CHAT_TEMPLATE_HINT_SHARE = 0.1
 # Below this --max-length, halving it for the prompt leaves too little room: raising it is the advice.
 MIN_SPLIT_LENGTH = 32
 
-# Flags a length setting causes; the others describe the pair itself (or the template).
-_LENGTH_FLAGS = ("no_completion_tokens", "identical_after_truncation", "image_truncated")
-# Flags whose cause is the chat template, not the data.
-_TEMPLATE_FLAGS = ("reasoning_lost",)
-# On a tie in rows, the flag that causes others wins: a template that drops a tool call leaves both
-# halves equal (identical_after_truncation follows reasoning_lost); a completion with no tokens left
-# is an empty half, so identical_after_truncation follows no_completion_tokens too.
-_CAUSE_ORDER = {"reasoning_lost": 0, "no_completion_tokens": 1, "image_truncated": 2, "identical_after_truncation": 9}
+# What keeps a flag's pairs is said by its check (prefdata.checks.units: cause, setting, hint): a length
+# setting, the chat template, a setting of its own, or nothing but the data.
+_LENGTH_FLAGS = tuple(check.name for check in CHECKS if check.cause == "length")
+_TEMPLATE_FLAGS = tuple(check.name for check in CHECKS if check.cause == "template")
+# On a tie in rows, the flag that causes others wins (the check's rank): a template that drops a tool call
+# leaves both halves equal (identical_after_truncation follows reasoning_lost); a completion with no tokens
+# left is an empty half, so identical_after_truncation follows no_completion_tokens too.
+_CAUSE_ORDER = {check.name: check.rank for check in CHECKS}
 
 
 def main_drop_cause(flags: Mapping[str, Mapping[str, Any]]) -> tuple[str, int] | None:
@@ -74,14 +78,10 @@ def keep_setting(flag: str, settings: Mapping[str, Any], prompts_fill: bool = Tr
             "--max-length",
             f"--max-length {max_length:,} leaves too little room for the completions; raise --max-length",
         )
-    if flag == "tied_reward":
-        return "tie_threshold", "samples got equal rewards; sample more per prompt or lower the policy's tie_threshold"
-    # No setting makes such a pair trainable: the data needs fixing, or the loss accepting.
-    return (
-        "max_dropped_share",
-        f"the pairs themselves are {flag}: fix the data (see dropped.jsonl), or raise max_dropped_share in a "
-        "policy if losing them is expected",
-    )
+    # A setting of the check's own (tied_reward: tie_threshold), or, where no setting makes such a pair
+    # trainable, the data needs fixing (or the loss accepting): max_dropped_share.
+    check = BY_NAME.get(flag)
+    return (check.setting, check.advice()) if check else ("max_dropped_share", data_advice(flag))
 
 
 def template_advice(settings: Mapping[str, Any], fitting: Sequence[str] = ()) -> str:

@@ -1,4 +1,5 @@
-"""What every renderer of a report dict shares: flag meanings, status words, number and location formats.
+"""What every renderer of a report dict shares: flag meanings (the checks'), status words, number and location
+formats.
 
 Every renderer reads only the report dict, so a report.json from any run renders the same way.
 """
@@ -8,49 +9,12 @@ from __future__ import annotations
 import html
 from typing import Any, Iterable, Mapping
 
+from prefdata.checks.units import CHECKS
+
 Report = Mapping[str, Any]
 
-FLAG_MEANINGS: dict[str, str] = {
-    "identical": "chosen and rejected are identical",
-    "whitespace_only": "chosen and rejected differ only in whitespace",
-    "near_duplicate": "chosen and rejected are nearly identical",
-    "identical_after_truncation": "chosen and rejected token ids are equal after truncation",
-    "empty_prompt": "the prompt is empty",
-    "empty_chosen": "the chosen completion is empty",
-    "empty_rejected": "the rejected completion is empty",
-    "no_completion_tokens": "a completion has no tokens left after truncation",
-    "completion_truncated": "a completion lost its end (EOS) to truncation",
-    "prompt_boundary_mismatch": "prompt tokens are not a prefix of prompt+completion tokens",
-    "duplicate_pair": "the same pair appears earlier in the data",
-    "conflicting_pair": "the same pair appears earlier with chosen and rejected swapped",
-    "multi_turn_completion": "HH transcripts diverge before their last Assistant turn, so a completion spans "
-    "several turns (its Human turns are kept out of the loss)",
-    "prompt_leak": "the prompt also occurs in the --against data",
-    "benchmark_overlap": "the prompt (or a completion) shares an N-word run with a benchmark item (--decontaminate-against)",
-    "non_finite_ref_logps": "reference log-probs are not finite",
-    "tied_reward": "the two generated samples got the same reward (within the tie threshold)",
-    "reward_disagrees": "the reward model prefers rejected over chosen by more than the margin",
-    "reasoning_lost": "the chat template does not render the row's reasoning, tool calls or tools in the "
-    "completion (many reasoning templates drop the trace even from the last turn; see docs/reasoning.md)",
-    "system_lost": "the chat template does not render a system (or developer) message of the row: "
-    "the tokens lack an instruction the data gives (SmolLM3 reads only a first system message)",
-    "reasoning_mismatch": "one half reasons and the other does not (or has an empty think block): "
-    "the model would learn a format preference",
-    "same_final_answer": "the halves differ only inside the reasoning; their answers are equal",
-    "tool_call_invalid": "a tool call's arguments are not a JSON object, name a function not in `tools`, "
-    "or break its parameter schema, or that schema cannot be evaluated (a $ref loop, an unresolvable $ref, "
-    "more work than the check's budget)",
-    "image_mismatch": "the prompt's image placeholders and the row's images differ in number",
-    "image_truncated": "fitting the length limits would cut an image's tokens: the pair is left uncut",
-    "length_balance": "removed by --balance-length's seeded subsample toward its target share of chosen-longer pairs",
-    "environment_differs": "the trajectories first differ at a tool result to the same call: the environment "
-    "answered differently, the model decided nothing different",
-    "diverges_at_non_model_turn": "the halves first differ at a user or tool turn, not at a model decision",
-    "no_trained_tokens": "a completion's loss mask covers no token: no model turn of it is left to train",
-    "turn_renders_differently": "an assistant turn renders differently once later turns follow, and could not "
-    "be located in the full render: its loss mask may miss part of that turn",
-    "unequal_turns": "one half has far more assistant turns than the other (3x and at least 3 more)",
-    "not_selected": "left out by `prefdata select`: beyond its budget, outside --min/--max, or a non-finite signal",
+# Each check's meaning is written in its unit (prefdata/checks/units/); quarantined records are no flag.
+FLAG_MEANINGS: dict[str, str] = {check.name: check.meaning for check in CHECKS} | {
     "quarantined": "the record could not be read or normalized",
 }
 

@@ -1,0 +1,130 @@
+"""A check is one unit (prefdata/checks/units/): the flag list, the default policy, the report legends, the
+drop-cause hints and the README's table are made from it, and a flag is raised only where its unit says."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from prefdata.checks import generated
+from prefdata.checks.policy import SEVERITIES, load_policy
+from prefdata.checks.units import BY_NAME, CHECKS
+from prefdata.core import flags as F
+from prefdata.report.hints import dropped_share_hint, keep_setting
+from prefdata.report.render_common import FLAG_MEANINGS
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "prefdata"
+REGENERATE = "run python -m prefdata.checks.generated"
+# Trainer findings (prefdata/trainers/) say what another trainer's own processing would make of a pair,
+# under the same names; they raise nothing in prefdata's OUT or reports.
+NOT_SCANNED = ("prefdata/core/flags.py", "prefdata/checks/units/", "prefdata/trainers/")
+
+
+def _read(name: str) -> str:
+    return (REPO / name).read_text(encoding="utf-8")
+
+
+def test_the_flag_list_is_made_from_the_checks() -> None:
+    assert _read(generated.FLAGS_MODULE) == generated.flags_module(), f"core/flags.py differs: {REGENERATE}"
+    assert F.ALL_FLAGS == tuple(check.name for check in CHECKS)
+    assert [check.order for check in CHECKS] == list(range(len(CHECKS))), "orders must be 0, 1, ... (a new check: the next)"
+    for path in (PACKAGE / "checks" / "units").glob("[!_]*.py"):  # one check a module, named after its flag
+        assert importlib.import_module(f"prefdata.checks.units.{path.stem}").CHECK.name == path.stem
+
+
+def test_the_default_policy_is_made_from_the_checks() -> None:
+    text = _read(generated.DEFAULT_POLICY)
+    assert text == generated.default_policy(text), f"default.toml's [flags] differ from the checks: {REGENERATE}"
+    default = load_policy(None)
+    assert default.severities == {check.name: check.severity for check in CHECKS}
+    assert set(tomllib.loads(_read(generated.PR_POLICY))["flags"]) <= set(BY_NAME)
+
+
+def test_the_readme_table_is_made_from_the_checks() -> None:
+    text = _read("README.md")
+    assert generated.TABLE.search(text), "README.md lost its <!-- checks --> table"
+    assert text == generated.readme(text, _read(generated.PR_POLICY)), f"README's flag table differs: {REGENERATE}"
+    assert "| `identical` | chosen == rejected | drop (`pr.toml`: error) |" in text
+
+
+def test_each_check_says_what_it_means_once() -> None:
+    for check in CHECKS:
+        assert check.severity in SEVERITIES and check.severity != "ignore", check.name
+        assert check.meaning.strip() and "\n" not in check.meaning, check.name
+        assert FLAG_MEANINGS[check.name] == check.meaning  # the report legends read the unit
+    assert F.TOKEN_FLAGS == {check.name for check in CHECKS if check.tokens}
+
+
+def _raise_sites() -> dict[str, set[str]]:
+    """flag -> "module:function" of each function that adds it to a pair: the flag's constant as an item
+    of a list or tuple it builds (not one it loops over), or as what it appends or inserts."""
+    names = {name: value for name, value in vars(F).items() if name.isupper() and isinstance(value, str)}
+    sites: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(REPO).as_posix()
+        if relative.startswith(NOT_SCANNED):
+            continue
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        _visit(ast.parse(path.read_text(encoding="utf-8")), [], [], module, names, sites)
+    return sites
+
+
+def _visit(node: ast.AST, parents: list[ast.AST], where: list[str], module: str, names: dict[str, str],
+           sites: dict[str, set[str]]) -> None:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        where = [*where, node.name]
+    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in ("F", "flags")
+            and node.attr in names and where and _adds(node, parents)):
+        function = ".".join(where[: 2 if len(where) > 1 and where[0][:1].isupper() else 1])
+        sites.setdefault(names[node.attr], set()).add(f"{module}:{function}")
+    for child in ast.iter_child_nodes(node):
+        _visit(child, [*parents, node], where, module, names, sites)
+
+
+def _adds(node: ast.AST, parents: list[ast.AST]) -> bool:
+    child = node
+    for parent in reversed(parents):  # a tuple looped over names flags to read, not to raise
+        if isinstance(parent, (ast.For, ast.comprehension)) and child is parent.iter:
+            return False
+        child = parent
+    parent = parents[-1]
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute):
+        return parent.func.attr in ("append", "insert") and node in parent.args
+    return isinstance(parent, (ast.List, ast.Tuple))
+
+
+def _resolve(reference: str) -> object:
+    module, _, function = reference.partition(":")
+    found: object = importlib.import_module(module)
+    for part in function.split("."):
+        found = getattr(found, part)
+    return found
+
+
+def test_a_flag_is_raised_only_where_its_check_says() -> None:
+    sites = _raise_sites()
+    for check in CHECKS:
+        for reference in check.raised_by:
+            assert callable(_resolve(reference)), reference
+        assert sites.get(check.name, set()) == set(check.raised_by), (
+            f"{check.name} is raised in {sorted(sites.get(check.name, ()))}; "
+            f"prefdata/checks/units/{check.name}.py names {sorted(check.raised_by)}")
+
+
+@pytest.mark.parametrize("flag", ["system_lost", "turn_renders_differently"])
+def test_template_flags_that_lose_pairs_name_the_template_not_the_data(flag: str) -> None:
+    hint = dropped_share_hint({flag: {"count": 5, "severity": "error"}}, 5, 10, 0.2, {})
+    assert hint["flag"] == flag and hint["setting"] == "--chat-template-file"
+    assert "fix the data" not in hint["message"] and "chat template" in hint["message"]
+
+
+def test_every_check_has_a_hint() -> None:
+    for check in CHECKS:
+        setting, why = keep_setting(check.name, {"max_length": 512})
+        assert setting and why, check.name
+    assert keep_setting("tied_reward", {}) == ("tie_threshold", BY_NAME["tied_reward"].hint)
