@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, TypeVar
 
@@ -215,6 +216,42 @@ def takes_settings(cls: type) -> Callable[[Fn], Fn]:
                 keywords = {**settings.keywords(), **keywords}
             return function(*args, **keywords)
 
+        call.settings_class = cls  # type: ignore[attr-defined]
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
+def settings_command(cls: type) -> Callable[[Fn], Fn]:
+    """A command whose body takes its settings as one object: `def train(out_dir, settings: TrainSettings,
+    *, loaded_policy=None)`. Callers pass `settings=TrainSettings(...)`, flat keywords, or both (keywords
+    win); the flat keywords are a thin layer generated from the declaration (each setting is written
+    once: its name, type and default live in `cls`), and the signature Python shows is generated too.
+    Keywords in `cls.python_only` (objects, not settings) go to the body as keywords."""
+
+    def wrap(body: Fn) -> Fn:
+        names = {f.name for f in dataclasses.fields(cls)}
+        body_params = list(inspect.signature(body).parameters.values())
+        positionals = [p for p in body_params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD][:-1]
+        extras = [p for p in body_params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+        @functools.wraps(body)
+        def call(*args: Any, settings: Any = None, **keywords: Any) -> Any:
+            if settings is not None and not isinstance(settings, cls):
+                raise TypeError(f"{body.__name__}() takes settings={cls.__name__}(...), got {type(settings).__name__}")
+            passed = {k: keywords.pop(k) for k in list(keywords) if k in cls.python_only}
+            unknown = sorted(set(keywords) - names)
+            if unknown:
+                raise TypeError(f"{body.__name__}() got an unexpected keyword argument {unknown[0]!r}")
+            chosen = dataclasses.replace(settings, **keywords) if settings is not None else cls(**keywords)
+            return body(*args, chosen, **passed)
+
+        generated = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                     for f in dataclasses.fields(cls)]
+        settings_param = inspect.Parameter("settings", inspect.Parameter.KEYWORD_ONLY, default=None,
+                                           annotation=f"{cls.__name__} | None")
+        call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [*positionals, *generated, *extras, settings_param], return_annotation=inspect.signature(body).return_annotation)
         call.settings_class = cls  # type: ignore[attr-defined]
         return call  # type: ignore[return-value]
 

@@ -19,16 +19,17 @@ from __future__ import annotations
 import json
 import math
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from prefdata.core.errors import PrefdataError
-from prefdata.model.losses import DEFAULT_SIMPO_GAMMA, REFERENCE_FREE_LOSSES
+from prefdata.model.losses import REFERENCE_FREE_LOSSES
 from prefdata.model.pairs import choose_layout
 from prefdata.settings.commands import TrainSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 from prefdata.train.checkpoint import (
     check_output,
     clear_output,
@@ -59,50 +60,18 @@ from prefdata.train.step import PairForward, run_eval, zero_margin_loss, zero_ma
 __all__ = ["TrainResult", "train"]
 
 
-@takes_settings(TrainSettings)  # or settings=TrainSettings(...): prefdata.settings
+@settings_command(TrainSettings)  # settings=TrainSettings(...) or flat keywords: prefdata.settings
 def train(
     out_dir: str | Path,
+    settings: TrainSettings,
     *,
-    model: str | Path,
-    output: str | Path,
-    loss: str = "sigmoid",
-    beta: float = 0.1,
-    label_smoothing: float = 0.0,
-    simpo_gamma: float = DEFAULT_SIMPO_GAMMA,
-    lr: float = 5e-6,
-    epochs: int = 1,
-    max_steps: int | None = None,
-    batch_tokens: int | None = None,
-    batch_pairs: int = 8,
-    grad_accum: int = 1,
-    eval_dir: str | Path | None = None,
-    eval_every: int | None = None,
-    seed: int = 0,
-    resume: bool = False,
-    overwrite: bool = False,
-    warmup_ratio: float = 0.1,
-    max_grad_norm: float | None = 1.0,
-    log_every: int = 1,
-    save_every: int | None = 500,
-    stall_steps: int = 20,
-    fail_on_stall: bool = False,
-    device: str = "auto",
-    lora: bool = False,
-    progress: bool = True,
-    trust_remote_code: bool = False,
-    shuffle: bool = True,
-    layout: str = "auto",
-    lr_schedule: str = "cosine",
-    schedule_steps: int | None = None,
-    optimizer_from: str | Path | None = None,
-    save_optimizer: bool = False,
-    ld_alpha: float | None = None,
     loaded_policy: Any = None,
     loaded_optimizer: tuple[dict[str, Any], dict[str, Any]] | None = None,
-    save_model: bool = True,
-    processor: str | Path | None = None,
 ) -> TrainResult:
     """Train a policy with a preference loss on OUT/ and save it to `output`.
+
+    Each setting is declared once, in `prefdata.settings.commands.TrainSettings` (the same text as
+    `prefdata train --help`); pass `settings=TrainSettings(...)`, flat keywords (`lr=1e-5`), or both.
 
     `shuffle=False` keeps the data order (batches by token budget: longest first). `layout` (auto,
     right, left, packed, blocks, shared) is for tests and benchmarks: auto runs padding-free rows of
@@ -124,74 +93,107 @@ def train(
     (default: the model directory when it holds processor files, else the one the manifest
     records), which must be the processor OUT was prepared with; the final model is saved with it.
     """
+    s = settings
+    check_settings(s.loss, s.beta, s.label_smoothing, s.lr, s.epochs, s.max_steps, s.batch_tokens, s.batch_pairs,
+                   s.grad_accum, s.warmup_ratio, s.log_every, s.save_every, s.stall_steps, s.eval_every, s.ld_alpha)
+    _check_schedule(s.lr_schedule, s.schedule_steps)
+    out_dir, output = Path(out_dir), Path(s.output)  # type: ignore[arg-type]
+    # Before the ranks meet in init_distributed: no rank has written --output yet when each checks it.
+    check_output(output, resume=s.resume, overwrite=s.overwrite,
+                 out_dirs=[Path(d) for d in (out_dir, s.eval_dir) if d], inputs=[s.model, s.optimizer_from, s.processor])
+    rank, world_size, created_group = init_distributed(s.device)  # torchrun: every rank plans the same batches
+    run = _set_up(out_dir, s, rank, world_size, loaded_policy, loaded_optimizer)
+
+    # 5. resume or start clean, then the loop
+    metrics_path = output / METRICS_FILE
+    step = _resume_step(output, s.resume, s.overwrite, run.policy, run.optimizer, run.scheduler, run.config, run.device)
+    result = TrainResult(output_dir=output, steps=step, epochs=step / run.steps_per_epoch, metrics_path=metrics_path,
+                         resumed_from_step=step if s.resume and step else None)
+    if rank == 0:
+        if s.overwrite:
+            clear_output(output)  # the earlier run goes only now, once everything above has passed
+        _start_output(output, metrics_path, step, run.config)
+    stall = _stall_detector(s.stall_steps, s.loss, s.beta, s.label_smoothing, s.simpo_gamma, run.data)
+    loop = Loop(policy=run.policy, fwd=run.fwd, optimizer=run.optimizer, scheduler=run.scheduler, params=run.params,
+                data=run.data, eval_data=run.eval_data, schedule=run.schedule, stall=stall, output=output,
+                metrics_path=metrics_path, config=run.config, max_grad_norm=s.max_grad_norm, log_every=s.log_every,
+                eval_every=s.eval_every, save_every=s.save_every, fail_on_stall=s.fail_on_stall, progress=s.progress)
+    result.steps = step = run_steps(loop, result, step)
+    result.epochs = step / run.steps_per_epoch
+
+    # 6. eval and save
+    if run.eval_data is not None:
+        result.eval_metrics = run_eval(run.fwd, run.eval_data, batch_pairs=s.batch_pairs, batch_tokens=s.batch_tokens,
+                                       rank=rank, world_size=world_size, step=step, epoch=result.epochs,
+                                       metrics_path=metrics_path)
+    result.model = run.policy
+    result.optimizer_state = (run.optimizer.state_dict(), run.scheduler.state_dict())
+    if rank == 0 and s.save_model:
+        _save(output, run.policy, run.image_processor if run.vision is not None else run.tokenizer, s.lora,
+              s.save_optimizer, run.optimizer, run.scheduler)
+    if world_size > 1:
+        _leave_distributed(created_group)
+    return result
+
+
+@dataclass
+class _Run:
+    """What `train` sets up before its loop: data, model, forward, batch plan, optimizer, config."""
+
+    device: torch.device
+    data: Any
+    eval_data: Any
+    vision: Any
+    image_processor: Any
+    tokenizer: Any
+    policy: Any
+    fwd: PairForward
+    schedule: Schedule
+    steps_per_epoch: int
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    config: dict[str, Any]
+
+
+def _set_up(out_dir: Path, s: TrainSettings, rank: int, world_size: int, loaded_policy: Any,
+            loaded_optimizer: tuple[dict[str, Any], dict[str, Any]] | None) -> _Run:
     import transformers
 
-    check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tokens, batch_pairs, grad_accum,
-                   warmup_ratio, log_every, save_every, stall_steps, eval_every, ld_alpha)
-    _check_schedule(lr_schedule, schedule_steps)
-    out_dir, output = Path(out_dir), Path(output)
-    # Before the ranks meet in init_distributed: no rank has written --output yet when each checks it.
-    check_output(output, resume=resume, overwrite=overwrite, out_dirs=[Path(d) for d in (out_dir, eval_dir) if d],
-                 inputs=[model, optimizer_from, processor])
-    rank, world_size, created_group = init_distributed(device)  # torchrun: every rank plans the same batches
-    torch_device = resolve_device(device)
-
+    torch_device = resolve_device(s.device)
     # 1. data
-    data, eval_data = _load_data(out_dir, eval_dir, loss, ld_alpha)
+    data, eval_data = _load_data(out_dir, s.eval_dir, s.loss, s.ld_alpha)
 
     # 2. policy and tokenizer (an image OUT: the processor, whose tokenizer made its ids)
-    vision, image_processor, tokenizer = _processing(out_dir, Path(model), processor, data, trust_remote_code)
+    vision, image_processor, tokenizer = _processing(out_dir, Path(s.model), s.processor, data,  # type: ignore[arg-type]
+                                                     s.trust_remote_code)
     if eval_data is not None:
-        _check_eval_data(data, eval_data, out_dir, Path(eval_dir))  # type: ignore[arg-type]
-    seed_everything(seed)
-    policy = _load_policy(transformers, model, lora, torch_device, trust_remote_code, loaded_policy, vision is not None)
-    fwd = _pair_forward(policy, model, lora, layout, vision, data, eval_data, tokenizer, torch_device,
-                        {"loss_type": loss, "beta": beta, "label_smoothing": label_smoothing, "simpo_gamma": simpo_gamma},
-                        ld_alpha)
+        _check_eval_data(data, eval_data, out_dir, Path(s.eval_dir))  # type: ignore[arg-type]
+    seed_everything(s.seed)
+    policy = _load_policy(transformers, s.model, s.lora, torch_device, s.trust_remote_code, loaded_policy,
+                          vision is not None)
+    fwd = _pair_forward(policy, s.model, s.lora, s.layout, vision, data, eval_data, tokenizer, torch_device,
+                        {"loss_type": s.loss, "beta": s.beta, "label_smoothing": s.label_smoothing,
+                         "simpo_gamma": s.simpo_gamma}, s.ld_alpha)
 
     # 3. batch plan
-    schedule = Schedule(batch_pairs=batch_pairs, batch_tokens=batch_tokens, grad_accum=grad_accum, seed=seed,
-                        rank=rank, world_size=world_size, max_steps=max_steps, epochs=epochs, shuffle=shuffle)
-    steps_per_epoch = schedule.steps_per_epoch(data)
+    schedule = Schedule(batch_pairs=s.batch_pairs, batch_tokens=s.batch_tokens, grad_accum=s.grad_accum, seed=s.seed,
+                        rank=rank, world_size=world_size, max_steps=s.max_steps, epochs=s.epochs, shuffle=s.shuffle)
     total_steps = schedule.total_steps(data)
 
     # 4. optimizer and schedule
     params = [p for p in policy.parameters() if p.requires_grad]
-    span = schedule_steps if schedule_steps is not None else total_steps
-    optimizer, scheduler, warmup_steps = _optimizer(params, lr, lr_schedule, warmup_ratio, span, schedule_steps is not None,
-                                                    optimizer_from, torch_device, loaded_optimizer)
-    settings = {k: v for k, v in locals().items() if k in _CONFIG_KEYS}
-    continued = IN_MEMORY if loaded_optimizer is not None else optimizer_from
-    config = _run_config(settings, out_dir, model, fwd.layout, data, total_steps, warmup_steps, span, continued, eval_dir)
-
-    # 5. resume or start clean, then the loop
-    metrics_path = output / METRICS_FILE
-    step = _resume_step(output, resume, overwrite, policy, optimizer, scheduler, config, torch_device)
-    result = TrainResult(output_dir=output, steps=step, epochs=step / steps_per_epoch, metrics_path=metrics_path,
-                         resumed_from_step=step if resume and step else None)
-    if rank == 0:
-        if overwrite:
-            clear_output(output)  # the earlier run goes only now, once everything above has passed
-        _start_output(output, metrics_path, step, config)
-    stall = _stall_detector(stall_steps, loss, beta, label_smoothing, simpo_gamma, data)
-    loop = Loop(policy=policy, fwd=fwd, optimizer=optimizer, scheduler=scheduler, params=params, data=data,
-                eval_data=eval_data, schedule=schedule, stall=stall, output=output, metrics_path=metrics_path,
-                config=config, max_grad_norm=max_grad_norm, log_every=log_every, eval_every=eval_every,
-                save_every=save_every, fail_on_stall=fail_on_stall, progress=progress)
-    result.steps = step = run_steps(loop, result, step)
-    result.epochs = step / steps_per_epoch
-
-    # 6. eval and save
-    if eval_data is not None:
-        result.eval_metrics = run_eval(fwd, eval_data, batch_pairs=batch_pairs, batch_tokens=batch_tokens, rank=rank,
-                                       world_size=world_size, step=step, epoch=result.epochs, metrics_path=metrics_path)
-    result.model = policy
-    result.optimizer_state = (optimizer.state_dict(), scheduler.state_dict())
-    if rank == 0 and save_model:
-        _save(output, policy, image_processor if vision is not None else tokenizer, lora, save_optimizer, optimizer, scheduler)
-    if world_size > 1:
-        _leave_distributed(created_group)
-    return result
+    span = s.schedule_steps if s.schedule_steps is not None else total_steps
+    optimizer, scheduler, warmup_steps = _optimizer(params, s.lr, s.lr_schedule, s.warmup_ratio, span,
+                                                    s.schedule_steps is not None, s.optimizer_from, torch_device,
+                                                    loaded_optimizer)
+    given: dict[str, Any] = {k: getattr(s, k) for k in _CONFIG_KEYS if k != "world_size"}
+    given["world_size"] = world_size  # recorded last, as train_config.json always had it
+    continued = IN_MEMORY if loaded_optimizer is not None else s.optimizer_from
+    config = _run_config(given, out_dir, s.model, fwd.layout, data, total_steps, warmup_steps, span,  # type: ignore[arg-type]
+                         continued, s.eval_dir)
+    return _Run(torch_device, data, eval_data, vision, image_processor, tokenizer, policy, fwd, schedule,
+                schedule.steps_per_epoch(data), params, optimizer, scheduler, config)
 
 
 def _check_schedule(lr_schedule: str, schedule_steps: int | None) -> None:
