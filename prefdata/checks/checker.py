@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from prefdata.checks.dataset import PromptLeakIndex
-from prefdata.checks.images import image_flags
+from prefdata.checks.units.image_mismatch import image_flags
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy, text_flags, token_flags
 from prefdata.checks.policy import Policy

@@ -1,6 +1,20 @@
-"""The `image_mismatch` check (prefdata.checks.units)."""
+"""The `image_mismatch` check (prefdata.checks.units), and its test for pairs no processor saw.
+
+With a processor, `image_mismatch` is decided on the rendered prompt (prefdata.tokenize.vision),
+where the model's own placeholder text counts too. Without one (`validate` with no tokenizer), the
+`{"type": "image"}` parts are the only placeholders known: a row that has some, in another number
+than its images, is flagged; a row with none is left alone (its placeholders may be text).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from prefdata.checks.units import Check
+from prefdata.core import flags as F
+
+if TYPE_CHECKING:
+    from prefdata.core.records import Pair, TokenizedPair
 
 CHECK = Check(
     name="image_mismatch",
@@ -11,6 +25,14 @@ CHECK = Check(
         "an image pair's placeholders (image parts or the processor's own placeholder text, as rendered) and "
         "its images differ in number"
     ),
-    raised_by=("prefdata.checks.images:image_flags", "prefdata.tokenize.vision:VisionPairTokenizer._place_images"),
+    raised_by=("prefdata.checks.units.image_mismatch:image_flags",
+               "prefdata.tokenize.vision:VisionPairTokenizer._place_images"),
     note="placeholders and images differ in number: the model would misalign them",
 )
+
+
+def image_flags(pair: Pair, tokenized: TokenizedPair | None) -> list[str]:
+    """`image_mismatch` of a pair the processor did not see; [] otherwise."""
+    if tokenized is not None or not pair.image_parts:
+        return []
+    return [F.IMAGE_MISMATCH] if pair.image_parts != len(pair.images or ()) else []
