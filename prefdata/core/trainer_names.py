@@ -6,6 +6,7 @@ and prefdata.trainers read one list. A module here is imported only when its tra
 # run(rows, tokenizer_path, trust_remote_code, settings, python=None) -> prefdata.trainers.common.TrainerRun
 TRAINER_ADAPTERS: dict[str, str] = {
     "openrlhf": "prefdata.trainers.openrlhf_adapter",
+    "trl": "prefdata.trainers.trl_adapter",
     "llamafactory": "prefdata.trainers.llamafactory_adapter",
 }
 
