@@ -128,3 +128,35 @@ def test_every_check_has_a_hint() -> None:
         setting, why = keep_setting(check.name, {"max_length": 512})
         assert setting and why, check.name
     assert keep_setting("tied_reward", {}) == ("tie_threshold", BY_NAME["tied_reward"].hint)
+
+
+def test_the_turn_renders_differently_hint_keeps_the_pair(tiny_tokenizer_dir: str) -> None:
+    """What the hint offers works: a template that rewrites an earlier assistant turn once a later one
+    follows flags the row, and --train-turns last (only the final turn, rendered as it stands) keeps it."""
+    from prefdata.core.records import RawRecord
+    from prefdata.io.formats import normalize_record
+    from prefdata.tokenize.pairs import PairTokenizer
+    from prefdata.tokenize.settings import TokenizeSettings
+    from prefdata.tokenize.template import TemplateSettings
+
+    rewriting = (
+        "{% for message in messages %}{% set text = message['content'] %}"
+        "{% if message['role'] == 'assistant' and not loop.last %}{% set text = text | upper %}{% endif %}"
+        "{{ '<|im_start|>' + message['role'] + '\\n' + text + '<|im_end|>' + '\\n' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+    def user(text: str) -> dict[str, str]:
+        return {"role": "user", "content": text}
+
+    def assistant(text: str) -> dict[str, str]:
+        return {"role": "assistant", "content": text}
+
+    # The halves differ from their first answer on, so each completion holds two assistant turns.
+    row = {"chosen": [user("Hi"), assistant("Hello!"), user("A joke?"), assistant("Why did the chicken cross?")],
+           "rejected": [user("Hi"), assistant("Go away."), user("A joke?"), assistant("No.")]}
+    flags: dict[str, list[str]] = {}
+    for train_turns in ("all", "last"):
+        settings = TokenizeSettings(template=TemplateSettings(chat_template_text=rewriting), train_turns=train_turns)
+        pair = normalize_record(RawRecord("t.jsonl", 1, row))
+        flags[train_turns] = PairTokenizer(tiny_tokenizer_dir, settings).tokenize_pairs([pair])[0].flags
+    assert F.TURN_RENDERS_DIFFERENTLY in flags["all"] and F.TURN_RENDERS_DIFFERENTLY not in flags["last"]
+    assert "--train-turns last" in BY_NAME[F.TURN_RENDERS_DIFFERENTLY].hint

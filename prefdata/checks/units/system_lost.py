@@ -22,8 +22,8 @@ CHECK = Check(
     cause="setting",
     setting="--chat-template-file",
     hint=(
-        "the chat template does not render every system (or developer) message of the rows (SmolLM3 renders only "
-        "a first one); prepare with --chat-template-file and a template that renders them, or merge the rows' "
-        "system messages into one"
+        "the chat template (the tokenizer's, or the one --chat-template-file gave) does not render every system "
+        "(or developer) message of the rows (SmolLM3 renders only a first one); give --chat-template-file a "
+        "template that renders them, or merge each row's system messages into one"
     ),
 )

@@ -22,8 +22,9 @@ CHECK = Check(
     cause="setting",
     setting="--chat-template-file",
     hint=(
-        "the chat template renders an assistant turn differently once later turns follow, and the turn could "
-        "not be found in the full render; prepare with a --chat-template-file whose turns render the same "
-        "whatever follows, or train only the final turn (--train-turns last)"
+        "the chat template (the tokenizer's, or the one --chat-template-file gave) renders an assistant turn "
+        "differently once later turns follow, and the turn could not be found in the full render; give "
+        "--chat-template-file a template whose turns render the same whatever follows, or train only the final "
+        "turn (--train-turns last)"
     ),
 )
