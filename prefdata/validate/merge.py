@@ -1,15 +1,16 @@
-"""Text-level `validate` of raw input across worker processes, with the sequential path's report.
+"""Text-level `validate` of raw input on the engine: one pipeline, whatever the number of workers.
 
-The main process cuts the input into chunks (prefdata.io.chunks), the engine (prefdata.engine.local)
-checks each chunk in worker processes (`ScanChunks`, prefdata.validate.scan), and the main process
-merges the compact results strictly in input order: the dataset-wide merge (prefdata.checks.merge:
-duplicate and conflicting pairs, first occurrence wins; MinHash), the policy and the report --
-vectorized per chunk. The few rows the report describes one by one
-(flagged or quarantined) are re-read from the chunk in the main process. At most a few chunks are
-in flight, so memory stays flat apart from the hash tables.
+The main process cuts the input into chunks (prefdata.io.chunks), the engine (prefdata.engine.local:
+worker processes, or this process for one worker; prefdata.engine.ray) checks each chunk
+(`ScanChunks`, prefdata.validate.scan), and the main process merges the compact results strictly in
+input order: the dataset-wide merge (prefdata.checks.merge: duplicate and conflicting pairs, first
+occurrence wins; MinHash), the policy and the report -- vectorized per chunk. The few rows the
+report describes one by one (flagged or quarantined) are re-read from the chunk in the main
+process. At most a few chunks are in flight, so memory stays flat apart from the hash tables.
 
-The report equals the one `checks.stream.iter_checked_rows` + `ReportBuilder.add` give (a test compares
-them), and input errors are the same one-line PrefdataErrors, raised at the same point.
+The report is the same for any number of workers, and byte for byte the one prepare's checked-row
+stream gives for the same rows (tests/test_content_hash_pin.py pins both); input errors are the
+same one-line PrefdataErrors, raised at the same point.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""`validate` on raw input: text-only checks across workers in bulk (prefdata.validate.merge), else
-row by row through the checked-row stream (prefdata.checks.stream) with a tokenizer or processor."""
+"""`validate` on raw input: text-only checks of plain files in bulk on the engine (prefdata.validate.merge,
+any number of workers, one: this process), else the checked-row stream (prefdata.checks.stream): with a
+tokenizer or processor, a Hub split, a mixture, or partitioned dataset-wide checks."""
 
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ def check_raw(
     benchmarks: BenchmarkIndex | None = None,
     pairing: Any = None,
 ) -> None:
-    """Raw INPUT: text-only checks across workers in bulk (validate.merge), else row by row (checks.stream)
-    through `pair_tokenizer` (--tokenizer or --processor).
+    """Raw INPUT: text-only checks of plain files in bulk on the engine (validate.merge), else the
+    checked-row stream (checks.stream), through `pair_tokenizer` (--tokenizer or --processor) when given.
     On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
     from prefdata.checks.merge import DatasetMerge
     from prefdata.checks.partitioned import PartitionedMerge
@@ -47,7 +48,8 @@ def check_raw(
     runner = select_engine(engine, workers, ray_address)
     # The bulk text path reads plain files in byte ranges (not a Hub split, not a mixture's samples).
     byte_ranges = not isinstance(input_path, MixPlan) and parse_hub_id(input_path) is None
-    if pair_tokenizer is None and (workers > 1 or engine == "ray") and not partitioned_checks and byte_ranges:
+    # One worker runs the same pipeline in this process (the engine's one-worker case).
+    if pair_tokenizer is None and not partitioned_checks and byte_ranges:
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(

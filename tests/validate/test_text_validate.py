@@ -1,6 +1,6 @@
-"""Text-level `validate` across worker processes (prefdata.validate.merge) gives exactly the report of
-the sequential path (`workers=1`: pipeline.iter_checked_rows + ReportBuilder.add), the same input
-errors, and behaves on Ctrl-C and SIGKILL."""
+"""Text-level `validate` (prefdata.validate.merge) gives exactly the same report and the same input
+errors with one worker (this process) and with two worker processes, and behaves on Ctrl-C and
+SIGKILL."""
 
 from __future__ import annotations
 
