@@ -13,6 +13,7 @@ TRAINER_ADAPTERS: dict[str, str] = {
 # name -> export module: export(out_dir, export_dir, trainer_args, overwrite) -> an object with .summary()
 TRAINER_EXPORTS: dict[str, str] = {
     "openrlhf": "prefdata.trainers.export_openrlhf",
+    "llamafactory": "prefdata.trainers.export_llamafactory",
 }
 
 TRAINERS: tuple[str, ...] = tuple(TRAINER_ADAPTERS)

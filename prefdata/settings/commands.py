@@ -558,12 +558,14 @@ class ExportSettings(Settings):
     trainer: str | None = setting(
         None, "the trainer whose input format DIR gets: openrlhf writes train.jsonl (prompt/chosen/rejected, "
         "message lists where OUT's rows are conversations) and openrlhf_args.txt, the --data.* flags its "
-        "train_dpo.py needs (docs/trainers.md)", group=IO, choices=EXPORT_TRAINERS, metavar="TRAINER",
+        "train_dpo.py needs; llamafactory writes a dataset_dir: prefdata_dpo.jsonl, dataset_info.json (ranking: "
+        "true) and llamafactory.yaml, the config lines (docs/trainers.md)", group=IO, choices=EXPORT_TRAINERS,
+        metavar="TRAINER",
         required=True)
     trainer_args: list[str] | None = setting(
         None, "a setting as given to that trainer, for its flags: data.max_len=N (default OUT's --max-length, "
         "else OpenRLHF's 512), data.tokenizer_chat_template=JINJA; the keys and the template switch follow "
-        "from OUT (repeatable)", group=IO, flag="--trainer-arg", metavar="NAME=VALUE", action="append")
+        "from OUT; LLaMA-Factory's template=NAME, cutoff_len=N (repeatable)", group=IO, flag="--trainer-arg", metavar="NAME=VALUE", action="append")
     overwrite: bool = setting(False, "replace an existing DIR written by prefdata", group=IO, action="on")
 
 
@@ -630,7 +632,10 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             "rendered by its --data.apply_chat_template), source_file/source_line and OUT's ref_chosen_logps/"
             "ref_rejected_logps where present, and DIR/openrlhf_args.txt with train_dpo.py's --data.* flags. "
             "OpenRLHF's DPO computes reference log-probs with a live reference model and cannot read precomputed "
-            "ones: the ref columns pass through for other tools.",
+            "ones: the ref columns pass through for other tools. For LLaMA-Factory, DIR is a dataset_dir: "
+            "prefdata_dpo.jsonl (alpaca strings or sharegpt conversations), dataset_info.json with its ranking "
+            "entry, and llamafactory.yaml with the config lines; it cannot read precomputed reference log-probs "
+            "either (precompute_ref_log_probs is False).",
             (_PREPARED, Positional("dir", "DIR", "output directory (must not exist unless --overwrite; not inside "
                                    "OUT)")), ExportSettings, "prefdata.trainers.export:export_for_trainer",
             ("prefdata export out/ openrlhf-data/ --trainer openrlhf --trainer-arg data.max_len=1024",)),
