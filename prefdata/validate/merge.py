@@ -25,9 +25,8 @@ from prefdata.checks.checker import build_leak_index
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy
 from prefdata.checks.policy import Policy
-from prefdata.checks.stream import progress_bar
+from prefdata.checks.stream import ShapeProbe, progress_bar
 from prefdata.core import flags as F
-from prefdata.core.errors import PrefdataError
 from prefdata.core.records import CheckedRow
 from prefdata.engine.local import Engine, LocalEngine
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk, exact_record, iter_chunks
@@ -104,15 +103,10 @@ class _Merger:
         self.builder = builder
         self.policy = policy
         self.dataset = DatasetMerge(policy.near_duplicate_prompt_threshold)
-        # iter_checked_rows fails the input when its first batch holds nothing but unknown shapes
-        # (then, or at the end of a shorter input: the same error either way).
-        self.probe_records = batch_size
+        # The checked-row stream's probe: the input fails when its first batch holds nothing but
+        # unknown shapes (then, or at the end of a shorter input: the same error either way).
+        self.probe = ShapeProbe(input_path, batch_size)
         self.lines = LineNumbers()
-        self.records = 0
-        self.pairs = 0
-        self.pairs_in_probe = 0
-        self.only_unknown_shapes = True  # among the probed records
-        self.first_problem: str | None = None
         self._verdicts: dict[int, tuple[list[str], int]] = {}  # flag mask -> (kept flags, severity code)
         self._open: tuple[str, BinaryIO] | None = None
         self.bar = progress_bar(progress)
@@ -203,33 +197,15 @@ class _Merger:
         return verdict
 
     def _probe(self, chunk: Chunk, scan: ChunkScan) -> None:
-        """The sequential path's "not preference data" check, at the same record count."""
-        n = len(scan.lines)
-        if self.first_problem is None and scan.quarantined:
-            position, error, _ = scan.quarantined[0]
-            self.first_problem = f"{chunk.source_file}:{int(scan.lines[position])}: {error}"
-        before = self.records
-        self.records += n
-        known = np.union1d(scan.pair_index, np.array(scan.unpaired, dtype=np.int64))  # preference data, paired or not
-        self.pairs += len(known)
-        if before >= self.probe_records:
-            return
-        # Only the records up to the probe count decide (later ones cannot undo a failed probe).
-        upto = self.probe_records - before
-        pairs_in = int(np.count_nonzero(known < upto))
-        known = all(unknown for position, _, unknown in scan.quarantined if position < upto)
-        self.pairs_in_probe += pairs_in
-        self.only_unknown_shapes = self.only_unknown_shapes and known
-        if self.records >= self.probe_records and self.pairs_in_probe == 0 and self.only_unknown_shapes:
-            raise PrefdataError(f"{self.input_path} does not look like preference data ({self.first_problem})")
+        """The chunk's rows to the shape probe: its pairs and unpaired rows are preference data."""
+        known = np.union1d(scan.pair_index, np.array(scan.unpaired, dtype=np.int64))
+        problems = [(position, f"{chunk.source_file}:{int(scan.lines[position])}: {error}", unknown)
+                    for position, error, unknown in scan.quarantined]
+        self.probe.add_chunk(len(scan.lines), known, problems)
 
     def check_end(self) -> None:
-        """The sequential path's end-of-input errors."""
-        if self.records == 0:
-            what = "no records in any file" if Path(self.input_path).is_dir() else "empty file"
-            raise PrefdataError(f"{self.input_path}: {what} (nothing to read)")
-        if self.pairs == 0 and self.only_unknown_shapes:
-            raise PrefdataError(f"{self.input_path} does not look like preference data ({self.first_problem})")
+        """The checked-row stream's end-of-input errors."""
+        self.probe.finish()
 
     def cluster_prompts(self) -> None:
         self.builder.add_near_duplicate_prompts(self.dataset.near_duplicate_clusters(), self.builder.location)
