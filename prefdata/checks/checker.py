@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from prefdata.checks.dataset import PromptLeakIndex
-from prefdata.checks.units.image_mismatch import image_flags
+from prefdata.checks.units import PAIR_TESTS
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy, text_flags, token_flags
 from prefdata.checks.policy import Policy
@@ -47,8 +47,7 @@ def pair_flags(
     prompt leak, benchmark overlap (which also sets `pair.benchmark_match`). Everything but the
     dataset-wide flags, before the policy."""
     found = list(pair.flags) + text_flags(pair, policy)
-    if pair.image_parts or pair.images is not None:
-        found += image_flags(pair, tokenized)
+    found += [check.name for check in PAIR_TESTS if check.test(pair, tokenized)]  # checks that are one function
     if tokenized is not None:
         found = token_flags(tokenized, found)
     if leak_index is not None and leak_index.contains_pair(pair):

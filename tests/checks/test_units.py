@@ -111,7 +111,10 @@ def test_a_flag_is_raised_only_where_its_check_says() -> None:
     for check in CHECKS:
         for reference in check.raised_by:
             assert callable(_resolve(reference)), reference
-        assert sites.get(check.name, set()) == set(check.raised_by), (
+        # A check's own `test` returns a bool; checks.checker.pair_flags adds the flag for it.
+        own = {reference for reference in check.raised_by if _resolve(reference) is check.test}
+        assert len(own) == (check.test is not None), f"{check.name}: name its test in raised_by"
+        assert sites.get(check.name, set()) == set(check.raised_by) - own, (
             f"{check.name} is raised in {sorted(sites.get(check.name, ()))}; "
             f"prefdata/checks/units/{check.name}.py names {sorted(check.raised_by)}")
 
@@ -160,3 +163,17 @@ def test_the_turn_renders_differently_hint_keeps_the_pair(tiny_tokenizer_dir: st
         flags[train_turns] = PairTokenizer(tiny_tokenizer_dir, settings).tokenize_pairs([pair])[0].flags
     assert F.TURN_RENDERS_DIFFERENTLY in flags["all"] and F.TURN_RENDERS_DIFFERENTLY not in flags["last"]
     assert "--train-turns last" in BY_NAME[F.TURN_RENDERS_DIFFERENTLY].hint
+
+
+def test_a_check_that_is_one_function_runs_on_every_pair() -> None:
+    """A unit with `test` is the whole check: pair_flags (every path's per-pair step) runs it."""
+    from prefdata.checks.checker import pair_flags
+    from prefdata.checks.units import PAIR_TESTS
+    from prefdata.core.records import Pair
+
+    assert BY_NAME[F.IMAGE_MISMATCH] in PAIR_TESTS
+    policy = load_policy(None)
+    pair = Pair("t.jsonl", 1, "Look:", "A cat.", "A dog.", images=[], image_parts=1)
+    assert F.IMAGE_MISMATCH in pair_flags(pair, None, policy, None)
+    pair.images = [{"path": "a.png"}]
+    assert F.IMAGE_MISMATCH not in pair_flags(pair, None, policy, None)

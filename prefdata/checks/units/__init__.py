@@ -13,10 +13,14 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Callable, Literal, Optional
 
 if TYPE_CHECKING:
     from prefdata.checks.policy import Severity
+    from prefdata.core.records import Pair, TokenizedPair
+
+# A check that is one function of a pair and its final token ids (None without a tokenizer).
+PairTest = Callable[["Pair", Optional["TokenizedPair"]], bool]
 
 # What a user changes to keep the pairs a flag removes, when it is a run's main drop cause (report.hints):
 # "length" the length budget (--max-length / --max-prompt-length, worked out from the run's settings),
@@ -42,6 +46,9 @@ class Check:
     hint: str = ""  # why that setting keeps the pairs (cause "setting"); "data" says the generic words
     rank: int = 5  # on a tie in rows between drop causes, the lower rank is named (it causes the other)
     note: str = ""  # the comment beside it in default.toml
+    # A check that is one function of the pair: checks.checker.pair_flags runs it for every pair, in every
+    # path (prepare, validate, each engine), so the unit is the whole check. Named in `raised_by` too.
+    test: PairTest | None = None
 
     def advice(self) -> str:
         """The hint's words for cause "setting" and "data" (report.hints.keep_setting)."""
@@ -62,3 +69,4 @@ def _discover() -> tuple[Check, ...]:
 
 CHECKS: tuple[Check, ...] = _discover()
 BY_NAME: dict[str, Check] = {check.name: check for check in CHECKS}
+PAIR_TESTS: tuple[Check, ...] = tuple(check for check in CHECKS if check.test is not None)

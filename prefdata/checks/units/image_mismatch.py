@@ -11,10 +11,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from prefdata.checks.units import Check
-from prefdata.core import flags as F
 
 if TYPE_CHECKING:
     from prefdata.core.records import Pair, TokenizedPair
+
+
+def mismatched(pair: Pair, tokenized: TokenizedPair | None) -> bool:
+    """Whether a pair the processor did not see has image parts in another number than its images."""
+    return tokenized is None and bool(pair.image_parts) and pair.image_parts != len(pair.images or ())
+
 
 CHECK = Check(
     name="image_mismatch",
@@ -25,14 +30,8 @@ CHECK = Check(
         "an image pair's placeholders (image parts or the processor's own placeholder text, as rendered) and "
         "its images differ in number"
     ),
-    raised_by=("prefdata.checks.units.image_mismatch:image_flags",
+    raised_by=("prefdata.checks.units.image_mismatch:mismatched",
                "prefdata.tokenize.vision:VisionPairTokenizer._place_images"),
     note="placeholders and images differ in number: the model would misalign them",
+    test=mismatched,
 )
-
-
-def image_flags(pair: Pair, tokenized: TokenizedPair | None) -> list[str]:
-    """`image_mismatch` of a pair the processor did not see; [] otherwise."""
-    if tokenized is not None or not pair.image_parts:
-        return []
-    return [F.IMAGE_MISMATCH] if pair.image_parts != len(pair.images or ()) else []
