@@ -184,6 +184,9 @@ def run_trl(rows: list[dict[str, Any]], tokenizer: Any, settings: TRLSettings) -
     outcome.notes += [f"{settings.flag(name)}: {effect}" for name, effect in _effects(settings).items()]
     if not rows:
         return outcome
+    if any("image" in row or "images" in row for row in rows):
+        raise PrefdataError("under trl: rows with images go through TRL's DataCollatorForVisionPreference and a "
+                            "processor, per batch, which --trainer trl does not run (text rows only)")
     try:
         with _quiet_trl():
             everything = list(range(len(rows)))

@@ -167,3 +167,20 @@ def test_rows_trl_cannot_read_stop_validate_in_one_line(tmp_path, tiny_tokenizer
     code = main(["validate", str(path), "--tokenizer", tiny_tokenizer_dir, "--no-progress", "--trainer", "trl"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("prefdata") and "under trl" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_generation_prompt_the_conversation_does_not_render_is_left_out_by_trl(shared_tokenizer):
+    from prefdata.trainers.trl_adapter import parse_args, run
+
+    # DeepSeek-R1's generation prompt ends with '<think>\n'; the rendered conversation has no think block
+    outcome = run([CLEAN], shared_tokenizer("deepseek-r1-distill-qwen"), False, parse_args([]))
+    boundary = next(f for f in outcome.findings if f.flag == "prompt_boundary_mismatch")
+    assert "TRL leaves the prompt's end '<think>\\n' out of the training sequence" in boundary.detail
+    assert boundary.cause.startswith("the chat template renders the prompt alone")
+
+
+def test_image_rows_are_refused_in_one_line(tmp_path, tiny_tokenizer_dir, capsys):
+    path = _write(tmp_path, [{**CLEAN, "images": ["cat.png"]}])
+    code = main(["validate", str(path), "--tokenizer", tiny_tokenizer_dir, "--no-progress", "--trainer", "trl"])
+    err = capsys.readouterr().err
+    assert code == 2 and "DataCollatorForVisionPreference" in err and len(err.strip().splitlines()) == 1
