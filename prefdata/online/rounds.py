@@ -43,10 +43,9 @@ from prefdata.online.generate import generate_rows
 from prefdata.online.sample_settings import SamplingSettings
 from prefdata.online.jsonl import read_jsonl, write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
-from prefdata.online.rewards import DEFAULT_REWARD_TIMEOUT
 from prefdata.online.score import make_scorer, reward_stats, score_generations
 from prefdata.settings.commands import OnlineSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
 from prefdata.train.checkpoint import OPTIMIZER_DIR
 
@@ -107,123 +106,46 @@ def format_round(line: dict[str, Any]) -> str:
     return text
 
 
-@takes_settings(OnlineSettings)  # or settings=OnlineSettings(...): prefdata.settings
-def run_online(
-    prompts: str | Path,
-    *,
-    model: str | Path,
-    output: str | Path,
-    reward_model: str | Path | None = None,
-    reward_fn: str | None = None,
-    rounds: int | None = None,
-    prompts_per_round: int | None = None,
-    samples: int = 2,
-    ref_model: str | Path | None = None,
-    max_new_tokens: int = 128,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    batch_size: int = 8,
-    chat_template: bool = False,
-    engine: str = "transformers",
-    max_length: int | None = None,
-    max_prompt_length: int | None = None,
-    policy: str | Path | None = None,
-    loss: str = "sigmoid",
-    beta: float = 0.1,
-    lr: float = 5e-6,
-    epochs: int = 1,
-    batch_pairs: int = 8,
-    warmup_ratio: float = 0.0,
-    lr_schedule: str = "cosine",
-    missing_eos_penalty: float | None = None,
-    keep_round_policies: bool = False,
-    save_every: int | None = None,
-    device: str = "auto",
-    progress: bool = True,
-    trust_remote_code: bool = False,
-    score_reasoning: bool = False,
-    template_kwargs: dict[str, Any] | list[str] | None = None,
-    chat_template_file: str | Path | None = None,
-    template_date: str = DEFAULT_TEMPLATE_DATE,
-    reward_timeout: float = DEFAULT_REWARD_TIMEOUT,
-) -> OnlineResult:
+@settings_command(OnlineSettings)  # settings=OnlineSettings(...) or flat keywords: prefdata.settings
+def run_online(prompts: str | Path, settings: OnlineSettings) -> OnlineResult:
     """Run `rounds` rounds of online DPO into `output` (see the module doc); continue a killed run.
+    Each setting is declared once, in `prefdata.settings.commands.OnlineSettings` (`prefdata online
+    --help`); pass `settings=OnlineSettings(...)`, flat keywords, or both.
     Generated reasoning stays in the completions that are trained on; rewards read the final answer
     unless `score_reasoning`. `missing_eos_penalty` is subtracted from unfinished samples' rewards
     before pairing (TRL's). The template settings render prompts for generation (as `generate`).
     `save_every` rounds the policy and optimizer are written to the round's directory (a checkpoint a
     rerun continues from); between checkpoints they stay in memory. Default: about every 64 prompts
     (every round at 64 prompts per round, every 8th fully online with 8); the last round always."""
-    if any(v is not None and v < 1 for v in (rounds, prompts_per_round, save_every)) or samples < 2:
+    s = settings
+    if any(v is not None and v < 1 for v in (s.rounds, s.prompts_per_round, s.save_every)) or s.samples < 2:
         raise PrefdataError("--rounds, --prompts-per-round and --save-every must be at least 1, --samples at least 2")
-    if epochs < 1 or batch_pairs < 1:
+    if s.epochs < 1 or s.batch_pairs < 1:
         raise PrefdataError("--epochs and --batch-pairs must be at least 1")
-    with quiet_libraries(wants_quiet(progress)):  # third-party bars and notices stay quiet
-        template = TemplateSettings(parse_template_kwargs(template_kwargs),
-                                    str(chat_template_file) if chat_template_file else None, date=template_date)
-        if not Path(model).is_dir():
-            raise PrefdataError(f"--model {model} is not a local model directory")
-        out = Path(output)
+    with quiet_libraries(wants_quiet(s.progress)):  # third-party bars and notices stay quiet
+        template = TemplateSettings(parse_template_kwargs(s.template_kwargs),
+                                    str(s.chat_template_file) if s.chat_template_file else None, date=s.template_date)
+        if not Path(s.model).is_dir():  # type: ignore[arg-type]
+            raise PrefdataError(f"--model {s.model} is not a local model directory")
+        out = Path(s.output)  # type: ignore[arg-type]
         prompt_rows = read_prompts(prompts).rows
-        if prompts_per_round is None:  # fully online: a fresh sampling before every optimizer step (TRL's)
-            prompts_per_round = min(batch_pairs, len(prompt_rows))
-        elif prompts_per_round > len(prompt_rows):
-            raise PrefdataError(f"--prompts-per-round {prompts_per_round} is more than the {len(prompt_rows)} "
-                                f"prompts in {prompts}")
-        if rounds is None:  # one pass over the prompts
-            rounds = math.ceil(len(prompt_rows) / prompts_per_round)
-        # Each stage shows its own bar only where a round is long (several steps on one sampling); a
-        # fully online round is one step, and its stages' bars would add two lines a round: one bar
-        # over the rounds instead.
-        stage_bars = progress and prompts_per_round > batch_pairs
-        # vLLM loads the policy from its directory every round: each round's policy must be on disk.
-        save_every = 1 if engine == "vllm" else (save_every or math.ceil(CHECKPOINT_PROMPTS / prompts_per_round))
-        config = {
-            "prompts": str(prompts), "model": str(model), "ref_model": str(ref_model or model),
-            "reward_model": None if reward_model is None else str(reward_model), "reward_fn": reward_fn,
-            "prompts_per_round": prompts_per_round, "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens,
-            "temperature": temperature, "top_p": top_p, "chat_template": chat_template, "loss": loss, "beta": beta,
-            "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs, "max_length": max_length, "engine": engine,
-            "max_prompt_length": max_prompt_length, "policy": None if policy is None else str(policy),
-            "score_reasoning": score_reasoning, "rounds": rounds, "warmup_ratio": warmup_ratio,
-            "lr_schedule": lr_schedule, "missing_eos_penalty": missing_eos_penalty,
-            "template_kwargs": template.kwargs, "chat_template_file": template.chat_template_file,
-            "template_date": template.date,
-            "schedule_steps": planned_steps(rounds, prompts_per_round, epochs, batch_pairs),
-            "save_every": save_every,
-        }
-        done = _since_last_checkpoint(out, _start_or_resume(out, config))
+        plan = _plan(s, prompts, len(prompt_rows), template)
+        done = _since_last_checkpoint(out, _start_or_resume(out, plan.config))
+        policy = s.policy
         if policy is None:
             policy = out / POLICY_FILE
             atomic_write_text(policy, ONLINE_POLICY)
-        scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
-                             trust_remote_code=trust_remote_code, reward_timeout=reward_timeout)
-        generation = SamplingSettings(samples=samples, max_new_tokens=max_new_tokens, temperature=temperature,
-                                      top_p=top_p, seed=seed, batch_size=batch_size, chat_template=chat_template,
-                                      engine=engine, device=device, template=template)
-        context = _Round(
-            out=out, start_model=Path(model), ref_model=Path(ref_model or model), scorer=scorer, generation=generation,
-            score_reasoning=score_reasoning, missing_eos_penalty=missing_eos_penalty,
-            prepare_kwargs={"max_length": max_length, "max_prompt_length": max_prompt_length,
-                            "chat_template": chat_template, "policy": policy, "trust_remote_code": trust_remote_code},
-            train_kwargs={"loss": loss, "beta": beta, "lr": lr, "epochs": epochs, "batch_pairs": batch_pairs,
-                          "warmup_ratio": warmup_ratio, "trust_remote_code": trust_remote_code,
-                          "lr_schedule": lr_schedule, "schedule_steps": config["schedule_steps"],
-                          "save_optimizer": True},
-            device=device, progress=stage_bars, trust_remote_code=trust_remote_code, save_every=save_every,
-            last_round=rounds,
-        )
+        context = _round_context(s, out, plan, template, policy)
         result = OnlineResult(out, out / "policy", resumed_after=len(done))
-        current = checkpoint = current_policy(out, done, Path(model))
-        bar = _rounds_bar(rounds, len(done), enabled=progress and not stage_bars)
-        for r in range(len(done) + 1, rounds + 1):
-            line = context.run(r, round_prompts(prompt_rows, r, prompts_per_round), current)
+        current = checkpoint = current_policy(out, done, Path(s.model))  # type: ignore[arg-type]
+        bar = _rounds_bar(plan.rounds, len(done), enabled=s.progress and not plan.stage_bars)
+        for r in range(len(done) + 1, plan.rounds + 1):
+            line = context.run(r, round_prompts(prompt_rows, r, plan.prompts_per_round), current)
             if line["trained"]:
                 current = out / f"round-{r}" / "policy"
-            if r == rounds:
+            if r == plan.rounds:
                 context.save_in_memory_policy(current)  # a last round that trained nothing
-            line["saved"] = (current / "config.json").is_file() or current == Path(model)
+            line["saved"] = (current / "config.json").is_file() or current == Path(s.model)  # type: ignore[arg-type]
             if line["saved"]:
                 checkpoint = current
             _append_round(out, line)
@@ -233,12 +155,78 @@ def run_online(
                 bar.set_postfix(reward=f"{line['reward_mean']:.4g}", loss=f"{line['loss']:.4f}", refresh=False)
             bar.update(1)
             result.rounds.append(line)
-            if not keep_round_policies:
+            if not s.keep_round_policies:
                 _drop_old_weights(out, r, checkpoint)
         bar.close()
         _publish_policy(current, out / "policy")
         result.rounds = read_jsonl(out / ROUNDS_FILE)
         return result
+
+
+@dataclass
+class _Plan:
+    """The run's shape, decided from the settings and the number of prompts (recorded in config)."""
+
+    prompts_per_round: int
+    rounds: int
+    save_every: int
+    stage_bars: bool
+    config: dict[str, Any]
+
+
+def _plan(s: OnlineSettings, prompts: str | Path, prompt_count: int, template: TemplateSettings) -> _Plan:
+    prompts_per_round = s.prompts_per_round
+    if prompts_per_round is None:  # fully online: a fresh sampling before every optimizer step (TRL's)
+        prompts_per_round = min(s.batch_pairs, prompt_count)
+    elif prompts_per_round > prompt_count:
+        raise PrefdataError(f"--prompts-per-round {prompts_per_round} is more than the {prompt_count} "
+                            f"prompts in {prompts}")
+    rounds = s.rounds if s.rounds is not None else math.ceil(prompt_count / prompts_per_round)  # one pass
+    # Each stage shows its own bar only where a round is long (several steps on one sampling); a
+    # fully online round is one step, and its stages' bars would add two lines a round: one bar
+    # over the rounds instead.
+    stage_bars = s.progress and prompts_per_round > s.batch_pairs
+    # vLLM loads the policy from its directory every round: each round's policy must be on disk.
+    save_every = 1 if s.engine == "vllm" else (s.save_every or math.ceil(CHECKPOINT_PROMPTS / prompts_per_round))
+    config = {
+        "prompts": str(prompts), "model": str(s.model), "ref_model": str(s.ref_model or s.model),
+        "reward_model": None if s.reward_model is None else str(s.reward_model), "reward_fn": s.reward_fn,
+        "prompts_per_round": prompts_per_round, "samples": s.samples, "seed": s.seed,
+        "max_new_tokens": s.max_new_tokens, "temperature": s.temperature, "top_p": s.top_p,
+        "chat_template": s.chat_template, "loss": s.loss, "beta": s.beta, "lr": s.lr, "epochs": s.epochs,
+        "batch_pairs": s.batch_pairs, "max_length": s.max_length, "engine": s.engine,
+        "max_prompt_length": s.max_prompt_length, "policy": None if s.policy is None else str(s.policy),
+        "score_reasoning": s.score_reasoning, "rounds": rounds, "warmup_ratio": s.warmup_ratio,
+        "lr_schedule": s.lr_schedule, "missing_eos_penalty": s.missing_eos_penalty,
+        "template_kwargs": template.kwargs, "chat_template_file": template.chat_template_file,
+        "template_date": template.date,
+        "schedule_steps": planned_steps(rounds, prompts_per_round, s.epochs, s.batch_pairs),
+        "save_every": save_every,
+    }
+    return _Plan(prompts_per_round, rounds, save_every, stage_bars, config)
+
+
+def _round_context(s: OnlineSettings, out: Path, plan: _Plan, template: TemplateSettings,
+                   policy: str | Path) -> _Round:
+    """What every round shares: the scorer, the sampling settings, and the prepare and train settings."""
+    scorer = make_scorer(s.reward_model, s.reward_fn, device=s.device, batch_size=s.batch_size,
+                         trust_remote_code=s.trust_remote_code, reward_timeout=s.reward_timeout)
+    generation = SamplingSettings(samples=s.samples, max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                                  top_p=s.top_p, seed=s.seed, batch_size=s.batch_size, chat_template=s.chat_template,
+                                  engine=s.engine, device=s.device, template=template)
+    return _Round(
+        out=out, start_model=Path(s.model), ref_model=Path(s.ref_model or s.model),  # type: ignore[arg-type]
+        scorer=scorer, generation=generation, score_reasoning=s.score_reasoning,
+        missing_eos_penalty=s.missing_eos_penalty,
+        prepare_kwargs={"max_length": s.max_length, "max_prompt_length": s.max_prompt_length,
+                        "chat_template": s.chat_template, "policy": policy, "trust_remote_code": s.trust_remote_code},
+        train_kwargs={"loss": s.loss, "beta": s.beta, "lr": s.lr, "epochs": s.epochs, "batch_pairs": s.batch_pairs,
+                      "warmup_ratio": s.warmup_ratio, "trust_remote_code": s.trust_remote_code,
+                      "lr_schedule": s.lr_schedule, "schedule_steps": plan.config["schedule_steps"],
+                      "save_optimizer": True},
+        device=s.device, progress=plan.stage_bars, trust_remote_code=s.trust_remote_code, save_every=plan.save_every,
+        last_round=plan.rounds,
+    )
 
 
 def _rounds_bar(rounds: int, done: int, enabled: bool) -> Any:
