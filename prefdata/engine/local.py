@@ -1,31 +1,10 @@
 """The local engine: run a stage over work units in worker processes, results in input order.
 
 The engine knows nothing of records, chunks, tokenizers or checks; the stages (in io/, tokenize/,
-checks/, validate/) and the callers' order-dependent merge steps do. The contract, which a Ray Data
-engine implements as well (so the same stage objects run past one machine):
-
-    class Stage(Protocol[U, R]):
-        def setup(self) -> None: ...       # once per worker process before its first unit (load a
-                                           # tokenizer, ...); idempotent: the caller may have run it
-        def run(self, unit: U) -> R: ...   # one work unit -> its result
-
-    class Engine(Protocol):
-        def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> ClosableIterator[tuple[U, R]]: ...
-
-- A stage is picklable (a Ray actor gets a copy); `run` keeps no state from one unit to the next,
-  so any worker may run any unit and the results do not depend on how units are spread.
-- Units and results are picklable and small enough to hold a few of at once (a chunk of records).
-- `map_ordered` yields (unit, result) strictly in the order of `units`, whatever the number of
-  workers, with a bounded number of units in flight, so memory stays flat however many units come.
-  `units` is read lazily, a few units ahead of the results, so a unit may carry state the caller
-  computed while merging earlier results. An error raised by `units` comes after the results of
-  the units before it; an error in `run` is raised where its unit's result would be.
-- The iterator has `close()` (a generator is one): callers that stop early close it
-  (`contextlib.closing`), which stops the work, a unit still running included: its result is no
-  longer wanted, and Ctrl-C must not wait minutes for one huge record.
-- A Ray Data engine: `ray.data.from_items(units).map_batches(Adapter, fn_constructor_args=(stage,),
-  batch_size=1, concurrency=workers)` with `Adapter.__init__` calling `stage.setup()` and
-  `Adapter.__call__` calling `stage.run` on its unit, `preserve_order=True` in the DataContext.
+checks/, validate/) and the callers' order-dependent merge steps do. The contract it keeps, which
+the Ray engine keeps as well (so the same stage objects run past one machine), is
+prefdata.engine.stage: `Stage` (setup once per worker, run one unit), `Engine.map_ordered`
+((unit, result) in input order, a bounded number in flight, closable).
 
 `LocalEngine` forks `workers` processes (fork: fast, and the stage is inherited, not pickled); the
 workers ignore SIGINT (Ctrl-C is the main process's to report; closing the iterator on the way out
@@ -43,30 +22,11 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, Generic, Iterable, Iterator, Protocol, TypeVar
+from typing import Any, Generic, Iterable, Iterator
 
-U = TypeVar("U")
-R = TypeVar("R")
-R_co = TypeVar("R_co", covariant=True)
-U_contra = TypeVar("U_contra", contravariant=True)
+from prefdata.engine.stage import R, U, ClosableIterator, Engine, Stage
 
-
-class Stage(Protocol[U_contra, R_co]):
-    """A picklable per-unit step (see the module doc)."""
-
-    def setup(self) -> None: ...
-
-    def run(self, unit: U_contra) -> R_co: ...
-
-
-class ClosableIterator(Iterator[R_co], Protocol[R_co]):
-    def close(self) -> None: ...
-
-
-class Engine(Protocol):
-    """Runs a stage over units, yielding (unit, result) in input order (see the module doc)."""
-
-    def map_ordered(self, stage: Stage[U, R], units: Iterable[U]) -> ClosableIterator[tuple[U, R]]: ...
+__all__ = ["ClosableIterator", "Engine", "LocalEngine", "OrderedResults", "Stage", "default_workers"]
 
 
 def default_workers() -> int:

@@ -1,6 +1,6 @@
 """Runs a stage over work units on a Ray cluster (Ray Data `map_batches`), in input order.
 
-Same contract as the local engine: a stage is a picklable object whose `setup()` runs once per
+Same contract as the local engine (prefdata.engine.stage): a stage is a picklable object whose `setup()` runs once per
 worker (here: once per Ray actor) and whose call maps one work unit to its result; `map_ordered`
 yields (unit, result) in input order, so the output is the same as on one machine.
 
@@ -11,6 +11,10 @@ window k+1 runs while the caller consumes window k: the driver holds two windows
 a unit is read at most two windows ahead of the results merged before it. Byte-range chunks are
 read by the workers from their path, so on a cluster the input must be on storage every node sees.
 
+Besides stages over units, the engine runs ranks (`run_ranks`): one long-lived actor per GPU (or
+CPU), all placed at once, each constructed with its rank and the world size and called once, with
+Ray restarting a dead actor and retrying its call (`prefdata refs --engine ray`).
+
 Connection: `address` (from `--ray-address`), else RAY_ADDRESS, else a local Ray is started.
 """
 
@@ -20,24 +24,15 @@ import logging
 import os
 import pickle
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from prefdata.core.errors import PrefdataError
-
-U = TypeVar("U")
+from prefdata.engine.stage import U, Stage
 
 INSTALL_HINT = 'the Ray engine needs Ray: pip install "prefdata[ray]"'
 # Units per Ray Data execution. The next window runs while the caller consumes this one, so
 # actor start-up hides behind the caller's work; two windows of results are held at most.
 DEFAULT_WINDOW = 32
-
-
-class Stage(Protocol):
-    """The local engine's stage contract (prefdata.engine.local.Stage)."""
-
-    def setup(self) -> None: ...
-
-    def run(self, unit: Any) -> Any: ...
 
 
 def import_ray() -> Any:
@@ -113,12 +108,12 @@ class RayEngine:
         self.window = window
         self.cpus_per_worker = cpus_per_worker
 
-    def map_ordered(self, stage: Stage, units: Iterable[U]) -> "RayResults[U]":
+    def map_ordered(self, stage: Stage[U, Any], units: Iterable[U]) -> "RayResults[U]":
         """(unit, stage.run(unit)) for every unit, in input order (an iterator and a context manager,
         as the local engine's)."""
         return RayResults(self._windows(stage, units))
 
-    def _windows(self, stage: Stage, units: Iterable[U]) -> Iterator[tuple[U, Any]]:
+    def _windows(self, stage: Stage[U, Any], units: Iterable[U]) -> Iterator[tuple[U, Any]]:
         """Window k+1 runs (actors starting, units computed) while the caller consumes window k."""
         stage_bytes = self.ray.cloudpickle.dumps(stage)  # by value where needed (a stage in __main__)
         ahead = ThreadPoolExecutor(1, thread_name_prefix="ray-window")
@@ -137,6 +132,41 @@ class RayEngine:
                 yield from _results_of(*pending)
         finally:
             ahead.shutdown(wait=True, cancel_futures=True)
+
+    def rank_slots(self, workers: int | None, use_gpu: bool) -> int:
+        """How many ranks `run_ranks` places: `workers`, default one per GPU (`use_gpu`), else one per
+        CPU; a one-line error when the cluster cannot place them all at once."""
+        resources = self.ray.cluster_resources()
+        slots = int(resources.get("GPU", 0)) if use_gpu else max(1, int(resources.get("CPU", 1)))
+        ranks = workers or slots
+        if ranks > slots:
+            raise PrefdataError(f"--workers {ranks} exceeds the cluster's {slots} {'GPUs' if use_gpu else 'CPUs'}")
+        return ranks
+
+    def cluster_gpus(self) -> int:
+        return int(self.ray.cluster_resources().get("GPU", 0))
+
+    def run_ranks(self, worker: type, ranks: int, args: tuple[Any, ...], *, use_gpu: bool, max_restarts: int = 2,
+                  env: dict[str, str] | None = None, what: str = "rank") -> list[Any]:
+        """`worker(rank, ranks).run(*args)` on one actor per rank (one GPU each, or one CPU), all
+        placed at once; the results in rank order. A dead actor is restarted and its call retried
+        up to `max_restarts` times; the first failure after that is one line, the other actors are
+        then killed. `env`: environment variables the actors see; `what` names the workers in an error."""
+        ray = self.ray
+        actor_class = ray.remote(worker).options(
+            num_gpus=1 if use_gpu else 0,
+            num_cpus=0 if use_gpu else 1,
+            max_restarts=max_restarts,
+            max_task_retries=max_restarts,
+            runtime_env={"env_vars": env} if env else None,
+        )
+        actors = [actor_class.remote(rank, ranks) for rank in range(ranks)]
+        calls = [actor.run.remote(*args) for actor in actors]
+        try:
+            return _gather(ray, calls, what)
+        finally:
+            for actor in actors:
+                ray.kill(actor)
 
     def put(self, value: Any) -> Any:
         """`value` in the object store (on this node, spilled to disk when full); its reference."""
@@ -241,6 +271,24 @@ class RayResults(Iterator[tuple[U, Any]]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _gather(ray: Any, calls: list[Any], what: str) -> list[Any]:
+    """Every call's result; the first failure (after Ray's retries) as one line, the rest cancelled."""
+    pending = list(calls)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        try:
+            ray.get(done[0])
+        except PrefdataError as exc:  # the worker's own one-line error (Ray re-raises its type)
+            raise PrefdataError(str(exc.args[0]) if exc.args else str(exc)) from None
+        except Exception as exc:
+            cause = getattr(exc, "cause", None) or exc
+            if isinstance(cause, PrefdataError):
+                raise PrefdataError(str(cause)) from None
+            first = (str(cause).strip().splitlines() or [""])[0]
+            raise PrefdataError(f"a {what} worker failed: {type(cause).__name__}: {first}"[:400]) from None
+    return ray.get(calls)
 
 
 def _split_task(split: Callable[[Any, int], list[Any]], block: Any, partitions: int) -> Any:

@@ -8,7 +8,8 @@ shared volume): that is also where the shards live, so a run resumes by shard.
 
 A worker that dies (OOM, a lost node, a preempted GPU) is restarted by Ray and its call retried
 (`max_restarts`); the retried call resumes from the shards already saved, so finished work is kept
-and the failed shard is computed again, not lost.
+and the failed shard is computed again, not lost. The actors are the Ray engine's ranks
+(prefdata.engine.ray `RayEngine.run_ranks`): placement, restarts and one-line errors live there.
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from prefdata.core.errors import PrefdataError
-from prefdata.engine.ray import connect
+from prefdata.engine.ray import RayEngine
 from prefdata.io.manifest import require_pairs
 from prefdata.refs import KILL_AFTER_SHARDS_ENV, SHARD_BATCHES, WORK_DIR, RefsResult
 
@@ -68,58 +68,24 @@ def compute_refs_on_ray(
     exceed the cluster's GPUs (or CPUs without GPUs)."""
     out = Path(out_dir)
     require_pairs(out, "refs")  # before any actor starts or anything is written
-    ray = connect(ray_address)
-    resources = ray.cluster_resources()
-    gpus, cpus = int(resources.get("GPU", 0)), max(1, int(resources.get("CPU", 1)))
-    use_gpu = gpus > 0 and device != "cpu"
-    slots = gpus if use_gpu else cpus
-    workers = workers or slots
-    if workers > slots:
-        raise PrefdataError(f"--workers {workers} exceeds the cluster's {slots} {'GPUs' if use_gpu else 'CPUs'}")
+    engine = RayEngine(ray_address)
+    use_gpu = engine.cluster_gpus() > 0 and device != "cpu"
+    ranks = engine.rank_slots(workers, use_gpu)
     if not resume:  # here, before any rank starts: a rank must never delete shards another has saved
         shutil.rmtree(out / WORK_DIR, ignore_errors=True)
 
-    env = {KILL_ONCE_ENV: os.environ[KILL_ONCE_ENV]} if os.environ.get(KILL_ONCE_ENV) else {}
-    actor_class = ray.remote(RefsWorker).options(
-        num_gpus=1 if use_gpu else 0,
-        num_cpus=0 if use_gpu else 1,
-        max_restarts=max_restarts,
-        max_task_retries=max_restarts,
-        runtime_env={"env_vars": env} if env else None,
-    )
-    actors = [actor_class.remote(rank, workers) for rank in range(workers)]
+    env = {KILL_ONCE_ENV: os.environ[KILL_ONCE_ENV]} if os.environ.get(KILL_ONCE_ENV) else None
     settings = {
         "device": device if device != "auto" else ("cuda" if use_gpu else "cpu"),
         "dtype": dtype, "batch_tokens": batch_tokens, "resume": True, "progress": False,
         "trust_remote_code": trust_remote_code, "recompute": recompute, "layout": layout, "shard_batches": shard_batches,
         "processor": processor,
     }
-    calls = [actor.run.remote(str(out), str(model), settings) for actor in actors]
-    try:
-        results: list[RefsResult] = _gather(ray, calls)
-    finally:
-        for actor in actors:
-            ray.kill(actor)
+    results: list[RefsResult] = engine.run_ranks(RefsWorker, ranks, (str(out), str(model), settings), use_gpu=use_gpu,
+                                                 max_restarts=max_restarts, env=env, what="refs")
     merged = results[0]
     merged.tokens = sum(r.tokens for r in results)
     merged.seconds = max(r.seconds for r in results)
     merged.tokens_per_second = merged.tokens / merged.seconds if merged.seconds > 0 else 0.0
     return merged
 
-
-def _gather(ray: Any, calls: list[Any]) -> list[Any]:
-    """Every call's result; the first failure (after Ray's retries) as one line, the rest cancelled."""
-    pending = list(calls)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        try:
-            ray.get(done[0])
-        except PrefdataError as exc:  # the worker's own one-line error (Ray re-raises its type)
-            raise PrefdataError(str(exc.args[0]) if exc.args else str(exc)) from None
-        except Exception as exc:
-            cause = getattr(exc, "cause", None) or exc
-            if isinstance(cause, PrefdataError):
-                raise PrefdataError(str(cause)) from None
-            first = (str(cause).strip().splitlines() or [""])[0]
-            raise PrefdataError(f"a refs worker failed: {type(cause).__name__}: {first}"[:400]) from None
-    return ray.get(calls)
