@@ -47,7 +47,9 @@ def pair_flags(
     prompt leak, benchmark overlap (which also sets `pair.benchmark_match`). Everything but the
     dataset-wide flags, before the policy."""
     found = list(pair.flags) + text_flags(pair, policy)
-    found += [check.name for check in PAIR_TESTS if check.test(pair, tokenized)]  # checks that are one function
+    for flag, test in PAIR_TESTS:  # the checks that are one function (prefdata.checks.units)
+        if test(pair, tokenized):
+            found.append(flag)
     if tokenized is not None:
         found = token_flags(tokenized, found)
     if leak_index is not None and leak_index.contains_pair(pair):

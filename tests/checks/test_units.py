@@ -171,7 +171,7 @@ def test_a_check_that_is_one_function_runs_on_every_pair() -> None:
     from prefdata.checks.units import PAIR_TESTS
     from prefdata.core.records import Pair
 
-    assert BY_NAME[F.IMAGE_MISMATCH] in PAIR_TESTS
+    assert (F.IMAGE_MISMATCH, BY_NAME[F.IMAGE_MISMATCH].test) in PAIR_TESTS
     policy = load_policy(None)
     pair = Pair("t.jsonl", 1, "Look:", "A cat.", "A dog.", images=[], image_parts=1)
     assert F.IMAGE_MISMATCH in pair_flags(pair, None, policy, None)

@@ -69,4 +69,5 @@ def _discover() -> tuple[Check, ...]:
 
 CHECKS: tuple[Check, ...] = _discover()
 BY_NAME: dict[str, Check] = {check.name: check for check in CHECKS}
-PAIR_TESTS: tuple[Check, ...] = tuple(check for check in CHECKS if check.test is not None)
+# (flag, test) of the checks that are one function of a pair: what pair_flags runs for every pair.
+PAIR_TESTS: tuple[tuple[str, PairTest], ...] = tuple((check.name, check.test) for check in CHECKS if check.test)
