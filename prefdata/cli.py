@@ -18,7 +18,8 @@ from prefdata import __version__
 from prefdata.core.errors import PrefdataError
 from prefdata.core.quiet import quiet_libraries, wants_quiet
 from prefdata.core.ranks import is_main_process, process_rank
-from prefdata.settings.commands import COMMANDS as DECLARED, GROUP_ORDER, RUN, Command
+from prefdata.settings.commands import COMMANDS as DECLARED, Command
+from prefdata.settings.options import GROUP_ORDER, RUN
 from prefdata.settings.config import load_sourced
 from prefdata.settings.declare import RequiredInUsage, add_to_parser, declared, missing_required, names
 from prefdata.settings.trust import check_from_files

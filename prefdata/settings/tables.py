@@ -11,7 +11,8 @@ import re
 import sys
 from pathlib import Path
 
-from prefdata.settings.commands import COMMANDS, GROUP_ORDER, Command
+from prefdata.settings.commands import COMMANDS, Command
+from prefdata.settings.options import GROUP_ORDER
 from prefdata.settings.declare import declared, with_flags
 
 BLOCK = re.compile(r"(<!-- flags: (?P<command>[a-z-]+) -->\n).*?(<!-- /flags -->)", re.S)

@@ -22,7 +22,7 @@ from prefdata.refs import compute_refs
 from prefdata.select import select_pairs
 from prefdata.select.rule import choose, parse_keep
 from prefdata.select.signals import SIGNALS, Columns, compute_signal, percentile
-from prefdata.settings.commands import SIGNAL_NAMES
+from prefdata.settings.options import SIGNAL_NAMES
 
 N_PAIRS = 24
 
