@@ -154,8 +154,7 @@ def _sharegpt_row(row: dict[str, Any]) -> dict[str, Any]:
         raise PrefdataError(f"{_where(row)}: LLaMA-Factory's sharegpt reads prompts of alternating user/assistant "
                             f"turns ending with user (after an optional system message); this one has roles "
                             f"{[m.get('role') for m in row['prompt']]}")
-    out = {**row, "conversations": prompt}
-    del out["prompt"]
+    out = {"conversations": prompt, **{key: value for key, value in row.items() if key != "prompt"}}
     for half in ("chosen", "rejected"):
         messages = row[half]
         if len(messages) != 1 or messages[0].get("role") != "assistant":
