@@ -7,8 +7,8 @@ swapped key a conflict needs -- costs one more hash, not a re-read. Multi-messag
 hashed as the same role-marked transcript the text checks compare; pre-tokenized pairs without text
 hash their id lists (in a separate hash domain, so ids never collide with text by construction).
 
-Memory: a compact open-addressing table (`U64Table`, 16 bytes per slot, load <= 1/2) per key kind,
-about 32-64 bytes per distinct pair -- no Python objects per row.
+Memory: one `digest_table.U64Table` (sorted runs of keys and values, 16 bytes an entry) per key
+kind: 32 bytes per distinct pair and prompt -- no Python objects per row.
 """
 
 from __future__ import annotations
@@ -21,16 +21,15 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from prefdata.checks.digest_table import U64Table, _stored_keys, first_occurrences  # noqa: F401 (re-exported)
 from prefdata.checks.pair import completion_content, ids_mode, squeeze_whitespace
 from prefdata.core import flags as F
 from prefdata.core.records import Pair
 
 _xxh = xxhash.xxh3_64_intdigest
-_U64 = np.uint64
 _IDS_SEED = 0x1D5  # separate hash domain for token id lists
 _PACK3 = struct.Struct("<3Q").pack
 _LINE_BITS = 40  # packed source: file index above, 1-based line below
-_FEW = 16  # keys left over in a vectorized probe loop that go one at a time
 
 
 def text_digest(text: str) -> int:
@@ -94,161 +93,6 @@ def _text_keys(prompt: str, chosen: str, rejected: str) -> tuple[int, int, int, 
     keys = (hp, hc, hr, _xxh(_PACK3(hp, hc, hr)))
     last[:] = (prompt, chosen, rejected, keys)
     return keys
-
-
-class U64Table:
-    """Open-addressing hash map from 64-bit keys to int64 values, first value wins.
-
-    Linear probing over two flat arrays (16 bytes per slot), grown x2 above load 1/2 with a
-    vectorized rehash. Key 0 marks an empty slot, so key 0 is stored as 1 (a 2^-64 coincidence).
-    Keys must already be well-mixed hashes: the slot is the key's low bits.
-    """
-
-    def __init__(self, capacity: int = 1 << 12) -> None:
-        capacity = 1 << max(4, (capacity - 1).bit_length())
-        self._keys = array("Q", bytes(8 * capacity))
-        self._vals = array("q", bytes(8 * capacity))
-        self._mask = capacity - 1
-        self._len = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    @property
-    def nbytes(self) -> int:
-        return 16 * (self._mask + 1)
-
-    def get(self, key: int) -> int | None:
-        key = key or 1
-        keys, mask = self._keys, self._mask
-        i = key & mask
-        while True:
-            k = keys[i]
-            if k == key:
-                return self._vals[i]
-            if k == 0:
-                return None
-            i = (i + 1) & mask
-
-    def setdefault(self, key: int, value: int) -> int | None:
-        """The value already stored for `key`, or None after storing `value` for it."""
-        key = key or 1
-        keys, mask = self._keys, self._mask
-        i = key & mask
-        while True:
-            k = keys[i]
-            if k == key:
-                return self._vals[i]
-            if k == 0:
-                keys[i] = key
-                self._vals[i] = value
-                self._len += 1
-                if 2 * self._len > mask:
-                    self._grow()
-                return None
-            i = (i + 1) & mask
-
-    def get_many(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found, values) for an array of keys: `get` for each, vectorized (0 where not found)."""
-        keys = _stored_keys(keys)
-        table_keys = np.frombuffer(self._keys, dtype=np.uint64)
-        table_vals = np.frombuffer(self._vals, dtype=np.int64)
-        mask = _U64(self._mask)
-        found = np.zeros(keys.size, dtype=bool)
-        values = np.zeros(keys.size, dtype=np.int64)
-        pending = np.arange(keys.size)
-        slots = keys & mask
-        while pending.size > _FEW:  # all keys one probe step at a time
-            at = table_keys[slots]
-            hit = at == keys[pending]
-            found[pending[hit]] = True
-            values[pending[hit]] = table_vals[slots[hit]]
-            more = ~hit & (at != 0)
-            pending, slots = pending[more], (slots[more] + _U64(1)) & mask
-        for i, slot in zip(pending.tolist(), slots.tolist()):  # the few in long probe runs
-            key = int(keys[i])
-            while (at_slot := int(table_keys[slot])) and at_slot != key:
-                slot = (slot + 1) & self._mask
-            if at_slot:
-                found[i], values[i] = True, table_vals[slot]
-        return found, values
-
-    def setdefault_many(self, keys: np.ndarray, values: np.ndarray, first: np.ndarray | None = None) -> np.ndarray:
-        """`setdefault` for each key in order, vectorized: whether each key was already stored
-        (by an earlier call or an earlier position in `keys`). First value wins, as in `setdefault`.
-        `first`: `first_occurrences(keys)`, when the caller has it already."""
-        keys = _stored_keys(keys)
-        if first is None:
-            first = first_occurrences(keys)
-        at = np.flatnonzero(first)
-        stored, _ = self.get_many(keys[at])
-        existed = np.ones(keys.size, dtype=bool)
-        existed[at] = stored
-        new = at[~stored]
-        # The same capacity `setdefault` would reach: grow while the load would exceed 1/2.
-        while 2 * (self._len + new.size) > self._mask:
-            self._grow()
-        table_keys = np.frombuffer(self._keys, dtype=np.uint64)
-        table_vals = np.frombuffer(self._vals, dtype=np.int64)
-        _place_distinct(table_keys, table_vals, keys[new], np.asarray(values, dtype=np.int64)[new], self._mask)
-        del table_keys, table_vals  # release the buffer exports (the arrays may be replaced later)
-        self._len += int(new.size)
-        return existed
-
-    def _grow(self) -> None:
-        old_keys = np.frombuffer(self._keys, dtype=np.uint64)
-        live = old_keys != 0
-        keys = old_keys[live]
-        vals = np.frombuffer(self._vals, dtype=np.int64)[live]
-        capacity = 2 * (self._mask + 1)
-        new_keys = np.zeros(capacity, dtype=np.uint64)
-        new_vals = np.zeros(capacity, dtype=np.int64)
-        _place_distinct(new_keys, new_vals, keys, vals, capacity - 1)
-        del old_keys  # release the buffer export before replacing the arrays
-        self._keys, self._vals = array("Q"), array("q")
-        self._keys.frombytes(new_keys.data.cast("B"))  # from the buffer: no intermediate bytes copy
-        del new_keys
-        self._vals.frombytes(new_vals.data.cast("B"))
-        self._mask = capacity - 1
-
-
-def _stored_keys(keys: np.ndarray) -> np.ndarray:
-    """Keys as the table stores them: uint64, 0 as 1 (0 marks an empty slot)."""
-    keys = np.asarray(keys, dtype=np.uint64)
-    return np.where(keys == 0, _U64(1), keys)
-
-
-def first_occurrences(keys: np.ndarray) -> np.ndarray:
-    """Mask of the positions holding the first occurrence of their key (as U64Table stores it)."""
-    keys = _stored_keys(keys)
-    first = np.zeros(keys.size, dtype=bool)
-    first[np.unique(keys, return_index=True)[1]] = True
-    return first
-
-
-def _place_distinct(
-    table_keys: np.ndarray, table_vals: np.ndarray, keys: np.ndarray, vals: np.ndarray, mask: int
-) -> None:
-    """Insert distinct keys (none present yet) by linear probing, all keys one probe step at a time.
-
-    Per step every key at a free slot is written there; where several want the same slot one of
-    them lands and the others move on with those at occupied slots. A key only leaves a slot that
-    is occupied, so the linear-probing invariant holds (which key lands first does not matter)."""
-    umask = _U64(mask)
-    slots = keys & umask
-    while keys.size > _FEW:
-        free = np.flatnonzero(table_keys[slots] == 0)
-        table_keys[slots[free]] = keys[free]
-        landed = free[table_keys[slots[free]] == keys[free]]
-        table_vals[slots[landed]] = vals[landed]
-        moving = np.ones(keys.size, dtype=bool)
-        moving[landed] = False
-        keys, vals, slots = keys[moving], vals[moving], (slots[moving] + _U64(1)) & umask
-    # The few keys left in long probe runs: one at a time (numpy's per-call cost would dominate).
-    for key, value, slot in zip(keys.tolist(), vals.tolist(), slots.tolist()):
-        while table_keys[slot]:
-            slot = (slot + 1) & mask
-        table_keys[slot], table_vals[slot] = key, value
 
 
 class DatasetWideChecks:

@@ -10,8 +10,8 @@ Per batch, everything is numpy over the whole batch -- no per-prompt Python work
 3. signatures: one-permutation hashing (each shingle hash picks one of `num_perm` bins by its top
    bits and offers its low 32 bits to that bin's minimum, `np.minimum.at`), then rotation
    densification fills empty bins. Only 8 bits of each minimum are kept (b-bit MinHash): 64 bytes
-   per distinct prompt, the only state that grows with the data besides the exact duplicate table
-   (32-64 bytes per distinct prompt).
+   per distinct prompt, the only state that grows with the data besides its row id (4 bytes) and
+   the exact duplicate set (8 bytes per distinct prompt, `digest_table.U64Table`).
 `clusters()` bands the signatures (16 bands of 4 bytes = one uint32 per band), sorts each band
 column to find collisions, verifies each candidate pair on the full signature, and joins verified
 pairs into connected components.
@@ -102,9 +102,9 @@ class NearDuplicatePrompts:
         # Accept a verified pair down to 1.5 standard deviations of the 64-sample estimate below the
         # threshold, so pairs right at the threshold are found ~93% of the time.
         self._accept = accept_threshold(threshold, num_perm)
-        self._exact = U64Table()
+        self._exact = U64Table(values=False)  # raw-prompt digests seen (a set: 8 B each)
         self._signatures_of = _Rows((num_perm,), np.uint8)  # of the distinct prompts with words
-        self._ids = _Rows((), np.int64)  # their row ids
+        self._ids = _Rows((), np.uint32)  # their row ids (int64 once one does not fit)
         self.prompts_seen = 0
         self.distinct_prompts = 0
         self._pending: deque[Future[None]] = deque()
@@ -155,7 +155,7 @@ class NearDuplicatePrompts:
         self.distinct_prompts += len(new_texts)
         has_words, signatures = self._signatures(new_texts)
         self._signatures_of.append(signatures)
-        self._ids.append(np.asarray(new_ids, dtype=np.int64)[has_words])
+        self._append_ids(np.asarray(new_ids, dtype=np.int64)[has_words])
 
     def add_signatures(
         self,
@@ -181,7 +181,15 @@ class NearDuplicatePrompts:
         rows = signature_rows[new]
         signed = rows >= 0
         self._signatures_of.append(signatures[rows[signed]])
-        self._ids.append(np.asarray(row_ids, dtype=np.int64)[new][signed])
+        self._append_ids(np.asarray(row_ids, dtype=np.int64)[new][signed])
+
+    def _append_ids(self, ids: np.ndarray) -> None:
+        """Row ids as uint32 (4 B each) while they fit, else the whole column as int64."""
+        if self._ids.dtype == np.uint32 and ids.size and (int(ids.min()) < 0 or int(ids.max()) > 0xFFFFFFFF):
+            wide = _Rows((), np.int64)
+            wide.append(self._ids.joined().astype(np.int64))
+            self._ids = wide
+        self._ids.append(ids)
 
     def _signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """(mask of texts with at least one word, uint8 signatures of those texts)."""
@@ -191,7 +199,7 @@ class NearDuplicatePrompts:
         """Groups of >= 2 row ids whose prompts are near-duplicates, each sorted; groups sorted."""
         self._drain()
         sigs = self._signatures_of.joined()
-        ids = self._ids.joined()
+        ids = self._ids.joined().astype(np.int64)
         n = ids.size
         if n < 2:
             return []
@@ -243,13 +251,28 @@ def prompt_digest(prompt: str) -> int:
 
 
 _POWERS = _Powers()  # per process: worker processes compute signatures too
+SLICE_CHARS = 1 << 16  # characters of prompt text hashed per array pass (see prompt_signatures)
 
 
 def prompt_signatures(texts: list[str], num_perm: int = 64) -> tuple[np.ndarray, np.ndarray]:
     """(mask of texts with at least one word, uint8 signatures of those texts) for lower-cased texts.
 
     A text's signature depends on that text alone, never on the batch it is computed in, so batches
-    may be hashed anywhere (another thread or process) and merged later."""
+    may be hashed anywhere (another thread or process) and merged later. Hashed a slice of about
+    SLICE_CHARS at a time: the work arrays take ~50 bytes per byte of text, and the power tables
+    (16 bytes per byte, kept for the process) grow to the largest slice."""
+    if len(texts) > 1 and sum(map(len, texts)) > SLICE_CHARS:
+        slices, start, size = [], 0, 0
+        for end, text in enumerate(texts):
+            size += len(text) + 1
+            if size > SLICE_CHARS or end == len(texts) - 1:
+                slices.append(_signatures_of_slice(texts[start : end + 1], num_perm))
+                start, size = end + 1, 0
+        return np.concatenate([m for m, _ in slices]), np.concatenate([sig for _, sig in slices])
+    return _signatures_of_slice(texts, num_perm)
+
+
+def _signatures_of_slice(texts: list[str], num_perm: int) -> tuple[np.ndarray, np.ndarray]:
     bin_bits = num_perm.bit_length() - 1
     joined = "\n".join(texts)
     encoded = joined.encode("utf-8", "surrogatepass")
@@ -404,9 +427,14 @@ def _stable_order(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if column.size >= 1 << 32:  # pragma: no cover - the index would not fit
         order = np.argsort(column, kind="stable")
         return order, column[order]
-    packed = (column.astype(np.uint64) << _U64(32)) | np.arange(column.size, dtype=np.uint64)
+    # In place where possible: this runs once per band over every distinct prompt, at the run's peak.
+    packed = column.astype(np.uint64)
+    packed <<= _U64(32)
+    packed |= np.arange(column.size, dtype=np.uint64)
     packed.sort()
-    return (packed & _U64(0xFFFFFFFF)).astype(np.int64), (packed >> _U64(32)).astype(np.uint32)
+    sorted_column = (packed >> _U64(32)).astype(np.uint32)
+    packed &= _U64(0xFFFFFFFF)
+    return packed.view(np.int64), sorted_column
 
 
 def _components(labels: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
