@@ -184,3 +184,19 @@ def test_image_rows_are_refused_in_one_line(tmp_path, tiny_tokenizer_dir, capsys
     code = main(["validate", str(path), "--tokenizer", tiny_tokenizer_dir, "--no-progress", "--trainer", "trl"])
     err = capsys.readouterr().err
     assert code == 2 and "DataCollatorForVisionPreference" in err and len(err.strip().splitlines()) == 1
+
+
+def test_halves_that_differ_only_in_whitespace_are_reported_as_the_rows_own(tmp_path, tiny_tokenizer_dir):
+    result = _trl(tmp_path, [{"prompt": "Hi", "chosen": "Same.", "rejected": "Same. "}], tiny_tokenizer_dir)
+    spaces = _groups(result)["whitespace_only"]
+    assert spaces["cause"] == ["the row itself: chosen and rejected differ only in whitespace"]
+
+
+def test_an_implicit_prompt_split_mid_word_by_trl_is_reported(tmp_path, shared_tokenizer):
+    # No prompt column: TRL's extract_prompt takes the longest common prefix of the two strings, character by
+    # character, so the prompt ends inside the word 'Ye|s' / 'Ye|ah' and 'Ye' + 's' tokenize together.
+    row = {"chosen": "\n\nHuman: Can you help me?\n\nAssistant: Yes, sure.",
+           "rejected": "\n\nHuman: Can you help me?\n\nAssistant: Yeah, no."}
+    result = _trl(tmp_path, [row], shared_tokenizer("qwen2.5-instruct"))
+    boundary = _groups(result)["prompt_boundary_mismatch"]
+    assert "TRL leaves the prompt's end ' Ye' out of the training sequence" in boundary["examples"][0]["detail"]
