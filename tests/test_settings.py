@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from prefdata.core.trainer_names import EXPORT_TRAINERS
 from prefdata.cli import build_parser, main
 from prefdata.settings import tables
 from prefdata.settings.commands import COMMANDS, PrepareSettings
@@ -185,7 +186,7 @@ def test_a_bad_flag_or_value_is_one_line_exit_2_naming_the_near_flag(capsys):
 # What each command needs before it runs (flag or config key); one of an exclusive group is enough.
 REQUIRED = {"prepare": ["(--tokenizer PATH | --processor PATH)"], "refs": ["--model PATH"],
             "train": ["--model PATH", "--output DIR"], "generate": ["--model POLICY"],
-            "online": ["--model POLICY", "--output DIR"], "export": ["--trainer {openrlhf}"],
+            "online": ["--model POLICY", "--output DIR"], "export": [f"--trainer {{{','.join(EXPORT_TRAINERS)}}}"],
             "select": ["--by {reward_margin,reward_rejected,implicit_margin,implicit_margin_per_token,rejected_length,"
                        "length_difference,rip,random,on_policy}"]}
 
