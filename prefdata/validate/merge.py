@@ -118,8 +118,8 @@ class _Merger:
         pairs = scan.pair_index
         first = self.builder.rows
         duplicate, conflicting = self.dataset.merge_chunk(chunk.source_file, scan.lines[pairs], first + pairs, scan.digests)
-        masks = scan.flag_bits[pairs] | np.where(duplicate, _DUPLICATE, 0).astype(np.uint32)
-        masks |= np.where(conflicting, _CONFLICTING, 0).astype(np.uint32)
+        masks = scan.flag_bits[pairs] | np.where(duplicate, _DUPLICATE, 0).astype(np.uint64)
+        masks |= np.where(conflicting, _CONFLICTING, 0).astype(np.uint64)
         distinct, inverse = np.unique(masks, return_inverse=True)
         verdicts = [self._verdict(int(mask)) for mask in distinct.tolist()]
         pair_severity = np.array([code for _, code in verdicts], dtype=np.int64)[inverse]

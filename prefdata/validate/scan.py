@@ -62,7 +62,7 @@ class ChunkScan:
     a record of scored completions (or its one unpaired row)."""
 
     lines: np.ndarray  # (n,) int64 source line of each row (of a RangeChunk: from 1 within it)
-    flag_bits: np.ndarray  # (n,) uint32 FLAG_BIT mask of the pair's own flags (0 when quarantined)
+    flag_bits: np.ndarray  # (n,) uint64 FLAG_BIT mask of the pair's own flags (0 when quarantined)
     quarantined: list[tuple[int, str, bool]]  # (position, error, unknown shape), ascending
     pair_index: np.ndarray  # (p,) int64 positions of the pairs
     digests: PairDigests  # of the pairs, for the dataset-wide merge (prefdata.checks.merge)
@@ -195,7 +195,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
         line_count=line_count(data) if data is not None else 0,
         spans=np.array(spans, dtype=np.int64).reshape(-1, 2) if data is not None else None,
         lines=np.array(lines, dtype=np.int64),
-        flag_bits=np.array(bits, dtype=np.uint32),
+        flag_bits=np.array(bits, dtype=np.uint64),
         quarantined=quarantined,
         pair_index=np.array(pair_index, dtype=np.int64),
         digests=digests,

@@ -32,6 +32,8 @@ def _read(name: str) -> str:
 def test_the_flag_list_is_made_from_the_checks() -> None:
     assert _read(generated.FLAGS_MODULE) == generated.flags_module(), f"core/flags.py differs: {REGENERATE}"
     assert F.ALL_FLAGS == tuple(check.name for check in CHECKS)
+    # validate's text path carries a pair's flags as one uint64 bit mask (validate/scan.py FLAG_BIT).
+    assert len(CHECKS) <= 64, "more than 64 checks: widen validate/scan.py's flag_bits"
     assert [check.order for check in CHECKS] == list(range(len(CHECKS))), "orders must be 0, 1, ... (a new check: the next)"
     for path in (PACKAGE / "checks" / "units").glob("[!_]*.py"):  # one check a module, named after its flag
         assert importlib.import_module(f"prefdata.checks.units.{path.stem}").CHECK.name == path.stem
