@@ -142,6 +142,8 @@ def _collate(examples: list[dict[str, Any]], tokenizer: Any, config: Any) -> lis
     """DataCollatorForPreference as DPOTrainer.__init__ builds it, over batches; each row's halves unpadded."""
     _, Collator, _ = load_trl()
     pad = config.pad_token or tokenizer.pad_token or tokenizer.eos_token
+    if config.pad_token and pad not in tokenizer.get_vocab():  # DPOTrainer.__init__'s own refusal
+        raise PrefdataError(f"under trl: DPOTrainer refuses pad_token={pad!r}: it is not in the tokenizer's vocabulary")
     collator = Collator(pad_token_id=tokenizer.convert_tokens_to_ids(pad), max_length=config.max_length,
                         truncation_mode=config.truncation_mode, pad_to_multiple_of=config.pad_to_multiple_of)
     out = []

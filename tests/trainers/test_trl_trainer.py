@@ -200,3 +200,12 @@ def test_an_implicit_prompt_split_mid_word_by_trl_is_reported(tmp_path, shared_t
     result = _trl(tmp_path, [row], shared_tokenizer("qwen2.5-instruct"))
     boundary = _groups(result)["prompt_boundary_mismatch"]
     assert "TRL leaves the prompt's end ' Ye' out of the training sequence" in boundary["examples"][0]["detail"]
+
+
+def test_a_pad_token_outside_the_vocabulary_is_refused_as_trl_refuses_it(tmp_path, tiny_tokenizer_dir, capsys):
+    path = _write(tmp_path, [SUN])
+    argv = ["validate", str(path), "--tokenizer", tiny_tokenizer_dir, "--no-progress", "--trainer", "trl"]
+    assert main([*argv, "--trainer-arg", "pad_token=<no-such-token>"]) == 2
+    assert "not in the tokenizer's vocabulary" in capsys.readouterr().err
+    assert main([*argv, "--trainer-arg", "pad_token=<|im_end|>"]) == 0  # in it: padding only, the same ids
+    assert "pad_token='<|im_end|>': pads the batch only" in capsys.readouterr().out
