@@ -115,13 +115,24 @@ def _encode(processor: Any, aligned: dict[str, Any]) -> dict[str, Any] | None:
 
 def _smallest_cutoff(source: int, target: int, start: int, need_target: int, need_source: int) -> int | None:
     """The smallest cutoff_len >= start at which LLaMA-Factory's infer_seqlen keeps at least need_target
-    response tokens and need_source prompt tokens (not monotonic in cutoff_len, so scanned)."""
+    response tokens and need_source prompt tokens. infer_seqlen is not monotonic in cutoff_len, but it is
+    within each of its three branches (both cut: c <= 2*target and c <= 2*source; response cut: 2*source < c
+    <= 2*target; prompt cut: c > 2*target), so each branch's range is bisected in order."""
     from llamafactory.data.processor.processor_utils import infer_seqlen
 
-    for cutoff in range(max(1, start), source + target + 1):
+    def enough(cutoff: int) -> bool:
         kept_source, kept_target = infer_seqlen(source, target, cutoff)
-        if kept_target >= need_target and kept_source >= need_source:
-            return cutoff
+        return kept_target >= need_target and kept_source >= need_source
+
+    branches = [(1, min(2 * target, 2 * source)), (2 * source + 1, 2 * target), (2 * target + 1, source + target)]
+    for low, high in branches:
+        low, high = max(low, start, 1), min(high, source + target)
+        if low > high or not enough(high):
+            continue
+        while low < high:
+            middle = (low + high) // 2
+            low, high = (low, middle) if enough(middle) else (middle + 1, high)
+        return low
     return None
 
 
