@@ -160,3 +160,22 @@ def test_a_python_without_llamafactory_is_one_line_exit_2(tmp_path, tiny_tokeniz
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert "LLaMA-Factory is not installed under" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_rows_or_an_entry_llamafactory_cannot_read_are_one_line_exit_2(tmp_path, tiny_tokenizer_dir, capsys):
+    info = tmp_path / "dataset_info.json"
+    info.write_text(json.dumps({"unpaired": {"file_name": "x.json", "columns": {"prompt": "prompt"}}}), encoding="utf-8")
+    openai_dpo = {"input": {"messages": [{"role": "user", "content": "Hi"}]},
+                  "preferred_output": [{"role": "assistant", "content": "Hello"}],
+                  "non_preferred_output": [{"role": "assistant", "content": "Go"}]}
+    cases = [([openai_dpo], [], "LLaMA-Factory reads alpaca or sharegpt rows"),
+             ([TWO], [f"dataset_info={tmp_path}", "dataset=nope"], "no such entry"),
+             ([TWO], [f"dataset_info={info}", "dataset=unpaired"], "has no `ranking: true`")]
+    for rows, args, words in cases:
+        argv = ["validate", str(write_rows(tmp_path, rows)), "--tokenizer", tiny_tokenizer_dir, "--trainer",
+                "llamafactory", "--trainer-arg", "template=qwen"]
+        for item in args:
+            argv += ["--trainer-arg", item]
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
