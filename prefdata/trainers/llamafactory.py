@@ -156,6 +156,7 @@ class LlamaFactoryPair:
     apart_at: int | None  # smallest cutoff_len at which the trained halves differ
     response_whole_at: int | None
     prompt_whole_at: int | None
+    trained_at: int | None  # smallest cutoff_len at which each response keeps a token
     system: str  # the system message its converter gave the template ("" = none: the template's default)
     thought_added: list[bool] = field(default_factory=list)
 
@@ -196,5 +197,6 @@ def run_llamafactory(rows: list[dict[str, Any]], tokenizer_path: str, trust_remo
             rejected=_half(row["rejected_input_ids"], row["rejected_labels"]), full_prompt=row["full_prompt_ids"],
             full_chosen=row["full_chosen_ids"], full_rejected=row["full_rejected_ids"], apart_at=row["apart_at"],
             response_whole_at=row["response_whole_at"], prompt_whole_at=row["prompt_whole_at"],
+            trained_at=row["trained_at"],
             system=row["system"], thought_added=row.get("thought_added", []))
     return outcome

@@ -82,7 +82,7 @@ def _pair_findings(row: int, pair: LlamaFactoryPair, settings: LlamaFactorySetti
         empty = [h for h in ("chosen", "rejected") if not getattr(pair, h).trained]
         found.append(TrainerFinding(F.NO_COMPLETION_TOKENS, row, f"{' and '.join(empty)}: no token in LLaMA-Factory's "
                                     "labels (cutoff_len leaves the response no room)", cause,
-                                    pair.response_whole_at or "a shorter prompt"))
+                                    pair.trained_at or "a shorter prompt"))
     if F.IDENTICAL_AFTER_TRUNCATION in flags:
         found.append(_identical(row, pair, settings, tokenizer))
     elif pair.chosen.trained != pair.rejected.trained and _same_words(pair, tokenizer):
