@@ -246,3 +246,44 @@ def test_validate_reports_are_pinned_for_every_run_shape(tmp_path, tiny_tokenize
                  output=output, workers=workers, batch_size=3, partitioned_checks=partitioned, progress=False)
         digest = hashlib.sha256(_normalized(output.read_bytes(), places)).hexdigest()
         assert digest == VALIDATE_PINS[(shape, tokenizer, format)], format
+
+
+# A Hub split's text-only validate report: the same whether the checked-row stream or the text path
+# reads it (the stream did until the text path read Hub splits too), with one worker or two.
+HUB_PINS = {
+    "json": "93c99aa830d684795b20285b58fa25a994337bbba1b57538c008e59c7e487b28",
+    "text": "8bd85957b08476769bcfb4fc55406d186f2554cdf690359fee4c83fe180cd74c",
+    "markdown": "d83a8ecf032a9845dfa539049dcb86b774951db3b9aaf26807080a6f517a2d03",
+}
+
+
+def _hub_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """RECORDS' explicit pairs as a Hub split, read offline from a local `org/name` directory."""
+    import datasets.config
+    import huggingface_hub.constants
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{key: record.get(key) for key in ("id", "prompt", "chosen", "rejected")} for record in RECORDS
+            if isinstance(record, dict) and isinstance(record.get("prompt"), str) and "completions" not in record]
+    data = tmp_path / "org" / "name" / "data"
+    data.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), data / "train-00000-of-00001.parquet")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    return "org/name:train"
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_validate_reports_of_a_hub_split_are_pinned(tmp_path, monkeypatch, workers):
+    split = _hub_split(tmp_path, monkeypatch)
+    for format in ("json", "text", "markdown"):
+        output = tmp_path / f"report.{format}"
+        validate(split, format=format, output=output, workers=workers, batch_size=3, progress=False)
+        digest = hashlib.sha256(_normalized(output.read_bytes(), {str(tmp_path): "TMP"})).hexdigest()
+        assert digest == HUB_PINS[format], format
+        if format == "json":
+            accounting = json.loads(output.read_text())["accounting"]
+            assert accounting["rows_in"] == 10 and accounting["rows_quarantined"] == 1  # a9: no rejected half
