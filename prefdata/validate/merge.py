@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from contextlib import closing
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Iterator
 
 import numpy as np
 
@@ -29,7 +29,9 @@ from prefdata.checks.stream import ShapeProbe, progress_bar
 from prefdata.core import flags as F
 from prefdata.core.records import CheckedRow
 from prefdata.engine.local import Engine, LocalEngine
+from prefdata.io import chunks as text_chunks
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk, exact_record, iter_chunks
+from prefdata.io.hub import iter_hub_chunks, parse_hub_id
 from prefdata.report import builder as R
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.compact import OUTCOMES, SEVERITY_CODES, CompactRows
@@ -72,7 +74,7 @@ def check_raw_text(
         # the cut-off only falls, so a chunk handed out early brings a few halves too many.
         units = (
             ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
-            for chunk in iter_chunks(input_path)
+            for chunk in _input_chunks(input_path)
         )
         scan_settings = ScanSettings(policy, settings, leak_index, benchmarks, pairing)
         with closing(engine.map_ordered(ScanChunks(scan_settings), units)) as scans:
@@ -87,6 +89,15 @@ def check_raw_text(
             values = [value for _, batch in measured for value in batch]
         for item, value in zip(sampled, values):
             item.measured(value)
+
+
+def _input_chunks(input_path: str | Path) -> Iterator[Chunk]:
+    """A plain file or directory in byte ranges (the workers read them), a Hub split in record chunks
+    read here (prefdata.io.hub)."""
+    hub = parse_hub_id(input_path)
+    if hub is not None:
+        return iter_hub_chunks(hub, text_chunks.CHUNK_LINES)
+    return iter_chunks(input_path)
 
 
 # ----------------------------------------------------------------------------- the in-order merge

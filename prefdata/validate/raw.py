@@ -1,6 +1,6 @@
-"""`validate` on raw input: text-only checks of plain files in bulk on the engine (prefdata.validate.merge,
-any number of workers, one: this process), else the checked-row stream (prefdata.checks.stream): with a
-tokenizer or processor, a Hub split, a mixture, or partitioned dataset-wide checks."""
+"""`validate` on raw input: text-only checks in bulk on the engine (prefdata.validate.merge, any number
+of workers, one: this process), else the checked-row stream (prefdata.checks.stream): with a tokenizer
+or processor, a mixture, or partitioned dataset-wide checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prefdata.checks.policy import Policy
-from prefdata.io.hub import parse_hub_id
 from prefdata.report.builder import ReportBuilder
 from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.sets.mix import MixPlan
@@ -35,7 +34,7 @@ def check_raw(
     benchmarks: BenchmarkIndex | None = None,
     pairing: Any = None,
 ) -> None:
-    """Raw INPUT: text-only checks of plain files in bulk on the engine (validate.merge), else the
+    """Raw INPUT: text-only checks in bulk on the engine (validate.merge), else the
     checked-row stream (checks.stream), through `pair_tokenizer` (--tokenizer or --processor) when given.
     On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
     from prefdata.checks.merge import DatasetMerge
@@ -46,10 +45,9 @@ def check_raw(
     if workers is None:
         workers = 0 if engine == "ray" else default_workers()
     runner = select_engine(engine, workers, ray_address)
-    # The bulk text path reads plain files in byte ranges (not a Hub split, not a mixture's samples).
-    byte_ranges = not isinstance(input_path, MixPlan) and parse_hub_id(input_path) is None
-    # One worker runs the same pipeline in this process (the engine's one-worker case).
-    if pair_tokenizer is None and not partitioned_checks and byte_ranges:
+    # One worker runs the same pipeline in this process (the engine's one-worker case). A mixture's
+    # samples are the checked-row stream's (its chunks carry the sample the stage applies).
+    if pair_tokenizer is None and not partitioned_checks and not isinstance(input_path, MixPlan):
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(
