@@ -26,6 +26,17 @@ found() {
   "$1" -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in sys.argv[1:]))" $CHECK 2>/dev/null
 }
 
+pins_axolotl() {
+  # axolotl 0.19.0's DPO data path (load_cfg, load_tokenizer, prepare_preference_datasets, TRL's DPOTrainer
+  # tokenize step and collator) at its own pins; its requirements add triton, xformers, bitsandbytes,
+  # liger-kernel, torchao, gradio, modal, lm_eval... (4.3 GB), which that path never imports.
+  DEPS="transformers==5.16.1 tokenizers==0.23.1 huggingface_hub==1.17.0 datasets==4.8.4 trl==1.9.0 accelerate==1.13.0
+    peft==0.20.0 pydantic==2.12.5 PyYAML==6.0.3 packaging==26.0 addict==2.4.0 fire==0.7.1 sentencepiece==0.2.3
+    jinja2==3.1.6 colorama==0.4.6 posthog==6.7.11 pillow==13.0.0 numba==0.68.1"
+  NODEPS="axolotl==0.19.0"
+  CHECK="axolotl transformers datasets trl"
+}
+
 build() {
   local name=$1
   local fn="pins_$name"

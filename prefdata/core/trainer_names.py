@@ -8,11 +8,13 @@ TRAINER_ADAPTERS: dict[str, str] = {
     "openrlhf": "prefdata.trainers.openrlhf_adapter",
     "trl": "prefdata.trainers.trl_adapter",
     "llamafactory": "prefdata.trainers.llamafactory_adapter",
+    "axolotl": "prefdata.trainers.axolotl_adapter",
 }
 
 # name -> export module: export(out_dir, export_dir, trainer_args, overwrite) -> an object with .summary()
 TRAINER_EXPORTS: dict[str, str] = {
     "openrlhf": "prefdata.trainers.export_openrlhf",
+    "axolotl": "prefdata.trainers.export_axolotl",
     "llamafactory": "prefdata.trainers.export_llamafactory",
 }
 
