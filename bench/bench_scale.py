@@ -1,11 +1,17 @@
-"""Scale: a synthetic N-pair input (default 1M) streamed through `prefdata prepare`.
+"""Scale: a synthetic N-pair input (default 1M) streamed through `prefdata prepare` (or `validate`).
 
 Generates distinct pairs (so the dataset-wide hash tables really grow), with 1% identical and 1%
 whitespace-only pairs planted, writes them as JSONL (not timed), then runs `prefdata prepare` with
 the tiny tokenizer in a child process and reports wall time, pairs/s and peak RSS of the main
 process and of the largest worker process.
 
+Memory per pair (issue 45): the same command also runs on `--base-rows` rows (default 20,000: past
+the fixed working set of chunks in flight, tokenizer and libraries), and each size prints its main
+process's peak RSS above that base, per pair, and the growth per pair from the previous size.
+
 Usage: python bench/bench_scale.py [--rows 1000000] [--rows 100000 ...] [--workers N]
+       python bench/bench_scale.py --memory            # 50k / 200k / 1M pairs, KB a pair above the base
+       python bench/bench_scale.py --memory --command validate --workers 1   # text-only checks
 """
 
 from __future__ import annotations
@@ -47,30 +53,38 @@ def write_synthetic(path: Path, rows: int, seed: int = 0, max_words: int = 120) 
             handle.write(json.dumps({"prompt": prompt, "chosen": chosen, "rejected": rejected, "id": i}) + "\n")
 
 
-def run_child(raw: str, out: str, tokenizer: str, workers: int) -> None:
-    """In a fresh process: prepare, then print wall seconds and peak RSS of main and workers."""
+def run_child(raw: str, out: str, tokenizer: str, workers: int, command: str = "prepare") -> None:
+    """In a fresh process: prepare (or validate, text-only), then print wall seconds and peak RSS of
+    main and workers."""
     sys.path.insert(0, str(REPO))
-    from prefdata.prepare import prepare
-
     started = time.perf_counter()
-    result = prepare(raw, out, tokenizer=tokenizer, max_length=256, workers=workers, progress=False)
+    if command == "validate":
+        from prefdata.validate.command import validate
+
+        accounting = validate(raw, workers=workers, progress=False).report["accounting"]
+        rows_in, rows_out, rows_dropped = accounting["rows_in"], accounting["rows_out"], accounting["rows_dropped"]
+    else:
+        from prefdata.prepare import prepare
+
+        result = prepare(raw, out, tokenizer=tokenizer, max_length=256, workers=workers, progress=False)
+        rows_in, rows_out, rows_dropped = result.rows_in, result.rows_out, result.rows_dropped
     seconds = time.perf_counter() - started
     print(json.dumps({
         "seconds": seconds,
-        "rows_in": result.rows_in,
-        "rows_out": result.rows_out,
-        "rows_dropped": result.rows_dropped,
+        "rows_in": rows_in,
+        "rows_out": rows_out,
+        "rows_dropped": rows_dropped,
         "peak_rss_mib": peak_rss_mib(),
         "worker_peak_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
     }))
 
 
-def measure(rows: int, workers: int, workdir: Path, tokenizer: str, max_words: int) -> dict:
+def measure(rows: int, workers: int, workdir: Path, tokenizer: str, max_words: int, command: str = "prepare") -> dict:
     raw = workdir / f"synthetic-{rows}.jsonl"
     write_synthetic(raw, rows, max_words=max_words)
     size_mib = raw.stat().st_size / 2**20
     result = subprocess.run(
-        [sys.executable, __file__, "--_child", str(raw), str(workdir / f"out-{rows}"), tokenizer, str(workers)],
+        [sys.executable, __file__, "--_child", str(raw), str(workdir / f"out-{rows}"), tokenizer, str(workers), command],
         capture_output=True, text=True, check=True,
     )
     raw.unlink()
@@ -85,18 +99,23 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="prepare --workers (default: all cores)")
     parser.add_argument("--max-words", type=int, default=30, help="longest completion in words (prompts half that)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: ../shared Qwen2.5 if present, else the tiny one)")
-    parser.add_argument("--_child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--command", choices=("prepare", "validate"), default="prepare",
+                        help="prepare (default) or validate (text-only checks)")
+    parser.add_argument("--memory", action="store_true",
+                        help="sizes 50k / 200k / 1M (unless --rows) and peak RSS above a --base-rows run, per pair")
+    parser.add_argument("--base-rows", type=int, default=20_000, help="the base run's size for --memory (default 20000)")
+    parser.add_argument("--_child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args._child:
-        raw, out, tokenizer, workers = args._child
-        run_child(raw, out, tokenizer, int(workers))
+        raw, out, tokenizer, workers, command = args._child
+        run_child(raw, out, tokenizer, int(workers), command)
         return
     sys.path.insert(0, str(REPO))
     from prefdata.tiny import build_tiny_tokenizer
     from prefdata.engine.local import default_workers
 
     workers = args.workers or default_workers()
-    sizes = args.rows or [1_000_000]
+    sizes = args.rows or ([50_000, 200_000, 1_000_000] if args.memory else [1_000_000])
     qwen = REPO.parent / "shared" / "assets" / "tokenizers" / "qwen2.5-instruct"
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         workdir = Path(tmp)
@@ -104,14 +123,36 @@ def main() -> None:
         if tokenizer is None:
             build_tiny_tokenizer(workdir / "tok")
             tokenizer = str(workdir / "tok")
-        results = {n: measure(n, workers, workdir, tokenizer, args.max_words) for n in sizes}
-    print(f"\nprefdata prepare on synthetic distinct pairs (tokenizer {Path(tokenizer).name}, completions up to "
-          f"{args.max_words} words, --max-length 256, --workers {workers})\n")
+        base = measure(args.base_rows, workers, workdir, tokenizer, args.max_words, args.command) if args.memory else None
+        results = {}
+        for n in sizes:
+            results[n] = measure(n, workers, workdir, tokenizer, args.max_words, args.command)
+            print(f"{n:,} rows: {json.dumps(results[n])}", file=sys.stderr, flush=True)
+    settings = (f"tokenizer {Path(tokenizer).name}, --max-length 256, " if args.command == "prepare" else "text-only, ")
+    print(f"\nprefdata {args.command} on synthetic distinct pairs ({settings}completions up to "
+          f"{args.max_words} words, --workers {workers})\n")
+    if base is not None:
+        print_memory(args.base_rows, base, results)
+        return
     print("| rows | input MiB | seconds | pairs/s | kept | dropped | peak RSS main (MiB) | peak RSS largest worker (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n, m in results.items():
         print(f"| {n:,} | {m['input_mib']:.0f} | {m['seconds']:.0f} | {n / m['seconds']:,.0f} | {m['rows_out']:,} | "
               f"{m['rows_dropped']:,} | {m['peak_rss_mib']:.0f} | {m['worker_peak_rss_mib']:.0f} |")
+
+
+def print_memory(base_rows: int, base: dict, results: dict[int, dict]) -> None:
+    """Peak RSS of the main process above the base run, per pair, and the growth from the size before."""
+    print(f"base: {base_rows:,} rows, peak RSS main {base['peak_rss_mib']:.0f} MiB\n")
+    print("| rows | seconds | peak RSS main (MiB) | above base (MiB) | KB a pair above base | KB a pair from the size before | peak RSS largest worker (MiB) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    before_rows, before_peak = base_rows, base["peak_rss_mib"]
+    for n, m in results.items():
+        above = m["peak_rss_mib"] - base["peak_rss_mib"]
+        slope = (m["peak_rss_mib"] - before_peak) * 2**20 / 1000 / max(1, n - before_rows)
+        print(f"| {n:,} | {m['seconds']:.0f} | {m['peak_rss_mib']:.0f} | {above:.0f} | {above * 2**20 / 1000 / n:.2f} | "
+              f"{slope:.2f} | {m['worker_peak_rss_mib']:.0f} |")
+        before_rows, before_peak = n, m["peak_rss_mib"]
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,8 +26,10 @@ from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.sets.mix import SOURCE_COLUMN, sampled_positions
 from prefdata.sets.pairing import PairingSettings
 from prefdata.tokenize.batch import normalize_and_tokenize
-from prefdata.tokenize.pairs import PairTokenizer
 from prefdata.tokenize.settings import TokenizeSettings
+
+if TYPE_CHECKING:  # type only: the tokenizer modules load with a tokenizer (text-only start-up)
+    from prefdata.tokenize.pairs import PairTokenizer
 
 
 @dataclass

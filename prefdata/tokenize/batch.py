@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from prefdata.core.errors import RecordError, UnknownShapeError
 from prefdata.core.records import Pair, RawRecord, ScoredSummary, TokenizedPair
@@ -18,9 +18,11 @@ from prefdata.io.formats import check_vocabulary
 from prefdata.io.images import load_pair_images
 from prefdata.sets.pairing import PairingSettings
 from prefdata.sets.scored import record_pairs
-from prefdata.tokenize.pairs import PairTokenizer
 from prefdata.tokenize.settings import TokenizeSettings
 from prefdata.tokenize.truncate import truncate_pair
+
+if TYPE_CHECKING:  # type only: the tokenizer modules load with a tokenizer (text-only start-up)
+    from prefdata.tokenize.pairs import PairTokenizer
 
 
 @dataclass

@@ -6,9 +6,13 @@ exclude each other: given both, it is not clear which tokenizer the user meant.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prefdata.core.errors import PrefdataError
-from prefdata.tokenize.pairs import PairTokenizer
 from prefdata.tokenize.settings import TokenizeSettings
+
+if TYPE_CHECKING:  # imported when a tokenizer is loaded: text-only validate starts without it
+    from prefdata.tokenize.pairs import PairTokenizer
 
 BOTH_GIVEN = "--tokenizer and --processor exclude each other: give --processor PATH for image pairs (it holds its tokenizer), else --tokenizer PATH"
 
@@ -18,6 +22,10 @@ def select_pair_tokenizer(tokenizer: str | None, processor: str | None, settings
     """A loaded PairTokenizer (a VisionPairTokenizer for a processor), or None when neither is given."""
     if tokenizer and processor:
         raise PrefdataError(BOTH_GIVEN)
+    if not (tokenizer or processor):
+        return None
+    from prefdata.tokenize.pairs import PairTokenizer
+
     if processor:
         from prefdata.tokenize.vision import VisionPairTokenizer
 

@@ -31,25 +31,29 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
 
 
 def _render(report: dict[str, Any], fmt: str) -> str:
-    from prefdata.report.render_html import render_html
-    from prefdata.report.render_markdown import render_markdown
-    from prefdata.report.render_text import render_text
-
+    # Each renderer imported only for its format: start-up counts on every pull-request check.
     if fmt == "json":
         return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     if fmt == "markdown":
+        from prefdata.report.render_markdown import render_markdown
+
         return render_markdown(report)
     if fmt == "html":
+        from prefdata.report.render_html import render_html
+
         return render_html(report)
+    from prefdata.report.render_text import render_text
+
     return render_text(report)
 
 
 def emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
-    from prefdata.report.render_github import github_annotations, write_step_summary
-    from prefdata.report.render_markdown import render_markdown
     from prefdata.report.render_text import render_text
 
     if fmt == "github":
+        from prefdata.report.render_github import github_annotations, write_step_summary
+        from prefdata.report.render_markdown import render_markdown
+
         annotations = github_annotations(report)
         text = "".join(line + "\n" for line in annotations)
         sys.stdout.write(text)  # GitHub reads workflow commands from stdout only
