@@ -156,7 +156,7 @@ def test_the_docs_flag_tables_are_made_from_the_declaration():
         text = path.read_text(encoding="utf-8")
         assert tables.rewritten(text) == text, f"{path.name}: run python -m prefdata.settings.tables"
         blocks += [(path.name, m.group("command")) for m in tables.BLOCK.finditer(text)]
-    assert {("README.md", "prepare"), ("README.md", "train")} <= set(blocks)
+    assert {("commands.md", "prepare"), ("commands.md", "train")} <= set(blocks)  # docs/commands.md
     assert {command for name, command in blocks if name == "cli.md"} == set(COMMANDS)
 
 
