@@ -333,7 +333,7 @@ def test_mixed_string_and_conversational_rows_store_strings_plus_message_columns
 
 
 def test_polars_line_of_the_docs_reads_out_after_prepare_and_after_refs(prepared, with_refs):
-    """docs/trl.md's polars line (the README's too) must keep working when `refs` rewrites the data files."""
+    """docs/trl.md's polars line (docs/formats.md's too) must keep working when `refs` rewrites the data files."""
     import glob
     import re
 
@@ -341,7 +341,7 @@ def test_polars_line_of_the_docs_reads_out_after_prepare_and_after_refs(prepared
 
     docs = (REPO / "docs" / "trl.md").read_text(encoding="utf-8")
     docs_line = next(line.strip() for line in docs.splitlines() if "pl.read_ipc_stream" in line)
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "formats.md").read_text(encoding="utf-8")
     readme_line = re.search(r"`(pl\.concat\(\[pl\.read_ipc_stream[^`]*)`", readme).group(1)
     for out, line in ((prepared, docs_line), (with_refs, docs_line), (prepared, readme_line), (with_refs, readme_line)):
         frame = eval(line.replace('"out/', f'"{out}/'), {"glob": glob, "pl": pl})  # noqa: S307 - our own docs

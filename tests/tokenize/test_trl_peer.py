@@ -2,7 +2,7 @@
 tokenizers in ../shared (skipped without them), for conversational rows with reasoning and tool calls, and for
 the pairs that records of scored completions make.
 
-The one rule (README, "Reasoning and tool data"): a completion ends where the template ends the
+The one rule (docs/reasoning.md, "Reasoning and tool data"): a completion ends where the template ends the
 assistant turn. Differences from TRL, each asserted here rather than hidden:
 - whitespace a template writes after its end-of-turn token (ChatML's "\\n" after <|im_end|>) belongs
   to the next turn: TRL keeps it in the completion, prefdata does not;

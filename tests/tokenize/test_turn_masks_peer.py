@@ -154,7 +154,7 @@ def _mask_of(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> li
 
 
 def _as_template_reads(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI's `developer` role is a system message to every template here (README: message roles)."""
+    """OpenAI's `developer` role is a system message to every template here (docs/formats.md: message roles)."""
     return [{**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
 
 
