@@ -188,6 +188,11 @@ def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace
         seed=seed, device="cpu", progress=False, **reward,
     )
     loop = sum(line["seconds"] for line in result.rounds)
+    stages: dict[str, float] = {}
+    for line in result.rounds:  # where prefdata's time goes, summed over the rounds
+        for stage, seconds in line["stage_seconds"].items():
+            stages[stage] = stages.get(stage, 0.0) + seconds
+    print(f"    prefdata seed {seed} by stage: " + ", ".join(f"{k} {v:.1f}s" for k, v in stages.items()), flush=True)
     return time.perf_counter() - started, [line["reward_mean"] for line in result.rounds], loop
 
 
@@ -250,6 +255,39 @@ def _own_prompts(source: Path, dest: Path, n: int) -> Path:
     return dest
 
 
+def _smollm2_case(work: Path, n: int) -> dict:
+    """The real-model case: SmolLM2-135M-Instruct (`make smollm2`) as the policy, the first n
+    UltraFeedback prompts (../shared) whose rendered prompt is 64-256 tokens (UF's middle: its quartiles
+    are 53 / 112 / 253; the 1,000-token tail would pad every batch to its length), the a-m rule reward."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    from prefdata.tiny.learning_case import REWARD_NAME, REWARD_SOURCE
+
+    spec = importlib.util.spec_from_file_location("_get_smollm2", REPO / "scripts" / "get_smollm2.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    policy, source = script.model_dir(), REPO.parent / "shared" / "assets" / "data" / "ultrafeedback-sample" / "train.jsonl"
+    if not script.is_converted(policy):
+        raise SystemExit(f"bench_online: SmolLM2 not converted in {policy}: run `make smollm2`")
+    if not source.is_file():
+        raise SystemExit(f"bench_online: {source} is missing (the real case's prompts)")
+    tokenizer, prompts, lengths = AutoTokenizer.from_pretrained(str(policy)), [], []
+    for line in source.read_text(encoding="utf-8").splitlines():
+        messages = [{"role": "user", "content": json.loads(line)["prompt"]}]
+        length = len(tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False))
+        if 64 <= length <= 256 and len(prompts) < n:
+            prompts.append(messages)
+            lengths.append(length)
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "prompts.jsonl").write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+    (work / "rewards.py").write_text(REWARD_SOURCE, encoding="utf-8")
+    print(f"  SmolLM2-135M-Instruct (float32, {policy}); {len(prompts)} UltraFeedback prompts of "
+          f"{min(lengths)}-{max(lengths)} tokens (mean {sum(lengths) / len(lengths):.0f}) with the chat template")
+    return {"policy": policy, "prompts": work / "prompts.jsonl", "reward_fn": Path(f"{work / 'rewards.py'}:{REWARD_NAME}")}
+
+
 def learn_section(args: argparse.Namespace) -> None:
     import statistics
 
@@ -260,12 +298,16 @@ def learn_section(args: argparse.Namespace) -> None:
     steps = args.rounds * -(-args.prompts // args.batch_pairs)
     print(f"learning: {args.prompts} prompts x 2 samples, {args.max_new_tokens} new tokens, lr {args.lr} "
           f"({args.lr_schedule} over the run), beta {args.beta}, {args.batch_pairs} pairs per step, {steps} optimizer "
-          f"steps (prefdata: {args.rounds} rounds x 1 epoch; TRL: {args.rounds} epochs), tiny Llama "
-          f"{args.hidden} x {args.layers} layers, 6k vocabulary, CPU")
+          f"steps (prefdata: {args.rounds} rounds x 1 epoch; TRL: {args.rounds} epochs), "
+          + ("SmolLM2-135M-Instruct" if args.smollm2 else f"tiny Llama {args.hidden} x {args.layers} layers, 6k vocabulary")
+          + ", CPU")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        case = build_learning_case(work / "case", prompts=args.prompts, hidden_size=args.hidden,
-                                   num_layers=args.layers, warm_start_steps=args.warm_start)
+        if args.smollm2:
+            case = _smollm2_case(work / "case", args.prompts)
+        else:
+            case = build_learning_case(work / "case", prompts=args.prompts, hidden_size=args.hidden,
+                                       num_layers=args.layers, warm_start_steps=args.warm_start)
         if args.prompts_file:  # the user's own prompts in place of the case's synthetic ones
             case["prompts"] = _own_prompts(Path(args.prompts_file), work / "own-prompts.jsonl", args.prompts)
         _import_both_sides(case["policy"])
@@ -366,6 +408,9 @@ def main() -> int:
     parser.add_argument("--warm-start", type=int, default=0, metavar="STEPS",
                         help="--learn: supervised steps on short answers ending in EOS before either run, so the "
                              "policy finishes its answers (0: the random policy, whose samples are all cut off)")
+    parser.add_argument("--smollm2", action="store_true",
+                        help="--learn: the real-model case: SmolLM2-135M-Instruct (`make smollm2`) on UltraFeedback "
+                             "prompts with the a-m rule reward (--case rule only)")
     parser.add_argument("--prompts-per-round", type=int, default=None,
                         help="--learn: prefdata's prompts per round (default all: R rounds; --batch-pairs: fully online)")
     args = parser.parse_args()
@@ -378,6 +423,8 @@ def main() -> int:
         quiet = {"TRANSFORMERS_VERBOSITY": "error", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
                  "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         os.environ.update({k: v for k, v in quiet.items() if k not in os.environ})
+        if args.smollm2 and args.case != "rule":
+            parser.error("--smollm2 has the rule reward only: add --case rule")
         for lr in args.lrs or [args.lr]:
             learn_section(argparse.Namespace(**{**vars(args), "lr": lr}))
         return 0
