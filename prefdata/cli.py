@@ -82,7 +82,7 @@ def _add_command(sub: Any, command: Command) -> argparse.ArgumentParser:
     sections = add_to_parser(parser, command.settings, GROUP_ORDER)
     run = sections.get(RUN) or parser.add_argument_group(RUN)
     run.add_argument("--config", metavar="FILE", help="TOML settings file: [COMMAND] tables, or pyproject's [tool.prefdata] "
-                     "(flags override it; see README 'Settings')")
+                     "(flags override it; see docs/settings.md)")
     return parser
 
 

@@ -435,7 +435,7 @@ def test_validate_reads_allowed_roots_from_its_flag_only(image_tree, tmp_path, m
     monkeypatch.chdir(image_tree / "data")
     (image_tree / "data" / "pyproject.toml").write_text(f'[tool.prefdata]\nallowed_image_root = ["{image_tree / "secret"}"]\n')
     report = tmp_path / "r.json"
-    # the file's key is refused in one line (exit 2) before anything is read; README 'Settings'
+    # the file's key is refused in one line (exit 2) before anything is read; docs/settings.md
     assert main(["validate", str(raw), "--no-progress", "--workers", "1", "--format", "json", "--output", str(report)]) == 2
     assert not report.exists()
     assert main(["validate", str(raw), "--no-progress", "--workers", "1", "--format", "json", "--output", str(report),

@@ -1,6 +1,6 @@
 """multi_turn_completion says what it means (issue 40, item 8): HH transcripts that diverge before
 their last Assistant turn. Agent trajectories hold several turns per completion by design (the masks
-train exactly the model's turns), so the README's own agent example raises no such warning."""
+train exactly the model's turns), so docs/agents.md's own agent example raises no such warning."""
 
 from __future__ import annotations
 
@@ -42,6 +42,6 @@ def test_a_conversation_diverging_early_is_not_flagged_but_an_hh_transcript_is()
 def test_the_reports_meaning_and_the_readme_table_describe_the_same_flag():
     meaning = FLAG_MEANINGS[F.MULTI_TURN_COMPLETION]
     assert "HH" in meaning and "diverge before their last Assistant turn" in meaning
-    row = next(line for line in (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+    row = next(line for line in (REPO / "docs" / "checks.md").read_text(encoding="utf-8").splitlines()
                if line.startswith(f"| `{F.MULTI_TURN_COMPLETION}` |"))
     assert "HH" in row and "diverge before their last Assistant turn" in row

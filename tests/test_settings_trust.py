@@ -1,6 +1,6 @@
 """A pull request's own settings files cannot make `validate` run code, write elsewhere or read outside the
 checkout (issue 41 item 1). The hostile repository is real: a tokenizer directory whose Python file
-writes a marker when imported, and a pyproject.toml that asks for it, run as the README's PR workflow
+writes a marker when imported, and a pyproject.toml that asks for it, run as the PR workflow (docs/settings.md)
 runs validate (working directory: the PR's checkout)."""
 
 from __future__ import annotations
@@ -144,8 +144,8 @@ def test_what_validate_refuses_from_a_file_it_takes_from_its_flag_and_prepare_fr
 def test_the_readme_lists_what_validate_withholds():
     from prefdata.settings.trust import FLAG_ONLY, INSIDE_ONLY
 
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("**Settings files and pull requests.**"):text.index("## Performance")]
+    text = (REPO / "docs" / "settings.md").read_text(encoding="utf-8")
+    section = text[text.index("**Settings files and pull requests.**"):]
     listed = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
     assert listed == set(FLAG_ONLY["validate"])
     for name, why in FLAG_ONLY["validate"].items():

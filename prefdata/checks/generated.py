@@ -1,5 +1,5 @@
 """The texts made from the checks (prefdata.checks.units): core/flags.py, the default policy's `[flags]`
-table and the README's flag table.
+table and the flag table of docs/checks.md.
 
 `python -m prefdata.checks.generated` writes them (as `python -m prefdata.settings.tables` writes the
 settings' tables); tests/checks/test_units.py fails while a file differs from what these functions make,
@@ -19,7 +19,8 @@ from prefdata.checks.units import CHECKS, Check
 FLAGS_MODULE = "prefdata/core/flags.py"
 DEFAULT_POLICY = "prefdata/policies/default.toml"
 PR_POLICY = "prefdata/policies/pr.toml"
-# The README's table sits between these two lines.
+FLAG_TABLE_PAGE = "docs/checks.md"  # the page that holds the flag table (moved out of the README, issue 44)
+# docs/checks.md's table sits between these two lines.
 TABLE = re.compile(r"(<!-- checks -->\n).*?(<!-- /checks -->)", re.S)
 _POLICY_FLAGS = re.compile(r"(\[flags\]\n).*?(\n\[thresholds\])", re.S)
 
@@ -58,7 +59,7 @@ def _cell(text: str) -> str:
 
 
 def readme_table(pr_policy: str) -> str:
-    """The README's flag table: flag, meaning, default severity (and pr.toml's where it differs)."""
+    """docs/checks.md's flag table: flag, meaning, default severity (and pr.toml's where it differs)."""
     strict = tomllib.loads(pr_policy).get("flags", {})
     rows = ["| flag | meaning | default |", "| --- | --- | --- |"]
     for check in CHECKS:
@@ -75,12 +76,12 @@ def readme(text: str, pr_policy: str) -> str:
 
 
 def main() -> int:
-    """Write core/flags.py, default.toml's `[flags]` and the README's flag table from the checks."""
+    """Write core/flags.py, default.toml's `[flags]` and docs/checks.md's flag table from the checks."""
     repo = Path(__file__).resolve().parents[2]
     pr_policy = (repo / PR_POLICY).read_text(encoding="utf-8")
     made: dict[str, Callable[[str], str]] = {
         FLAGS_MODULE: lambda text: flags_module(), DEFAULT_POLICY: default_policy,
-        "README.md": lambda text: readme(text, pr_policy),
+        FLAG_TABLE_PAGE: lambda text: readme(text, pr_policy),
     }
     for name, make in made.items():
         path = repo / name

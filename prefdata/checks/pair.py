@@ -1,4 +1,4 @@
-"""Pair-level checks: which flags one pair carries (README.md, "Flags and policies"), and what the
+"""Pair-level checks: which flags one pair carries (docs/checks.md, "Flags and policies"), and what the
 policy makes of them.
 
 Text checks (`text_flags`) run on every row, so they stay cheap: string equality first, whitespace

@@ -137,7 +137,7 @@ class CheckedRow:
     raw: RawRecord
     pair: Pair | None  # None when quarantined or unpaired
     tokenized: TokenizedPair | None  # None without a tokenizer or when quarantined
-    flags: list[str]  # after policy (ignored flags removed); names as in README.md's "Flags and policies"
+    flags: list[str]  # after policy (ignored flags removed); names as in docs/checks.md
     severity: str | None  # worst severity among flags: "drop" | "error" | "warn" | None
     outcome: str  # "kept" | "dropped" | "quarantined" | "unpaired" (error-severity rows are dropped too)
     error: str | None = None  # one-line quarantine reason

@@ -1,6 +1,6 @@
 """Turn one raw record into a canonical `Pair`, detecting its input shape per row.
 
-Shapes (README.md, "Input formats"): explicit strings, conversational (TRL), implicit-prompt HH transcripts,
+Shapes (docs/formats.md, "Input formats"): explicit strings, conversational (TRL), implicit-prompt HH transcripts,
 conversational implicit prompt (UltraFeedback-binarized), ShareGPT (LLaMA-Factory), OpenAI/Azure
 DPO, pre-tokenized, and LLaMA-Factory's alpaca preference rows (`instruction`/`input`).
 

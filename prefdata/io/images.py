@@ -111,7 +111,7 @@ DEFAULT_MAX_IMAGE_PIXELS = 89_478_485
 
 @dataclass(frozen=True)
 class ImageAccess:
-    """Where a run may read image files from: nothing is read from outside the data (README.md,
+    """Where a run may read image files from: nothing is read from outside the data (docs/images.md,
     "Image preference pairs": paths are data, so they are not trusted).
 
     `data`: the input prepare or validate was given (a file, a directory of files, a mix file's

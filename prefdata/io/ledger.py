@@ -3,7 +3,7 @@ counted both as rows and as records and pairs.
 
 A row is a pair, a quarantined record, or a record of scored completions that made no pair (an
 "unpaired" row, in dropped.jsonl with its reason). A record of scored completions may give several
-pair rows, so records and pairs are counted apart (README.md, "Output (`OUT/`)" and "From
+pair rows, so records and pairs are counted apart (docs/formats.md, "Output (`OUT/`)", and docs/building.md, "From
 scored completions to pairs"):
 
     rows_in     = rows_out + rows_dropped + rows_quarantined          (the three files' lines)

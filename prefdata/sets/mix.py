@@ -83,7 +83,7 @@ def read_mix(path: str | Path) -> Mix:
 
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
-        raise fail(f"unknown key {unknown[0]!r} (a mix file has {', '.join(sorted(_TOP_KEYS))}; see `### Mixing sources` in README)")
+        raise fail(f"unknown key {unknown[0]!r} (a mix file has {', '.join(sorted(_TOP_KEYS))}; see docs/building.md, 'Mixing sources')")
     tables = data.get("source")
     if not isinstance(tables, list) or not tables or not all(isinstance(t, dict) for t in tables):
         raise fail("no [[source]] table: a mix file names its sources in [[source]] tables with path and weight or rows")

@@ -1,7 +1,7 @@
 """Every command's settings, declared once: name (Python keyword and TOML key), type, default, help, flag.
 
 The CLI (prefdata.cli), the config loader (prefdata.settings.config), `--help` and the docs' flag tables
-(docs/cli.md, the README's tables) are made from these classes. Each command's function takes the same
+(docs/cli.md, docs/commands.md's tables) are made from these classes. Each command's function takes the same
 names as keywords, or the whole object as `settings=` (tests/test_settings.py keeps both in step).
 
 Shared groups of flags (the chat template, pairing, decontamination...) are small dataclasses that a
@@ -339,7 +339,7 @@ class Command:
 
 _RAW = Positional("raw", "RAW", "a .jsonl/.jsonl.gz/.json/.parquet file, a directory of them, a save_to_disk "
                   "dataset, a Hub dataset id with a split (org/name:split, streamed), or a mix file (mix.toml: "
-                  "[[source]] tables with path and weight or rows, and a seed; see README 'Mixing sources')")
+                  "[[source]] tables with path and weight or rows, and a seed; see docs/building.md, 'Mixing sources')")
 _PREPARED = Positional("out", "OUT", "a directory written by `prefdata prepare`")
 
 COMMANDS: dict[str, Command] = {c.name: c for c in (

@@ -65,7 +65,7 @@ def reference() -> str:
     parts = ["# Command-line reference\n\n",
              "Generated from the declared settings (`prefdata/settings/commands.py`) by "
              "`python -m prefdata.settings.tables`; do not edit by hand. Each flag's TOML key works at the top level "
-             "of a config file (every command that has it) and in the command's own table (README 'Settings'); each is "
+             "of a config file (every command that has it) and in the command's own table (docs/settings.md); each is "
              "also the keyword of the command's Python function (docs/architecture.md).\n"]
     for command in COMMANDS.values():
         module, function = command.function.split(":")

@@ -6,7 +6,7 @@ run code, write where the file says, or read more than the checkout. The setting
 from the command line only (the workflow's own step, which the pull request's data cannot change);
 a settings file that turns one on is an error naming the file and key. An error, not a notice that
 ignores the key: the check then fails where someone tried, instead of passing with a line in a CI log
-nobody reads. README 'Settings' lists them.
+nobody reads. docs/settings.md lists them.
 """
 
 from __future__ import annotations

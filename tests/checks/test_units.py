@@ -1,5 +1,5 @@
 """A check is one unit (prefdata/checks/units/): the flag list, the default policy, the report legends, the
-drop-cause hints and the README's table are made from it, and a flag is raised only where its unit says."""
+drop-cause hints and docs/checks.md's table are made from it, and a flag is raised only where its unit says."""
 
 from __future__ import annotations
 
@@ -48,9 +48,9 @@ def test_the_default_policy_is_made_from_the_checks() -> None:
 
 
 def test_the_readme_table_is_made_from_the_checks() -> None:
-    text = _read("README.md")
-    assert generated.TABLE.search(text), "README.md lost its <!-- checks --> table"
-    assert text == generated.readme(text, _read(generated.PR_POLICY)), f"README's flag table differs: {REGENERATE}"
+    text = _read(generated.FLAG_TABLE_PAGE)
+    assert generated.TABLE.search(text), f"{generated.FLAG_TABLE_PAGE} lost its <!-- checks --> table"
+    assert text == generated.readme(text, _read(generated.PR_POLICY)), f"docs/checks.md's flag table differs: {REGENERATE}"
     assert "| `identical` | chosen == rejected | drop (`pr.toml`: error) |" in text
 
 

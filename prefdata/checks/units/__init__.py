@@ -2,7 +2,7 @@
 
 A module of this folder holds one `CHECK = Check(...)`. The rest is made from them, so a flag's words
 live in one place: `core/flags.py` (the names and their order), `policies/default.toml`'s `[flags]` and
-the README's flag table are generated (`python -m prefdata.checks.generated`), and the report legends
+docs/checks.md's flag table are generated (`python -m prefdata.checks.generated`), and the report legends
 (`report.render_common.FLAG_MEANINGS`) and the drop-cause hints (`report.hints`) read `CHECKS`.
 tests/checks/test_units.py fails while any of them disagrees, or while a flag is raised in a function
 its check does not name. docs/architecture.md, "Adding a check", says how to add one.
@@ -39,7 +39,7 @@ class Check:
     severity: Severity  # in the default policy
     meaning: str  # one line: the report legends' words
     raised_by: tuple[str, ...]
-    doc: str = ""  # the README table's words, where they say more than `meaning` (Markdown)
+    doc: str = ""  # the docs/checks.md table's words, where they say more than `meaning` (Markdown)
     tokens: bool = False  # needs token ids (computed only with a tokenizer, or on pre-tokenized rows)
     cause: Cause = "data"
     setting: str = "max_dropped_share"  # the setting report.hints names (cause "setting"; "data": this one)

@@ -11,7 +11,7 @@ CHECK = Check(
     ),
     doc=(
         "left out by `prefdata select` (beyond its `--keep` budget, outside `--min`/`--max`, or a non-finite "
-        "signal); only in the new OUT's `dropped.jsonl` ([docs/select.md](docs/select.md))"
+        "signal); only in the new OUT's `dropped.jsonl` ([docs/select.md](select.md))"
     ),
     raised_by=("prefdata.select.write:write_dropped",),
     note="prefdata select: pairs its selection left out (in the new OUT's dropped.jsonl)",
