@@ -25,7 +25,8 @@ from prefdata.checks.checker import build_leak_index
 from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy
 from prefdata.checks.policy import Policy
-from prefdata.checks.stream import ShapeProbe, progress_bar
+from prefdata.checks.partitioned import PartitionedMerge, block_from_digests
+from prefdata.checks.stream import ShapeProbe, partitioned_on, progress_bar
 from prefdata.core import flags as F
 from prefdata.core.records import CheckedRow
 from prefdata.engine.local import Engine, LocalEngine
@@ -58,16 +59,23 @@ def check_raw_text(
     engine: Engine | None = None,
     benchmarks: BenchmarkIndex | None = None,
     pairing: PairingSettings | None = None,
+    partitioned: bool = False,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
 
     `workers` processes check the chunks (0 or 1: this process alone); `batch_size` only matters
     where the sequential path's behaviour depends on it (when a leading run of records that are
-    not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one)."""
+    not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one).
+    `partitioned`: a first pass computes the dataset-wide answers by hash partitioning
+    (prefdata.checks.partitioned: on Ray no process holds every row's digests); the report is the same."""
     leak_index = build_leak_index(against) if against is not None else None
     engine = engine or LocalEngine(workers)
     pairing = pairing or PairingSettings()
+    scan_settings = ScanSettings(policy, settings, leak_index, benchmarks, pairing)
     merger = _Merger(input_path, builder, policy, batch_size, progress, benchmarks, pairing)
+    if partitioned:
+        merger.dataset = _partitioned_merge(engine, ScanChunks(scan_settings), input_path,
+                                            policy.near_duplicate_prompt_threshold)
     with closing(merger):
         # Units are made as the engine takes them: what the report wants from a chunk (the sample
         # cut-off, excerpts) is known only once the chunks before it are merged -- or most of them:
@@ -76,7 +84,6 @@ def check_raw_text(
             ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
             for chunk in _input_chunks(input_path)
         )
-        scan_settings = ScanSettings(policy, settings, leak_index, benchmarks, pairing)
         with closing(engine.map_ordered(ScanChunks(scan_settings), units)) as scans:
             for unit, scan in scans:
                 merger.merge(unit.chunk, scan)
@@ -89,6 +96,19 @@ def check_raw_text(
             values = [value for _, batch in measured for value in batch]
         for item, value in zip(sampled, values):
             item.measured(value)
+
+
+def _partitioned_merge(engine: Engine, stage: ScanChunks, input_path: str | Path, threshold: float) -> PartitionedMerge:
+    """The first pass of `partitioned`: every chunk's digests (no halves, no excerpts), shuffled on
+    the engine where it can (Ray: in the object store), else partitioned in this process."""
+    put = getattr(engine, "put", lambda value: value)
+    blocks, first = [], 0
+    units = (ScanUnit(chunk, 0, False) for chunk in _input_chunks(input_path))
+    with closing(engine.map_ordered(stage, units)) as scans:
+        for _, scan in scans:
+            blocks.append(put(block_from_digests(scan.pair_index + first, scan.digests)))
+            first += len(scan.lines)
+    return PartitionedMerge(threshold, partitioned_on(engine, blocks, threshold))
 
 
 def _input_chunks(input_path: str | Path) -> Iterator[Chunk]:
@@ -113,7 +133,7 @@ class _Merger:
         self.pairing = pairing or PairingSettings()
         self.builder = builder
         self.policy = policy
-        self.dataset = DatasetMerge(policy.near_duplicate_prompt_threshold)
+        self.dataset: DatasetMerge | PartitionedMerge = DatasetMerge(policy.near_duplicate_prompt_threshold)
         # The checked-row stream's probe: the input fails when its first batch holds nothing but
         # unknown shapes (then, or at the end of a shorter input: the same error either way).
         self.probe = ShapeProbe(input_path, batch_size)

@@ -1,6 +1,6 @@
 """`validate` on raw input: text-only checks in bulk on the engine (prefdata.validate.merge, any number
 of workers, one: this process), else the checked-row stream (prefdata.checks.stream): with a tokenizer
-or processor, a mixture, or partitioned dataset-wide checks."""
+or processor, or a mixture."""
 
 from __future__ import annotations
 
@@ -47,13 +47,13 @@ def check_raw(
     runner = select_engine(engine, workers, ray_address)
     # One worker runs the same pipeline in this process (the engine's one-worker case). A mixture's
     # samples are the checked-row stream's (its chunks carry the sample the stage applies).
-    if pair_tokenizer is None and not partitioned_checks and not isinstance(input_path, MixPlan):
+    if pair_tokenizer is None and not isinstance(input_path, MixPlan):
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(
             input_path, builder, policy=policy, settings=settings, against=against,
             batch_size=batch_size, progress=progress, workers=workers, engine=runner, benchmarks=benchmarks,
-            pairing=pairing,
+            pairing=pairing, partitioned=partitioned_checks,
         )
         return
     from prefdata.checks.stream import iter_checked_rows

@@ -1,6 +1,6 @@
 """Text-level `validate` (prefdata.validate.merge) gives exactly the same report and the same input
-errors with one worker (this process) and with two worker processes, and behaves on Ctrl-C and
-SIGKILL."""
+errors with one worker (this process) and with two worker processes, with and without partitioned
+dataset-wide checks, and behaves on Ctrl-C and SIGKILL."""
 
 from __future__ import annotations
 
@@ -165,6 +165,15 @@ def test_planted_problems_are_the_same(tmp_path, chunks, request):
     assert report["dataset"]["near_duplicate_prompts"]["clusters"] > 0
     assert report["quarantine"]["count"] > 0 and report["similarity"]["sampled"]
     assert_same(data, policy=PR_POLICY, max_length=20, max_prompt_length=8)
+
+
+def test_partitioned_checks_give_the_same_report(tmp_path, small_chunks):
+    """--partitioned-checks: a first pass of the same text stage, the dataset-wide answers by hash
+    partitioning (prefdata.checks.partitioned), then the same merge: the same report."""
+    data = write_lines(tmp_path / "planted.jsonl", planted_lines(1500, seed=4))
+    plain = _report(data, 2)
+    assert plain[0] == "ok" and plain[1][1]["dataset"]["duplicate_pairs"]["groups"] > 0
+    assert _report(data, 2, partitioned_checks=True) == plain == _report(data, 1, partitioned_checks=True)
 
 
 def test_directory_of_every_format_is_the_same(tmp_path, small_chunks):
