@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefdata.core.errors import PrefdataError
 from prefdata.trainers.axolotl import TESTED_VERSION, INSTALL, AxolotlSettings, parse_axolotl_args, run_axolotl
 from prefdata.trainers.axolotl_checks import axolotl_findings, double_bos_rows
 from prefdata.trainers.common import TrainerRun
@@ -21,7 +22,16 @@ def run(rows: list[dict[str, Any]], tokenizer_path: str, trust_remote_code: bool
     from prefdata.trainers.worker_process import trainer_python
 
     interpreter = trainer_python(python, "axolotl", "axolotl", INSTALL)
-    runs = run_axolotl(rows, tokenizer_path, trust_remote_code, settings, interpreter)
+    try:
+        runs = run_axolotl(rows, tokenizer_path, trust_remote_code, settings, interpreter)
+    except PrefdataError as error:
+        if not str(error).startswith("axolotl: "):
+            raise
+        # axolotl's own code stopped on the rows: `axolotl train` would stop there too
+        hint = (" (a row with an empty prompt, chosen or rejected: prefdata's empty_* flags name it)"
+                if "keys are required" in str(error) else "")
+        raise PrefdataError(f"under axolotl: axolotl's preprocessing stops on this input with "
+                            f"{str(error).removeprefix('axolotl: ')}{hint} (settings: {' '.join(settings.given())})") from None
     # Decodes axolotl's ids for the report (the same tokenizer files axolotl loaded).
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=trust_remote_code)
     notes = [f"TRL {runs.trl_version} under axolotl {runs.version} (prefdata tests axolotl {TESTED_VERSION})"]

@@ -73,6 +73,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
 
     logging.disable(logging.WARNING)
     datasets.disable_progress_bars()
+    fresh_fingerprints(datasets.Dataset)
     work = Path(request["workdir"])
     model = work / "model"
     model.mkdir(parents=True, exist_ok=True)
@@ -87,6 +88,25 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
                          work / name, spec.get("changes") or {})
         runs[name] = _one_run(config, len(request["rows"]))
     return {"axolotl": axolotl.__version__, "trl": trl.__version__, "runs": runs}
+
+
+def fresh_fingerprints(cls: Any) -> None:
+    """Each map/filter gets a new random fingerprint instead of one hashed from its function, which pickles the
+    whole tokenizer (seconds for large vocabularies, several times per run). Fingerprints only name cache files,
+    and each run has its own empty cache folder, so what is computed is the same."""
+    import functools
+    import uuid
+
+    for name in ("map", "filter"):
+        original = getattr(cls, name)
+
+        @functools.wraps(original)
+        def fresh(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if kwargs.get("new_fingerprint") is None:
+                kwargs["new_fingerprint"] = uuid.uuid4().hex
+            return _original(self, *args, **kwargs)
+
+        setattr(cls, name, fresh)
 
 
 def _config(request: dict[str, Any], model: Path, rows_file: Path, work: Path, changes: dict[str, Any]) -> dict[str, Any]:
