@@ -65,7 +65,7 @@ from prefdata.refs.swap import (
     with_ref_columns,
 )
 from prefdata.settings.commands import RefsSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 
 __all__ = [
     "KILL_AFTER_SHARDS_ENV", "REF_COLUMNS", "SHARD_BATCHES", "SWAP_JOURNAL", "WORK_DIR", "RefsResult", "ShardValues",
@@ -114,27 +114,20 @@ class RefsResult:
         return line + f"; wrote {self.out_dir}/"
 
 
-@takes_settings(RefsSettings)  # or settings=RefsSettings(...): prefdata.settings
+@settings_command(RefsSettings, positional=("model",))  # settings=RefsSettings(...) or flat keywords
 @holding_out_lock("refs", when=is_rank_zero)  # one writer per OUT (rank 0 writes for all ranks)
 def compute_refs(
     out_dir: str | Path,
-    model: str,
-    device: str = "auto",
-    dtype: str = "auto",
-    batch_tokens: int = 16384,
-    resume: bool = True,
-    progress: bool = True,
-    trust_remote_code: bool = False,
-    recompute: bool = False,
+    settings: RefsSettings,
     *,
-    layout: str = "auto",
-    shard_batches: int = SHARD_BATCHES,
     rank: int | None = None,
     world_size: int | None = None,
     loaded_model: Any = None,
-    processor: str | None = None,
 ) -> RefsResult:
     """Add reference log-probs and completion token counts to the prepared dataset in `out_dir`.
+
+    Each setting is declared once, in `prefdata.settings.commands.RefsSettings` (`prefdata refs --help`);
+    pass `settings=RefsSettings(...)`, flat keywords, or both; `model` may also come second by position.
 
     `layout` (auto|right|left|packed|blocks|shared) and `shard_batches` are for tests and
     benchmarks; auto runs padding-free rows of pairs with the prompt shared where that pays when the
@@ -151,8 +144,9 @@ def compute_refs(
 
     from prefdata.model.logprobs import plan_batches, plan_packed_batches
 
-    out, model_dir = Path(out_dir), Path(model)
-    manifest = _checked_arguments(out, model, batch_tokens)
+    s = settings
+    out, model_dir = Path(out_dir), Path(s.model)  # type: ignore[arg-type]
+    manifest = _checked_arguments(out, s.model, s.batch_tokens)
     rank, world_size, local_rank = _ranks(rank, world_size)
 
     # 1. check the tokenizer (an image OUT: the processor), load the model, open the ids
@@ -161,40 +155,40 @@ def compute_refs(
     from prefdata.core.schema import LOSS_START_COLUMNS, check_out
 
     check_out(out, tokens_only=True)  # the part of OUT's contract refs reads, before loading a model
-    vision, tok_fp = checked_vision(out, model_dir, processor, manifest, trust_remote_code)
+    vision, tok_fp = checked_vision(out, model_dir, s.processor, manifest, s.trust_remote_code)
     if vision is None:
-        tok_fp = load_tokenizer_checked(model_dir, manifest, trust_remote_code)
+        tok_fp = load_tokenizer_checked(model_dir, manifest, s.trust_remote_code)
     pad_token_id = int((manifest.get("tokenizer") or {}).get("pad_token_id") or 0)
-    device_name = resolve_device(device, local_rank)
-    dtype_name = resolve_dtype(dtype, device_name)
-    fingerprint = early_fingerprint(model_dir, dtype_name, trust_remote_code)
-    held = None if recompute or fingerprint is None else held_refs(manifest, fingerprint, device_name.split(":")[0])
+    device_name = resolve_device(s.device, local_rank)
+    dtype_name = resolve_dtype(s.dtype, device_name)
+    fingerprint = early_fingerprint(model_dir, dtype_name, s.trust_remote_code)
+    held = None if s.recompute or fingerprint is None else held_refs(manifest, fingerprint, device_name.split(":")[0])
     if held is not None:  # a rerun would compute the same values again
         return _already_held(out, held, device_name, dtype_name, rank)
-    net, vision = _reference_model(loaded_model, model_dir, dtype_name, device_name, trust_remote_code, vision)
-    layout = choose_layout(net, layout, vision)
+    net, vision = _reference_model(loaded_model, model_dir, dtype_name, device_name, s.trust_remote_code, vision)
+    layout = choose_layout(net, s.layout, vision)
     dataset, ids, lens = open_ids(out, images=vision is not None)
     check_pairs_fit_model(net, ids, source_of(dataset.data.table))  # ids inside its embedding, lengths inside its positions
 
     # 2. plan batches and shards; the work directory is keyed by everything that decides the values
     costs, padding_free, shared_pairs = batch_costs(net, layout, lens)
-    batches = (plan_packed_batches if padding_free else plan_batches)(costs, batch_tokens)
-    shards = plan_shards(batches, shard_batches)
+    batches = (plan_packed_batches if padding_free else plan_batches)(costs, s.batch_tokens)
+    shards = plan_shards(batches, s.shard_batches)
     num_rows = len(dataset)
     fingerprint = fingerprint or model_fingerprint(model_dir, net.config, dtype_name)
     settings = {
         "work_format": WORK_FORMAT, "model": fingerprint, "device_type": device_name.split(":")[0],
-        "batch_tokens": batch_tokens, "layout": layout, "shard_batches": shard_batches,
+        "batch_tokens": s.batch_tokens, "layout": layout, "shard_batches": s.shard_batches,
         "pad_token_id": pad_token_id, "ids_sha256": ids_digest(dataset.data.table),
     }
     if vision is not None:  # the pixel values: the processor, and the images (OUT's content hash covers them)
         settings.update(processor=tok_fp, content_hash=manifest.get("content_hash"))
-    settings_hash, work = _work_dir(out, settings, rank, resume)
+    settings_hash, work = _work_dir(out, settings, rank, s.resume)
 
     # 3. compute this rank's shards that are not done yet
     mine = shards_for_rank(len(shards), rank, world_size)
-    todo = [s for s in mine if not (resume and shard_path(work, s).is_file())]
-    bar = _progress_bar(costs, padding_free, lens, shards, mine, todo, disable=not progress or rank != 0)
+    todo = [shard for shard in mine if not (s.resume and shard_path(work, shard).is_file())]
+    bar = _progress_bar(costs, padding_free, lens, shards, mine, todo, disable=not s.progress or rank != 0)
     start = time.perf_counter()
     tokens, _ = compute_shards(net, shards, todo, work, ids, layout, pad_token_id, bar, vision)
     if device_name.startswith("cuda"):
@@ -219,7 +213,7 @@ def compute_refs(
     swap_dataset(out, with_ref_columns(dataset, merged, non_finite), dataset.info.description or "")
     manifest = read_manifest(out)  # fresh copy: keep every key other stages wrote
     manifest["refs"] = _refs_record(
-        model_dir, fingerprint, tok_fp, vision is not None, result, batch_tokens, world_size, settings_hash,
+        model_dir, fingerprint, tok_fp, vision is not None, result, s.batch_tokens, world_size, settings_hash,
         loss_on="answer" if LOSS_START_COLUMNS[0] in ids else "all",
     )
     manifest["shards"] = data_shards(out)  # the swap renamed (and may have re-cut) the data files

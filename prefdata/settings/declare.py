@@ -222,21 +222,31 @@ def takes_settings(cls: type) -> Callable[[Fn], Fn]:
     return wrap
 
 
-def settings_command(cls: type) -> Callable[[Fn], Fn]:
+def settings_command(cls: type, positional: tuple[str, ...] = ()) -> Callable[[Fn], Fn]:
     """A command whose body takes its settings as one object: `def train(out_dir, settings: TrainSettings,
     *, loaded_policy=None)`. Callers pass `settings=TrainSettings(...)`, flat keywords, or both (keywords
     win); the flat keywords are a thin layer generated from the declaration (each setting is written
     once: its name, type and default live in `cls`), and the signature Python shows is generated too.
-    Keywords in `cls.python_only` (objects, not settings) go to the body as keywords."""
+    Keywords in `cls.python_only` (objects, not settings) go to the body as keywords. `positional`: settings
+    that may also be given by position after the body's own positionals (`compute_refs(out, model)`)."""
 
     def wrap(body: Fn) -> Fn:
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - cls.routed  # routed ones the CLI consumes itself
         body_params = list(inspect.signature(body).parameters.values())
         positionals = [p for p in body_params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD][:-1]
         extras = [p for p in body_params if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
         @functools.wraps(body)
         def call(*args: Any, settings: Any = None, **keywords: Any) -> Any:
+            if len(args) > len(positionals):
+                if len(args) > len(positionals) + len(positional):
+                    raise TypeError(f"{body.__name__}() takes at most {len(positionals) + len(positional)} positional "
+                                    f"arguments ({len(args)} given)")
+                for name, value in zip(positional, args[len(positionals):]):
+                    if name in keywords:
+                        raise TypeError(f"{body.__name__}() got multiple values for argument {name!r}")
+                    keywords[name] = value
+                args = args[:len(positionals)]
             if settings is not None and not isinstance(settings, cls):
                 raise TypeError(f"{body.__name__}() takes settings={cls.__name__}(...), got {type(settings).__name__}")
             passed = {k: keywords.pop(k) for k in list(keywords) if k in cls.python_only}
@@ -246,8 +256,10 @@ def settings_command(cls: type) -> Callable[[Fn], Fn]:
             chosen = dataclasses.replace(settings, **keywords) if settings is not None else cls(**keywords)
             return body(*args, chosen, **passed)
 
-        generated = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
-                     for f in dataclasses.fields(cls)]
+        fields = sorted(dataclasses.fields(cls), key=lambda f: f.name not in positional)  # by position first
+        generated = [inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD if f.name in positional
+                                       else inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                     for f in fields if f.name in names]
         settings_param = inspect.Parameter("settings", inspect.Parameter.KEYWORD_ONLY, default=None,
                                            annotation=f"{cls.__name__} | None")
         call.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
