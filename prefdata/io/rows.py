@@ -134,5 +134,9 @@ def row_digest(row: dict[str, Any]) -> bytes:
             digest.update(image["bytes"])
         row = {**row, "images": [image["path"] for image in images]}
     rest = {k: v for k, v in row.items() if k not in _ID_COLUMNS and k not in _TEXT_COLUMNS}
-    digest.update(json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+    digest.update(_REST_JSON.encode(rest).encode("utf-8", "surrogatepass"))
     return digest.digest()
+
+
+# What json.dumps(rest, sort_keys=True, ensure_ascii=False, default=str) builds on every call, made once.
+_REST_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, default=str)

@@ -564,20 +564,24 @@ class PairTokenizer:
         both sides of that comparison alike, so only the boundary itself can make them differ. This
         is exact unless a single pre-token (or, for split-free SentencePiece BPE, a merge chain)
         longer than the window straddles the boundary. Cost: five short texts per row in one batched
-        call, a few % of tokenizing.
+        call, about 12% of tokenizing the rows themselves (measured on UltraFeedback rows, Qwen2.5).
+        A window text met before in the batch is tokenized once: the pairs of one record of scored
+        completions share their prompt's window and each completion's.
         """
         w = BOUNDARY_WINDOW_CHARS
         anchor = self._anchor
-        texts: list[str] = []
+        slot: dict[str, int] = {}  # distinct window text -> its place in the batched call
+        places: list[int] = []
         for row in rows:
             p = row.prompt[-w:]
             c_chosen, c_rejected = row.chosen[:w], row.rejected[:w]
             lead = anchor if (anchor and row.prompt) else ""
-            texts += [p, lead + c_chosen, lead + c_rejected, p + c_chosen, p + c_rejected]
-        encodings = self._backend.encode_batch_fast(texts, add_special_tokens=False)
+            for text in (p, lead + c_chosen, lead + c_rejected, p + c_chosen, p + c_rejected):
+                places.append(slot.setdefault(text, len(slot)))
+        encodings = self._backend.encode_batch_fast(list(slot), add_special_tokens=False)
         result: list[bool] = []
         for i, row in enumerate(rows):
-            p, c, r, pc, pr = (e.ids for e in encodings[5 * i : 5 * i + 5])
+            p, c, r, pc, pr = (encodings[k].ids for k in places[5 * i : 5 * i + 5])
             if anchor and row.prompt:
                 c, r = c[1:], r[1:]
             result.append(pc != p + c or pr != p + r)

@@ -280,6 +280,23 @@ def test_boundary_mismatch_detected_on_merging_words(shared_tokenizer, name):
     assert t.decode(merged.chosen_ids, skip_special_tokens=True) == "world"
 
 
+@pytest.mark.parametrize("name", ["qwen2.5-instruct", "mistral-7b-instruct-v0.3"])
+def test_boundary_check_of_repeated_windows_matches_each_row_alone(shared_tokenizer, name):
+    """A batch whose rows share window texts (one prompt, several pairs of its completions, as a
+    record of scored completions makes) tokenizes each shared window once; every row's flags and
+    ids are what that row gets alone."""
+    tok = _pair_tokenizer(shared_tokenizer(name))
+    completions = ["world", " world", "there", " there!", "world"]
+    pairs = [_text("Hello", a, b) for a in completions for b in completions if a != b]
+    pairs += [_text("Say hi.\n", "Hi", "Hello"), _text("Hello", "world", " world")]
+    together = tok.tokenize_pairs(pairs)
+    alone = [tok.tokenize_pairs([pair])[0] for pair in pairs]
+    assert [t.flags for t in together] == [t.flags for t in alone]
+    assert [(t.prompt_ids, t.chosen_ids, t.rejected_ids) for t in together] == \
+        [(t.prompt_ids, t.chosen_ids, t.rejected_ids) for t in alone]
+    assert {F.PROMPT_BOUNDARY_MISMATCH in t.flags for t in together} == {True, False}  # both kinds met
+
+
 # -- truncation --------------------------------------------------------------------------------
 
 
