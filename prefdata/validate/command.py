@@ -22,10 +22,10 @@ from prefdata.report.baseline import apply_baseline
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
 from prefdata.report.sections import build_report
-from prefdata.sets.decontaminate import DEFAULT_NGRAM, load_benchmarks
+from prefdata.sets.decontaminate import load_benchmarks
 from prefdata.sets.mix import MixPlan, is_mix_file
 from prefdata.settings.commands import ValidateSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 from prefdata.templates import bundled_templates_for
 from prefdata.tokenize.select import BOTH_GIVEN, select_pair_tokenizer
 from prefdata.validate.output import emit, load_baseline
@@ -59,46 +59,12 @@ def _refuse_unfinished_out(path: Path) -> None:
     raise PrefdataError(f"{path} is an unfinished prefdata OUT ({why})")
 
 
-@takes_settings(ValidateSettings)  # or settings=ValidateSettings(...): prefdata.settings
-def validate(
-    input: str | Path,
-    *,
-    tokenizer: str | None = None,
-    processor: str | None = None,
-    policy: str | Path | None = None,
-    format: str = "text",
-    output: str | Path | None = None,
-    baseline: str | Path | None = None,
-    against: str | Path | None = None,
-    max_length: int | None = None,
-    max_prompt_length: int | None = None,
-    chat_template: bool = False,
-    train_turns: str = "all",
-    progress: bool = True,
-    trust_remote_code: bool = False,
-    batch_size: int = 1000,
-    workers: int | None = None,
-    engine: str = "local",
-    ray_address: str | None = None,
-    partitioned_checks: bool = False,
-    template_kwargs: dict[str, Any] | list[str] | None = None,
-    chat_template_file: str | Path | None = None,
-    template_date: str | None = None,
-    pairing: str = "best-worst",
-    pairing_seed: int = 0,
-    min_score_margin: float = 0.0,
-    rating: str = "mean",
-    top_k: int = 2,
-    decontaminate_against: str | Path | list[str | Path] | None = None,
-    decontaminate_field: str | list[str] | None = None,
-    decontaminate_ngram: int = DEFAULT_NGRAM,
-    decontaminate_completions: bool = False,
-    allowed_image_root: str | Path | list[str | Path] | None = None,
-    trainer: str | None = None,
-    trainer_args: list[str] | None = None,
-    trainer_python: str | None = None,
-) -> ValidateResult:
+@settings_command(ValidateSettings)  # settings=ValidateSettings(...) or flat keywords: prefdata.settings
+def validate(input: str | Path, settings: ValidateSettings) -> ValidateResult:
     """Check INPUT (raw file/directory or prepared OUT/) and report in `format`.
+
+    Each setting is declared once, in `prefdata.settings.commands.ValidateSettings` (`prefdata validate
+    --help`); pass `settings=ValidateSettings(...)`, flat keywords (`tokenizer="tok"`), or both.
 
     Without a tokenizer raw input gets every text-level check; with one, the token-level checks on
     the truncated ids as well (as `prepare` would). `processor` (image pairs) in place of `tokenizer`:
@@ -125,58 +91,94 @@ def validate(
     directory) or an `allowed_image_root` (none by default); anything else, and an image above the
     policy's `max_image_pixels`, is quarantined naming the path, never opened (prefdata.io.images).
     """
-    input_path, hub, loaded_policy, base = _arguments(input, format, tokenizer, processor, policy, baseline, against,
-                                                      output, workers)
+    plan = _plan(input, settings)
+    pair_tokenizer = _check(plan, settings)
+    return _result(input, plan, settings, pair_tokenizer)
+
+
+@dataclass
+class _Plan:
+    """What validate read and decided before checking: INPUT's path and kind, the loaded policy and
+    baseline, the benchmarks, the report's builder, the trainer's settings, how records become pairs."""
+
+    path: Path
+    hub: Any
+    policy: Policy
+    base: dict[str, Any] | None
+    prepared: bool
+    mix: MixPlan | None
+    builder: ReportBuilder
+    benchmarks: Any  # the BenchmarkIndex, or None
+    trainer: Any
+    pairing: Any
+
+
+def _plan(input: str | Path, s: ValidateSettings) -> _Plan:
+    """The arguments checked and loaded, in the order whose first problem is the one reported."""
+    input_path, hub, loaded_policy, base = _arguments(input, s.format, s.tokenizer, s.processor, s.policy, s.baseline,
+                                                      s.against, s.output, s.workers)
     from prefdata.engine.select import check_engine
     from prefdata.sets.pairing import PairingSettings
 
-    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k,
-                                       loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
-    check_engine(engine)
+    pairing = PairingSettings(s.pairing, s.pairing_seed, s.min_score_margin, s.rating, s.top_k,
+                              loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
+    check_engine(s.engine)
     _refuse_unfinished_out(input_path)
-    benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
-                                 completions=decontaminate_completions)
-    index = benchmarks[0] if benchmarks else None
+    benchmarks = load_benchmarks(s.decontaminate_against, ngram=s.decontaminate_ngram, fields=s.decontaminate_field,
+                                 completions=s.decontaminate_completions)
     prepared = is_prepared_dir(input_path)
     from prefdata.trainers.run import check_trainer_arguments
 
-    trainer_settings = check_trainer_arguments(trainer, trainer_args, trainer_python, tokenizer, prepared,
-                                               trainer is None or (hub is None and not is_mix_file(input_path)))
+    trainer_settings = check_trainer_arguments(s.trainer, s.trainer_args, s.trainer_python, s.tokenizer, prepared,
+                                               s.trainer is None or (hub is None and not is_mix_file(input_path)))
     mix = None
     if not prepared and is_mix_file(input_path):
         from prefdata.checks.stream import plan_input_mix
 
         mix = plan_input_mix(input_path)
     builder = _report_builder(loaded_policy, prepared, mix, benchmarks)
-    pair_tokenizer = None
-    if prepared:
+    return _Plan(input_path, hub, loaded_policy, base, prepared, mix, builder, benchmarks[0] if benchmarks else None,
+                 trainer_settings, pairing)
+
+
+def _check(plan: _Plan, s: ValidateSettings) -> Any:
+    """Every check into the report's builder: a prepared OUT/ from its stored columns, raw input as
+    prepare would read it. Returns the pair tokenizer raw input was checked with (or None)."""
+    if plan.prepared:
         from prefdata.core.schema import check_out
 
-        check_out(input_path)  # OUT's published contract first: a breach is an input error (exit 2)
-        check_prepared(input_path, builder, loaded_policy, against=against, progress=progress, batch_size=batch_size,
-                       benchmarks=index, image_tokens=image_token_counter(processor, input_path, trust_remote_code))
-    else:
-        settings = _tokenize_settings(input_path, hub, mix, loaded_policy, max_length, max_prompt_length, chat_template,
-                                      template_kwargs, chat_template_file, template_date, allowed_image_root,
-                                      train_turns)
-        pair_tokenizer = select_pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
-        check_raw(
-            mix or input_path, builder, loaded_policy, settings, pair_tokenizer=pair_tokenizer, against=against,
-            progress=progress, batch_size=batch_size, workers=workers, engine=engine,
-            ray_address=ray_address, partitioned_checks=partitioned_checks, benchmarks=index, pairing=pairing_settings,
-        )
+        check_out(plan.path)  # OUT's published contract first: a breach is an input error (exit 2)
+        check_prepared(plan.path, plan.builder, plan.policy, against=s.against, progress=s.progress,
+                       batch_size=s.batch_size, benchmarks=plan.benchmarks,
+                       image_tokens=image_token_counter(s.processor, plan.path, s.trust_remote_code))
+        return None
+    tokenize = _tokenize_settings(plan.path, plan.hub, plan.mix, plan.policy, s.max_length, s.max_prompt_length,
+                                  s.chat_template, s.template_kwargs, s.chat_template_file, s.template_date,
+                                  s.allowed_image_root, s.train_turns)
+    pair_tokenizer = select_pair_tokenizer(s.tokenizer, s.processor, tokenize, s.trust_remote_code)
+    check_raw(
+        plan.mix or plan.path, plan.builder, plan.policy, tokenize, pair_tokenizer=pair_tokenizer, against=s.against,
+        progress=s.progress, batch_size=s.batch_size, workers=s.workers, engine=s.engine,
+        ray_address=s.ray_address, partitioned_checks=s.partitioned_checks, benchmarks=plan.benchmarks,
+        pairing=plan.pairing,
+    )
+    return pair_tokenizer
 
-    meta = _meta(input, input_path, prepared, mix, tokenizer, processor, against, pair_tokenizer,
-                 {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
-                  "chat_template_file": str(chat_template_file) if chat_template_file else None})
-    report = build_report(builder, None, meta)
-    if trainer_settings is not None:  # what the trainer's own preprocessing makes of the same rows
+
+def _result(input: str | Path, plan: _Plan, s: ValidateSettings, pair_tokenizer: Any) -> ValidateResult:
+    """The report built, the trainer's section and the baseline applied, written out; the exit code."""
+    meta = _meta(input, plan.path, plan.prepared, plan.mix, s.tokenizer, s.processor, s.against, pair_tokenizer,
+                 {"max_length": s.max_length, "max_prompt_length": s.max_prompt_length, "chat_template": s.chat_template,
+                  "chat_template_file": str(s.chat_template_file) if s.chat_template_file else None})
+    report = build_report(plan.builder, None, meta)
+    if plan.trainer is not None:  # what the trainer's own preprocessing makes of the same rows
         from prefdata.trainers.run import trainer_section
 
-        report["trainer"] = trainer_section(input_path, trainer_settings, str(tokenizer), trust_remote_code,
-                                            pair_tokenizer, loaded_policy)
+        report["trainer"] = trainer_section(plan.path, plan.trainer, str(s.tokenizer), s.trust_remote_code,
+                                            pair_tokenizer, plan.policy)
         if report["trainer"]["errors"]:
             report["status"] = "fail"
+    base = plan.base
     if base is not None:
         apply_baseline(report, base)
         exit_code = 1 if report["baseline"]["regressions"] else 0
@@ -184,12 +186,12 @@ def validate(
         exit_code = 1 if report["errors"] or report["limits_exceeded"] else 0
     if report.get("trainer", {}).get("errors"):
         exit_code = 1  # pairs the trainer would train on broken, at the policy's error severity
-    rendered = emit(report, format, output)
+    rendered = emit(report, s.format, s.output)
     # The one failure line for too many dropped pairs (main cause, setting that keeps them), unless
     # a baseline already had it.
     exceeded_before = base is not None and "max_dropped_share" not in report["baseline"]["new_thresholds_exceeded"]
     problem = "" if exceeded_before else dropped_share_problem(report)
-    unreadable = nothing_read_problem(report, input, "the report") if not prepared else ""
+    unreadable = nothing_read_problem(report, input, "the report") if not plan.prepared else ""
     if unreadable:  # an input error, as in prepare (exit 2), whatever a baseline says; the report shows why
         exit_code, problem = 2, unreadable
     return ValidateResult(exit_code=exit_code, report=report, rendered=rendered, problem=problem)
