@@ -27,6 +27,8 @@ samples, same seed, same generation code) and the gain ratio, and time per promp
 
     python bench/bench_online.py --learn                  # both cases, 48 prompts, 4 rounds
     python bench/bench_online.py --learn --case rule --seeds 0 1 2
+    python bench/bench_online.py --learn --smollm2 --case rule   # SmolLM2-135M-Instruct (`make smollm2`) on
+                                                                 # UltraFeedback prompts: the real-model case
 """
 
 from __future__ import annotations
@@ -417,6 +419,9 @@ def main() -> int:
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads()))
     if args.learn:
         learn_defaults = {"prompts": 48, "max_new_tokens": 24, "lr": 2e-3}
+        if args.smollm2:  # a real model's learning rate; sized for a quiet machine (about 2 hours on 2 CPU cores, estimated)
+            learn_defaults = {"prompts": 16, "max_new_tokens": 32, "lr": 2e-5, "rounds": 2, "batch_pairs": 2,
+                              "eval_samples": 4}
         for key, value in learn_defaults.items():
             if getattr(args, key) == parser.get_default(key):
                 setattr(args, key, value)
