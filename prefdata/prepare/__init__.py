@@ -39,16 +39,16 @@ from prefdata.report.hints import dropped_share_problem, nothing_read_problem
 from prefdata.report.sections import build_report
 from prefdata.trainers.run import check_trainer_arguments, trainer_section
 from prefdata.sets.balance import check_target
-from prefdata.sets.decontaminate import DEFAULT_NGRAM, BenchmarkIndex, load_benchmarks
+from prefdata.sets.decontaminate import BenchmarkIndex, load_benchmarks
 from prefdata.sets.mix import MixPlan, is_mix_file
-from prefdata.sets.pairing import DEFAULT_TOP_K, PairingSettings
+from prefdata.sets.pairing import PairingSettings
 from prefdata.settings.commands import PrepareSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 from prefdata.templates import bundled_templates_for
 from prefdata.tokenize.pairs import PairTokenizer
 from prefdata.tokenize.select import select_pair_tokenizer
 from prefdata.tokenize.settings import TokenizeSettings
-from prefdata.tokenize.template import DEFAULT_TEMPLATE_DATE, TemplateSettings, parse_template_kwargs
+from prefdata.tokenize.template import TemplateSettings, parse_template_kwargs
 
 
 @dataclass
@@ -66,52 +66,13 @@ class PrepareResult:
     problem: str = ""  # one line when the run kept no pair or dropped too many (exit 1); the CLI prints it
 
 
-@takes_settings(PrepareSettings)  # or settings=PrepareSettings(...): prefdata.settings
-def prepare(
-    raw: str | Path,
-    out: str | Path,
-    *,
-    tokenizer: str | None = None,
-    processor: str | None = None,
-    max_length: int | None = None,
-    max_prompt_length: int | None = None,
-    chat_template: bool = False,
-    policy: str | Path | None = None,
-    overwrite: bool = False,
-    batch_size: int = 1000,
-    workers: int | None = None,
-    progress: bool = True,
-    trust_remote_code: bool = False,
-    engine: str = "local",
-    ray_address: str | None = None,
-    partitioned_checks: bool = False,
-    worker_writes: bool | None = None,
-    template_kwargs: dict[str, Any] | list[str] | None = None,
-    chat_template_file: str | Path | None = None,
-    template_date: str = DEFAULT_TEMPLATE_DATE,
-    loss_on: str = "all",
-    train_turns: str = "all",
-    pairing: str = "best-worst",
-    pairing_seed: int = 0,
-    min_score_margin: float = 0.0,
-    rating: str = "mean",
-    top_k: int = DEFAULT_TOP_K,
-    decontaminate_against: str | Path | list[str | Path] | None = None,
-    decontaminate_field: str | list[str] | None = None,
-    decontaminate_ngram: int = DEFAULT_NGRAM,
-    decontaminate_completions: bool = False,
-    balance_length: float | None = None,
-    seed: int | None = None,
-    allowed_image_root: str | Path | list[str | Path] | None = None,
-    trainer: str | None = None,
-    trainer_args: list[str] | None = None,
-    trainer_python: str | None = None,
-) -> PrepareResult:
+@settings_command(PrepareSettings)  # settings=PrepareSettings(...) or flat keywords: prefdata.settings
+def prepare(raw: str | Path, out: str | Path, settings: PrepareSettings) -> PrepareResult:
     """Read RAW, tokenize, check, and write OUT/ (dataset, dropped, quarantine, manifest, reports).
 
     Each setting is documented where it is declared, `prefdata.settings.commands.PrepareSettings`
-    (the same text as `prefdata prepare --help` and docs/cli.md); `settings=PrepareSettings(...)` may
-    stand for the keywords. How they combine: `balance_length` needs the two-pass write, so it turns
+    (the same text as `prefdata prepare --help` and docs/cli.md); pass `settings=PrepareSettings(...)`,
+    flat keywords (`tokenizer="tok"`), or both. How they combine: `balance_length` needs the two-pass write, so it turns
     `worker_writes` on (refusing an explicit False); `worker_writes` (default: on with Ray) implies
     `partitioned_checks`; `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
     directory, a Hub id (`org/name:split`) or a mix file (prefdata.sets.mix). Every engine and worker
@@ -122,83 +83,121 @@ def prepare(
     `trainer`: also run RAW's rows through that trainer's own preprocessing (prefdata.trainers) into the
     report's `trainer` section; its findings at error severity make the run exit 1 (OUT is written)."""
     started = time.time()
-    check_engine(engine)
-    workers = _check_numbers(batch_size, workers, engine)
-    balance_length, worker_writes, partitioned_checks = _write_path(balance_length, worker_writes, partitioned_checks,
-                                                                    engine)
+    run = _plan(raw, out, settings)
+    lock = OutLock(run.out_path, "prepare").acquire()  # one writer per OUT
+    try:
+        tmp = _staging_dir(run.out_path, settings.overwrite)  # OUT/.prefdata-staging-PID
+        try:
+            written, built = _write(tmp, run, settings)
+            nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
+            if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
+                manifest = _manifest(written, run.input_files, run.config, run.pair_tokenizer, run.hub, run.mix)
+                write_manifest(tmp, manifest)  # last: marks OUT finished
+            publish(tmp, run.out_path)
+        except BaseException as exc:
+            abandon(tmp, run.out_path)
+            _raise_write_problem(exc, run.out_path)
+            raise
+    finally:
+        lock.release()
+    if nothing_read:
+        raise PrefdataError(nothing_read_problem(built, run.raw_path, str(run.out_path / "quarantine.jsonl")))
+    return _result(written, built, run.out_path, time.time() - started)
+
+
+@dataclass
+class _Run:
+    """What prepare decided before writing: the input and OUT, the write path (workers, balance,
+    partitioned checks), the loaded policy, benchmarks and tokenizer, and the config OUT records."""
+
+    raw_path: Path
+    out_path: Path
+    mix: MixPlan | None
+    hub: HubSource | None
+    input_files: list[Path]
+    workers: int
+    balance: tuple[float, int] | None  # (target, seed) of --balance-length
+    worker_writes: bool
+    partitioned_checks: bool
+    trainer: Any  # the --trainer settings, or None
+    policy: Policy
+    benchmarks: Any  # (BenchmarkIndex, its report) or None
+    tokenize: TokenizeSettings
+    pairing: PairingSettings
+    pair_tokenizer: PairTokenizer
+    tokenizer: str | None  # the tokenizer's path, or the processor's
+    config: dict[str, Any]
+
+    @property
+    def input(self) -> Path | MixPlan:
+        return self.mix or self.raw_path
+
+    @property
+    def index(self) -> BenchmarkIndex | None:
+        return self.benchmarks[0] if self.benchmarks else None
+
+
+def _plan(raw: str | Path, out: str | Path, s: PrepareSettings) -> _Run:
+    """The arguments checked (the first problem is the one reported) and what they load."""
+    check_engine(s.engine)
+    workers = _check_numbers(s.batch_size, s.workers, s.engine)
+    balance_length, worker_writes, partitioned_checks = _write_path(s.balance_length, s.worker_writes,
+                                                                    s.partitioned_checks, s.engine)
     raw_path, out_path = Path(raw), Path(out)
     mix = plan_input_mix(raw_path) if is_mix_file(raw_path) else None  # RAW may be a mix file
     hub = None if mix else parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
     input_files = [] if hub else _input_files(raw_path, out_path, mix)
     # Writing OUT replaces what it holds: no file this run reads may live there (--overwrite would delete it).
-    refuse_inputs_inside(out_path, [raw_path, *input_files, policy, tokenizer, processor, chat_template_file,
-                                    *_paths(decontaminate_against), *_paths(allowed_image_root)])
-    seed = seed if seed is not None else (mix.mix.seed if mix else 0)
-    trainer_settings = check_trainer_arguments(trainer, trainer_args, trainer_python, tokenizer, False,
-                                               trainer is None or (mix is None and hub is None))
-    loaded_policy = load_policy(policy)
-    benchmarks = load_benchmarks(decontaminate_against, ngram=decontaminate_ngram, fields=decontaminate_field,
-                                 completions=decontaminate_completions)
-    index = benchmarks[0] if benchmarks else None
-    template = TemplateSettings(kwargs=parse_template_kwargs(template_kwargs), date=template_date,
-                                chat_template_file=str(chat_template_file) if chat_template_file else None)
-    settings = TokenizeSettings(max_length=max_length, max_prompt_length=max_prompt_length, chat_template=chat_template,
-                                template=template, loss_on=loss_on, train_turns=train_turns,
-                                images=_image_access(raw_path, hub, mix, allowed_image_root, loaded_policy))
-    pairing_settings = PairingSettings(pairing, pairing_seed, min_score_margin, rating, top_k,
-                                       loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
-    pair_tokenizer = _pair_tokenizer(tokenizer, processor, settings, trust_remote_code)
-    tokenizer = tokenizer or processor
-    config = _config(raw_path, tokenizer, processor, settings, pairing_settings, loaded_policy, benchmarks,
-                     batch_size=batch_size, workers=workers, engine=engine, partitioned_checks=partitioned_checks,
-                     worker_writes=worker_writes, trust_remote_code=trust_remote_code,
+    refuse_inputs_inside(out_path, [raw_path, *input_files, s.policy, s.tokenizer, s.processor, s.chat_template_file,
+                                    *_paths(s.decontaminate_against), *_paths(s.allowed_image_root)])
+    seed = s.seed if s.seed is not None else (mix.mix.seed if mix else 0)
+    trainer_settings = check_trainer_arguments(s.trainer, s.trainer_args, s.trainer_python, s.tokenizer, False,
+                                               s.trainer is None or (mix is None and hub is None))
+    loaded_policy = load_policy(s.policy)
+    benchmarks = load_benchmarks(s.decontaminate_against, ngram=s.decontaminate_ngram, fields=s.decontaminate_field,
+                                 completions=s.decontaminate_completions)
+    template = TemplateSettings(kwargs=parse_template_kwargs(s.template_kwargs), date=s.template_date,
+                                chat_template_file=str(s.chat_template_file) if s.chat_template_file else None)
+    tokenize = TokenizeSettings(max_length=s.max_length, max_prompt_length=s.max_prompt_length,
+                                chat_template=s.chat_template, template=template, loss_on=s.loss_on,
+                                train_turns=s.train_turns,
+                                images=_image_access(raw_path, hub, mix, s.allowed_image_root, loaded_policy))
+    pairing = PairingSettings(s.pairing, s.pairing_seed, s.min_score_margin, s.rating, s.top_k,
+                              loaded_policy.max_pairs_per_record, loaded_policy.above_max_pairs)
+    pair_tokenizer = _pair_tokenizer(s.tokenizer, s.processor, tokenize, s.trust_remote_code)
+    tokenizer = s.tokenizer or s.processor
+    config = _config(raw_path, tokenizer, s.processor, tokenize, pairing, loaded_policy, benchmarks,
+                     batch_size=s.batch_size, workers=workers, engine=s.engine, partitioned_checks=partitioned_checks,
+                     worker_writes=worker_writes, trust_remote_code=s.trust_remote_code,
                      balance_length=balance_length, seed=seed)
+    return _Run(raw_path, out_path, mix, hub, input_files, workers,
+                (balance_length, seed) if balance_length is not None else None, worker_writes, partitioned_checks,
+                trainer_settings, loaded_policy, benchmarks, tokenize, pairing, pair_tokenizer, tokenizer, config)
 
-    lock = OutLock(out_path, "prepare").acquire()  # one writer per OUT
-    try:
-        tmp = _staging_dir(out_path, overwrite)  # OUT/.prefdata-staging-PID
-        try:
-            report = _report_builder(loaded_policy, mix)
-            balance = (balance_length, seed) if balance_length is not None else None
-            if worker_writes:
-                written = _write_with_workers(mix or raw_path, hub, input_files, tmp, pair_tokenizer, settings,
-                                              loaded_policy, workers, engine, ray_address, batch_size, progress, config,
-                                              report, balance, index, pairing_settings)
-            else:
-                written = _write_in_main(mix or raw_path, tmp, pair_tokenizer, settings, loaded_policy, workers, engine,
-                                         ray_address, batch_size, progress, config, report, partitioned_checks, index,
-                                         pairing_settings)
-            if benchmarks is not None:
-                written.report.benchmarks = benchmarks[1]
-            meta = {
-                "input": str(raw_path), "tokenizer": str(tokenizer), "command": "prepare",
-                "settings": {"max_length": max_length, "max_prompt_length": max_prompt_length, "chat_template": chat_template,
-                             "chat_template_file": str(chat_template_file) if chat_template_file else None},
-                "tokenizer_chat_template": bool(pair_tokenizer.tokenizer.chat_template),
-                # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
-                "bundled_templates": bundled_templates_for(pair_tokenizer.tokenizer.chat_template),
-            }
-            built = build_report(written.report, written.accounting, meta)
-            if trainer_settings is not None:  # what the trainer's own preprocessing makes of RAW's rows
-                built["trainer"] = trainer_section(raw_path, trainer_settings, str(tokenizer), trust_remote_code,
-                                                   pair_tokenizer, loaded_policy)
-                if built["trainer"]["errors"]:
-                    built["status"] = "fail"
-            built = _write_reports(tmp, built)
-            nothing_read = written.accounting["rows_out"] + written.accounting["rows_dropped"] == 0
-            if not nothing_read:  # an all-quarantined OUT keeps its files but never looks finished
-                manifest = _manifest(written, input_files, config, pair_tokenizer, hub, mix)
-                write_manifest(tmp, manifest)  # last: marks OUT finished
-            publish(tmp, out_path)
-        except BaseException as exc:
-            abandon(tmp, out_path)
-            _raise_write_problem(exc, out_path)
-            raise
-    finally:
-        lock.release()
-    if nothing_read:
-        raise PrefdataError(nothing_read_problem(built, raw_path, str(out_path / "quarantine.jsonl")))
-    return _result(written, built, out_path, time.time() - started)
+
+def _write(tmp: Path, run: _Run, s: PrepareSettings) -> tuple[Written, dict[str, Any]]:
+    """The rows into the staging directory `tmp` by the run's write path, then the reports."""
+    report = _report_builder(run.policy, run.mix)
+    written = _write_with_workers(run, tmp, s, report) if run.worker_writes else _write_in_main(run, tmp, s, report)
+    if run.benchmarks is not None:
+        written.report.benchmarks = run.benchmarks[1]
+    tokenizer = run.pair_tokenizer.tokenizer
+    meta = {
+        "input": str(run.raw_path), "tokenizer": str(run.tokenizer), "command": "prepare",
+        "settings": {"max_length": s.max_length, "max_prompt_length": s.max_prompt_length,
+                     "chat_template": s.chat_template,
+                     "chat_template_file": str(s.chat_template_file) if s.chat_template_file else None},
+        "tokenizer_chat_template": bool(tokenizer.chat_template),
+        # Bundled templates a reasoning_lost hint may name: those made for this tokenizer's template.
+        "bundled_templates": bundled_templates_for(tokenizer.chat_template),
+    }
+    built = build_report(written.report, written.accounting, meta)
+    if run.trainer is not None:  # what the trainer's own preprocessing makes of RAW's rows
+        built["trainer"] = trainer_section(run.raw_path, run.trainer, str(run.tokenizer), s.trust_remote_code,
+                                           run.pair_tokenizer, run.policy)
+        if built["trainer"]["errors"]:
+            built["status"] = "fail"
+    return written, _write_reports(tmp, built)
 
 
 def _result(written: Written, built: dict[str, Any], out_path: Path, seconds: float) -> PrepareResult:
@@ -276,48 +275,40 @@ def _write_path(balance_length: float | None, worker_writes: bool | None, partit
     return balance_length, worker_writes, partitioned_checks or worker_writes
 
 
-def _write_in_main(
-    raw_path: Path | MixPlan, tmp: Path, pair_tokenizer: PairTokenizer, settings: TokenizeSettings, policy: Policy,
-    workers: int, engine: str, ray_address: str | None, batch_size: int, progress: bool, config: dict[str, Any],
-    report: ReportBuilder, partitioned_checks: bool, benchmarks: BenchmarkIndex | None, pairing: PairingSettings,
-) -> Written:
+def _write_in_main(run: _Run, tmp: Path, s: PrepareSettings, report: ReportBuilder) -> Written:
     """This process writes every row (prefdata.prepare.written) of the checked-row stream, whose
     workers parse, normalize, tokenize and check chunks; the dataset-wide merge runs here."""
-    threshold = policy.near_duplicate_prompt_threshold
-    merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
+    threshold = run.policy.near_duplicate_prompt_threshold
+    merge = PartitionedMerge(threshold) if run.partitioned_checks else DatasetMerge(threshold)
     rows = iter_checked_rows(
-        raw_path, policy=policy, settings=settings, batch_size=batch_size,
-        progress=progress, pair_tokenizer=pair_tokenizer, workers=workers, merge=merge,
-        engine=select_engine(engine, workers, ray_address), benchmarks=benchmarks, pairing=pairing,
+        run.input, policy=run.policy, settings=run.tokenize, batch_size=s.batch_size,
+        progress=s.progress, pair_tokenizer=run.pair_tokenizer, workers=run.workers, merge=merge,
+        engine=select_engine(s.engine, run.workers, s.ray_address), benchmarks=run.index, pairing=run.pairing,
     )
-    written = write_rows(rows, tmp, policy, batch_size, _handoff(config, pair_tokenizer), report)
+    written = write_rows(rows, tmp, run.policy, s.batch_size, _handoff(run.config, run.pair_tokenizer), report)
     written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
     return written
 
 
-def _write_with_workers(
-    raw_path: Path | MixPlan, hub: HubSource | None, input_files: list[Path], tmp: Path, pair_tokenizer: PairTokenizer,
-    settings: TokenizeSettings, policy: Policy, workers: int, engine: str, ray_address: str | None, batch_size: int,
-    progress: bool, config: dict[str, Any], report: ReportBuilder, balance: tuple[float, int] | None,
-    benchmarks: BenchmarkIndex | None = None, pairing: PairingSettings | None = None,
-) -> Written:
+def _write_with_workers(run: _Run, tmp: Path, s: PrepareSettings, report: ReportBuilder) -> Written:
     """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
     from prefdata.checks import stream
     from prefdata.engine.local import LocalEngine
     from prefdata.prepare import shards
 
-    runner = select_engine(engine, workers, ray_address) or LocalEngine(workers)
+    runner = select_engine(s.engine, run.workers, s.ray_address) or LocalEngine(run.workers)
     shard_bytes = shards.SHARD_BYTES  # a Hub split: its record chunks are grouped by count
-    if not hub:
-        input_bytes = sum(path.stat().st_size for path in input_files)
+    if not run.hub:
+        input_bytes = sum(path.stat().st_size for path in run.input_files)
         shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), stream.CHUNK_BYTES)
+    raw_path = run.input
     return shards.write_with_workers(
         stream.input_chunks(raw_path), tmp,
-        check=CheckChunk(pair_tokenizer, settings, policy, benchmarks=benchmarks, pairing=pairing or PairingSettings()),
-        policy=policy, engine=runner,
-        shard_bytes=shard_bytes, batch_size=batch_size, handoff=_handoff(config, pair_tokenizer),
-        input_name=str(raw_path.mix.path if isinstance(raw_path, MixPlan) else raw_path), progress=progress,
-        report=report, balance=balance,
+        check=CheckChunk(run.pair_tokenizer, run.tokenize, run.policy, benchmarks=run.index, pairing=run.pairing),
+        policy=run.policy, engine=runner,
+        shard_bytes=shard_bytes, batch_size=s.batch_size, handoff=_handoff(run.config, run.pair_tokenizer),
+        input_name=str(raw_path.mix.path if isinstance(raw_path, MixPlan) else raw_path), progress=s.progress,
+        report=report, balance=run.balance,
     )
 
 
