@@ -12,6 +12,7 @@ process's peak RSS above that base, per pair, and the growth per pair from the p
 Usage: python bench/bench_scale.py [--rows 1000000] [--rows 100000 ...] [--workers N]
        python bench/bench_scale.py --memory            # 50k / 200k / 1M pairs, KB a pair above the base
        python bench/bench_scale.py --memory --command validate --workers 1   # text-only checks
+       python bench/bench_scale.py --memory --command state   # the dataset-wide checks' state alone
 """
 
 from __future__ import annotations
@@ -79,6 +80,35 @@ def run_child(raw: str, out: str, tokenizer: str, workers: int, command: str = "
     }))
 
 
+def run_state_child(raw: str) -> None:
+    """In a fresh process: only the dataset-wide state (checks.merge.DatasetMerge: duplicate and
+    conflict digests, MinHash), fed 1,000 rows at a time as prepare and validate feed it; prints the
+    peak RSS above the peak after the first chunk, and what is held before the final clustering."""
+    import itertools
+
+    import numpy as np
+
+    sys.path.insert(0, str(REPO))
+    from prefdata.checks.merge import DatasetMerge, pair_digests
+    from prefdata.core.records import Pair
+
+    merge, base, rows = DatasetMerge(0.8), 0.0, 0
+    started = time.perf_counter()
+    with open(raw, encoding="utf-8") as handle:
+        while lines := list(itertools.islice(handle, 1000)):
+            records = [json.loads(line) for line in lines]
+            pairs = [Pair(raw, rows + i + 1, r["prompt"], r["chosen"], r["rejected"]) for i, r in enumerate(records)]
+            merge.merge_chunk(raw, np.arange(rows + 1, rows + 1 + len(pairs)), np.arange(rows, rows + len(pairs)),
+                              pair_digests(pairs))
+            rows += len(pairs)
+            base = base or peak_rss_mib()
+    held = peak_rss_mib()
+    clusters = merge.near_duplicate_clusters()
+    print(json.dumps({"seconds": time.perf_counter() - started, "rows_in": rows, "rows_out": rows, "rows_dropped": 0,
+                      "base_mib": base, "held_mib": held, "peak_rss_mib": peak_rss_mib(), "clusters": len(clusters),
+                      "worker_peak_rss_mib": 0.0}))
+
+
 def measure(rows: int, workers: int, workdir: Path, tokenizer: str, max_words: int, command: str = "prepare") -> dict:
     raw = workdir / f"synthetic-{rows}.jsonl"
     write_synthetic(raw, rows, max_words=max_words)
@@ -99,8 +129,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="prepare --workers (default: all cores)")
     parser.add_argument("--max-words", type=int, default=30, help="longest completion in words (prompts half that)")
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: ../shared Qwen2.5 if present, else the tiny one)")
-    parser.add_argument("--command", choices=("prepare", "validate"), default="prepare",
-                        help="prepare (default) or validate (text-only checks)")
+    parser.add_argument("--command", choices=("prepare", "validate", "state"), default="prepare",
+                        help="prepare (default), validate (text-only checks), or state: the dataset-wide "
+                             "checks' state alone (digests and MinHash), above its first chunk")
     parser.add_argument("--memory", action="store_true",
                         help="sizes 50k / 200k / 1M (unless --rows) and peak RSS above a --base-rows run, per pair")
     parser.add_argument("--base-rows", type=int, default=20_000, help="the base run's size for --memory (default 20000)")
@@ -108,7 +139,10 @@ def main() -> None:
     args = parser.parse_args()
     if args._child:
         raw, out, tokenizer, workers, command = args._child
-        run_child(raw, out, tokenizer, int(workers), command)
+        if command == "state":
+            run_state_child(raw)
+        else:
+            run_child(raw, out, tokenizer, int(workers), command)
         return
     sys.path.insert(0, str(REPO))
     from prefdata.tiny import build_tiny_tokenizer
@@ -123,7 +157,9 @@ def main() -> None:
         if tokenizer is None:
             build_tiny_tokenizer(workdir / "tok")
             tokenizer = str(workdir / "tok")
-        base = measure(args.base_rows, workers, workdir, tokenizer, args.max_words, args.command) if args.memory else None
+        base = None
+        if args.memory and args.command != "state":
+            base = measure(args.base_rows, workers, workdir, tokenizer, args.max_words, args.command)
         results = {}
         for n in sizes:
             results[n] = measure(n, workers, workdir, tokenizer, args.max_words, args.command)
@@ -131,6 +167,9 @@ def main() -> None:
     settings = (f"tokenizer {Path(tokenizer).name}, --max-length 256, " if args.command == "prepare" else "text-only, ")
     print(f"\nprefdata {args.command} on synthetic distinct pairs ({settings}completions up to "
           f"{args.max_words} words, --workers {workers})\n")
+    if args.command == "state":
+        print_state(results)
+        return
     if base is not None:
         print_memory(args.base_rows, base, results)
         return
@@ -153,6 +192,15 @@ def print_memory(base_rows: int, base: dict, results: dict[int, dict]) -> None:
         print(f"| {n:,} | {m['seconds']:.0f} | {m['peak_rss_mib']:.0f} | {above:.0f} | {above * 2**20 / 1000 / n:.2f} | "
               f"{slope:.2f} | {m['worker_peak_rss_mib']:.0f} |")
         before_rows, before_peak = n, m["peak_rss_mib"]
+
+
+def print_state(results: dict[int, dict]) -> None:
+    print("| rows | seconds | peak before clustering (MiB) | KB a pair | peak (MiB) | peak KB a pair | near-duplicate clusters |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n, m in results.items():
+        held, peak = m["held_mib"] - m["base_mib"], m["peak_rss_mib"] - m["base_mib"]
+        print(f"| {n:,} | {m['seconds']:.0f} | {held:.1f} | {held * 2**20 / 1000 / n:.3f} | {peak:.1f} | "
+              f"{peak * 2**20 / 1000 / n:.3f} | {m['clusters']:,} |")
 
 
 if __name__ == "__main__":
