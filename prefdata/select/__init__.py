@@ -36,7 +36,7 @@ from prefdata.select.write import (
     write_new_manifest,
 )
 from prefdata.settings.commands import SelectSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 
 
 @dataclass
@@ -53,74 +53,62 @@ class SelectResult:
                 f"{self.new_dir}/report.md)")
 
 
-@takes_settings(SelectSettings)  # or settings=SelectSettings(...): prefdata.settings
-def select_pairs(
-    out_dir: str | Path,
-    new_dir: str | Path,
-    *,
-    by: str | None = None,
-    keep: float | int | str | None = None,
-    min_signal: float | None = None,
-    max_signal: float | None = None,
-    lowest: bool = False,
-    seed: int = 0,
-    weight_by: str | None = None,
-    offset_by: str | None = None,
-    offset_scale: float = 1.0,
-    policy_model: str | Path | None = None,
-    device: str = "auto",
-    overwrite: bool = False,
-    progress: bool = True,
-) -> SelectResult:
-    """Keep OUT's pairs chosen by `by` (a signal name, docs/select.md) into NEW, a full OUT."""
+@settings_command(SelectSettings)  # settings=SelectSettings(...) or flat keywords: prefdata.settings
+def select_pairs(out_dir: str | Path, new_dir: str | Path, settings: SelectSettings) -> SelectResult:
+    """Keep OUT's pairs chosen by `by` (a signal name, docs/select.md) into NEW, a full OUT.
+
+    Each setting is declared once, in `prefdata.settings.commands.SelectSettings` (`prefdata select --help`);
+    pass `settings=SelectSettings(...)`, flat keywords (`by="reward_margin"`), or both."""
+    s = settings
     out, new = Path(out_dir), Path(new_dir)
-    if by is None:
+    if s.by is None:
         raise PrefdataError(f"--by is required: one of {', '.join(SIGNALS)}")
     if out.resolve() == new.resolve():
         raise PrefdataError(f"NEW must be another directory than OUT ({out}): select never rewrites its input")
     if out.resolve() in new.resolve().parents:
         raise PrefdataError(f"NEW ({new}) lies inside OUT ({out}): select writes nothing into its input")
-    refuse_inputs_inside(new, [out, policy_model])  # replacing NEW must not delete what select reads
-    budget = parse_keep(keep)
-    if min_signal is not None and max_signal is not None and min_signal > max_signal:
-        raise PrefdataError(f"--min {min_signal} is above --max {max_signal}: no pair could be kept")
+    refuse_inputs_inside(new, [out, s.policy_model])  # replacing NEW must not delete what select reads
+    budget = parse_keep(s.keep)
+    if s.min_signal is not None and s.max_signal is not None and s.min_signal > s.max_signal:
+        raise PrefdataError(f"--min {s.min_signal} is above --max {s.max_signal}: no pair could be kept")
     manifest = require_pairs(out, "select")
     dataset = _load(out)
     table = dataset.data.table
-    columns = Columns(table, str(out), seed, _policy_pass(table, policy_model, manifest, device))
-    values = compute_signal(by, columns)  # missing inputs: one line naming the command that adds them
-    extra = {name: compute_signal(name, columns) for name in {weight_by, offset_by} - {None, by}}
-    extra[by] = values
+    columns = Columns(table, str(out), s.seed, _policy_pass(table, s.policy_model, manifest, s.device))
+    values = compute_signal(s.by, columns)  # missing inputs: one line naming the command that adds them
+    extra = {name: compute_signal(name, columns) for name in {s.weight_by, s.offset_by} - {None, s.by}}
+    extra[s.by] = values
     # A kept pair needs a finite value of every signal it is given (weight, offset) too.
     usable = np.ones(len(values), dtype=bool)
-    for name in {weight_by, offset_by} - {None}:
+    for name in {s.weight_by, s.offset_by} - {None}:
         usable &= np.isfinite(extra[name])  # type: ignore[index]
-    chosen = choose(values, keep=budget, min_value=min_signal, max_value=max_signal, lowest=lowest, usable=usable)
-    added = _added_columns(chosen, extra, weight_by, offset_by, offset_scale)
+    chosen = choose(values, keep=budget, min_value=s.min_signal, max_value=s.max_signal, lowest=s.lowest,
+                    usable=usable)
+    added = _added_columns(chosen, extra, s.weight_by, s.offset_by, s.offset_scale)
     if OFFSET_COLUMN in added:  # before anything is written
-        check_offsets(added[OFFSET_COLUMN], chosen.kept, columns.where, offset_scale, str(offset_by))
+        check_offsets(added[OFFSET_COLUMN], chosen.kept, columns.where, s.offset_scale, str(s.offset_by))
 
-    settings = {"by": by, "keep": keep, "min_signal": min_signal, "max_signal": max_signal, "lowest": lowest,
-                "seed": seed, "weight_by": weight_by, "offset_by": offset_by,
-                "offset_scale": offset_scale if offset_by else None,
-                "policy_model": str(policy_model) if policy_model is not None else None}
+    selection = {"by": s.by, "keep": s.keep, "min_signal": s.min_signal, "max_signal": s.max_signal,
+                 "lowest": s.lowest, "seed": s.seed, "weight_by": s.weight_by, "offset_by": s.offset_by,
+                 "offset_scale": s.offset_scale if s.offset_by else None,
+                 "policy_model": str(s.policy_model) if s.policy_model is not None else None}
     lineage = {"path": str(out.resolve()), "content_hash": manifest.get("content_hash"),
                "manifest_sha256": sha256_file(out_file(out, "manifest.json"))}
     kept, not_selected = len(chosen.kept), len(values) - len(chosen.kept)
     accounting = new_accounting(manifest.get("row_accounting") or {"rows_out": len(values)}, kept, not_selected)
-    staging = prepare_output_dir(new, overwrite, inputs=[out, policy_model])
+    staging = prepare_output_dir(new, s.overwrite, inputs=[out, s.policy_model])
     try:
-        with quiet_libraries(wants_quiet(progress)):
+        with quiet_libraries(wants_quiet(s.progress)):
             new_hash = content_hash(manifest.get("content_hash"), chosen.kept, added)
             written = write_dataset(dataset, chosen.kept, added, staging, new_hash)
-        write_dropped(out, staging, table, chosen.reason, values, by)
+        write_dropped(out, staging, table, chosen.reason, values, s.by)
         copy_quarantine(out, staging)
-        built = _report(by, settings, values, chosen, extra, columns, table, accounting, lineage)
+        built = _report(s.by, selection, values, chosen, extra, columns, table, accounting, lineage)
         (staging / "report.json").write_text(json.dumps(built, indent=2) + "\n", encoding="utf-8")
         (staging / "report.md").write_text(render_selection.render_markdown(built), encoding="utf-8")
         (staging / "report.html").write_text(render_selection.render_html(built), encoding="utf-8")
         write_new_manifest(staging, manifest, accounting=accounting, new_hash=new_hash, columns=written,
-                           not_selected=not_selected, lineage=lineage, selection=settings)
+                           not_selected=not_selected, lineage=lineage, selection=selection)
         publish(staging, new)
     except BaseException:
         abandon(staging, new)
