@@ -27,9 +27,8 @@ from prefdata.online.jsonl import write_jsonl
 from prefdata.online.prompts import PromptRow, read_prompts
 from prefdata.online.sample_settings import SamplingSettings
 from prefdata.settings.commands import GenerateSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 from prefdata.tokenize.template import (
-    DEFAULT_TEMPLATE_DATE,
     TemplateSettings,
     parse_template_kwargs,
     pinned_clock,
@@ -55,44 +54,29 @@ class GenerateResult:
         return text
 
 
-@takes_settings(GenerateSettings)  # or settings=GenerateSettings(...): prefdata.settings
-def generate(
-    prompts: str | Path,
-    out: str | Path,
-    *,
-    model: str | Path,
-    samples: int = 2,
-    max_new_tokens: int = 128,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    seed: int = 0,
-    batch_size: int = 8,
-    chat_template: bool = False,
-    engine: str = "transformers",
-    device: str = "auto",
-    overwrite: bool = False,
-    progress: bool = True,
-    trust_remote_code: bool = False,
-    template_kwargs: dict[str, Any] | list[str] | None = None,
-    chat_template_file: str | Path | None = None,
-    template_date: str = DEFAULT_TEMPLATE_DATE,
-) -> GenerateResult:
+@settings_command(GenerateSettings)  # settings=GenerateSettings(...) or flat keywords: prefdata.settings
+def generate(prompts: str | Path, out: str | Path, settings: GenerateSettings) -> GenerateResult:
     """Sample `samples` completions per prompt of PROMPTS with MODEL and write OUT/generations.jsonl.
-    The template settings render prompts exactly as `prepare` will (prefdata.tokenize.template)."""
+    The template settings render prompts exactly as `prepare` will (prefdata.tokenize.template).
+    Each setting is declared once, in `prefdata.settings.commands.GenerateSettings` (`prefdata generate --help`);
+    pass `settings=GenerateSettings(...)`, flat keywords (`model="policy"`), or both."""
+    s = settings
+    if s.model is None:
+        raise TypeError("generate() missing the required setting 'model'")
     started = time.time()
     path = Path(out) / GENERATIONS_FILE
-    if path.exists() and not overwrite:
+    if path.exists() and not s.overwrite:
         raise PrefdataError(f"{path} exists (it may hold rewards already): pass --overwrite to replace it")
     refuse_inputs_inside(path, [prompts], "replaces")  # --overwrite must not replace the prompts it reads
-    template = TemplateSettings(parse_template_kwargs(template_kwargs),
-                                str(chat_template_file) if chat_template_file else None, date=template_date)
-    settings = SamplingSettings(samples, max_new_tokens, temperature, top_p, seed, batch_size, chat_template,
-                                engine, device, template)
+    template = TemplateSettings(parse_template_kwargs(s.template_kwargs),
+                                str(s.chat_template_file) if s.chat_template_file else None, date=s.template_date)
+    sampling = SamplingSettings(s.samples, s.max_new_tokens, s.temperature, s.top_p, s.seed, s.batch_size,
+                                s.chat_template, s.engine, s.device, template)
     prompt_set = read_prompts(prompts)
     if prompt_set.first_problem:
         print(f"warning: skipped {prompt_set.skipped} rows with no usable prompt (first: {prompt_set.first_problem})",
               file=sys.stderr)
-    rows = generate_rows(prompt_set.rows, model, settings, progress=progress, trust_remote_code=trust_remote_code)
+    rows = generate_rows(prompt_set.rows, s.model, sampling, progress=s.progress, trust_remote_code=s.trust_remote_code)
     write_jsonl(path, rows)
     return GenerateResult(path, len(prompt_set.rows), len(rows), sum(r["finished"] for r in rows),
                           prompt_set.skipped, time.time() - started)
