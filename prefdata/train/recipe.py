@@ -94,8 +94,7 @@ def train(
     records), which must be the processor OUT was prepared with; the final model is saved with it.
     """
     s = settings
-    check_settings(s.loss, s.beta, s.label_smoothing, s.lr, s.epochs, s.max_steps, s.batch_tokens, s.batch_pairs,
-                   s.grad_accum, s.warmup_ratio, s.log_every, s.save_every, s.stall_steps, s.eval_every, s.ld_alpha)
+    check_settings(s)
     _check_schedule(s.lr_schedule, s.schedule_steps)
     out_dir, output = Path(out_dir), Path(s.output)  # type: ignore[arg-type]
     # Before the ranks meet in init_distributed: no rank has written --output yet when each checks it.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -12,34 +12,37 @@ import torch
 from prefdata.core.errors import PrefdataError
 from prefdata.model.losses import LOSS_TYPES
 
+if TYPE_CHECKING:
+    from prefdata.settings.commands import TrainSettings
 
-def check_settings(loss, beta, label_smoothing, lr, epochs, max_steps, batch_tokens, batch_pairs, grad_accum,
-                    warmup_ratio, log_every, save_every, stall_steps, eval_every, ld_alpha=None) -> None:
-    if loss not in LOSS_TYPES:
-        raise PrefdataError(f"unknown loss {loss!r}: choose one of {', '.join(LOSS_TYPES)}")
-    if beta <= 0:
-        raise PrefdataError(f"--beta must be > 0, got {beta}")
-    if not 0.0 <= label_smoothing < 0.5:
-        raise PrefdataError(f"--label-smoothing must be in [0, 0.5), got {label_smoothing}")
-    if label_smoothing and loss in ("ipo", "hinge"):
-        raise PrefdataError(f"--label-smoothing is not defined for --loss {loss}")
-    if ld_alpha is not None and not 0.0 <= ld_alpha <= 1.0:
-        raise PrefdataError(f"--ld-alpha must be in [0, 1], got {ld_alpha}")
-    if ld_alpha is not None and loss == "simpo":
+
+def check_settings(s: TrainSettings) -> None:
+    """The loss and optimizer settings' ranges: one line naming the flag, before anything loads."""
+    if s.loss not in LOSS_TYPES:
+        raise PrefdataError(f"unknown loss {s.loss!r}: choose one of {', '.join(LOSS_TYPES)}")
+    if s.beta <= 0:
+        raise PrefdataError(f"--beta must be > 0, got {s.beta}")
+    if not 0.0 <= s.label_smoothing < 0.5:
+        raise PrefdataError(f"--label-smoothing must be in [0, 0.5), got {s.label_smoothing}")
+    if s.label_smoothing and s.loss in ("ipo", "hinge"):
+        raise PrefdataError(f"--label-smoothing is not defined for --loss {s.loss}")
+    if s.ld_alpha is not None and not 0.0 <= s.ld_alpha <= 1.0:
+        raise PrefdataError(f"--ld-alpha must be in [0, 1], got {s.ld_alpha}")
+    if s.ld_alpha is not None and s.loss == "simpo":
         raise PrefdataError("--ld-alpha weighs log-prob ratios against the reference (LD-DPO); it is not defined for --loss simpo")
-    if lr < 0:
-        raise PrefdataError(f"--lr must be >= 0, got {lr}")
-    if max_steps is None and epochs < 1:
-        raise PrefdataError(f"--epochs must be >= 1, got {epochs}")
-    if max_steps is not None and max_steps < 1:
-        raise PrefdataError(f"--max-steps must be >= 1, got {max_steps}")
-    if batch_tokens is not None and batch_tokens < 1:
-        raise PrefdataError(f"--batch-tokens must be >= 1, got {batch_tokens}")
-    if batch_pairs < 1 or grad_accum < 1 or log_every < 1 or stall_steps < 1:
+    if s.lr < 0:
+        raise PrefdataError(f"--lr must be >= 0, got {s.lr}")
+    if s.max_steps is None and s.epochs < 1:
+        raise PrefdataError(f"--epochs must be >= 1, got {s.epochs}")
+    if s.max_steps is not None and s.max_steps < 1:
+        raise PrefdataError(f"--max-steps must be >= 1, got {s.max_steps}")
+    if s.batch_tokens is not None and s.batch_tokens < 1:
+        raise PrefdataError(f"--batch-tokens must be >= 1, got {s.batch_tokens}")
+    if s.batch_pairs < 1 or s.grad_accum < 1 or s.log_every < 1 or s.stall_steps < 1:
         raise PrefdataError("--batch-pairs, --grad-accum, log_every and stall_steps must be >= 1")
-    if not 0.0 <= warmup_ratio <= 1.0:
-        raise PrefdataError(f"warmup_ratio must be in [0, 1], got {warmup_ratio}")
-    if (save_every is not None and save_every < 0) or (eval_every is not None and eval_every < 0):
+    if not 0.0 <= s.warmup_ratio <= 1.0:
+        raise PrefdataError(f"warmup_ratio must be in [0, 1], got {s.warmup_ratio}")
+    if (s.save_every is not None and s.save_every < 0) or (s.eval_every is not None and s.eval_every < 0):
         raise PrefdataError("save_every and eval_every must be >= 0")
 
 
