@@ -28,7 +28,8 @@ def run(rows: list[dict[str, Any]], tokenizer_path: str, trust_remote_code: bool
         if not str(error).startswith("axolotl: "):
             raise
         # axolotl's own code stopped on the rows: `axolotl train` would stop there too
-        hint = (" (a row with an empty prompt, chosen or rejected: prefdata's empty_* flags name it)"
+        hint = (" (a row with an empty prompt, chosen or rejected, which prefdata's empty_* flags name, or a "
+                "response a trimming chat template made empty)"
                 if "keys are required" in str(error) else "")
         raise PrefdataError(f"under axolotl: axolotl's preprocessing stops on this input with "
                             f"{str(error).removeprefix('axolotl: ')}{hint} (settings: {' '.join(settings.given())})") from None

@@ -45,19 +45,12 @@ def _pair_findings(row: int, pair: AxolotlPair, full: AxolotlPair | None, settin
     found: list[TrainerFinding] = []
     own: list[str] = []
     for half in ("chosen", "rejected"):
-        misplaced = _misplaced(half, pair, full or pair)  # a cut response may have lost the sign
-        if misplaced:
-            own.append(F.PROMPT_BOUNDARY_MISMATCH)
-            found.append(TrainerFinding(
-                F.PROMPT_BOUNDARY_MISMATCH, row, misplaced,
-                f"{settings.dataset_key('type')} (it finds the response with str.find in a render that starts "
-                "with the template's system prompt)",
-                "no axolotl setting while the template's default system prompt contains the response: give the "
-                "row a system message, or a chat_template_jinja without a default system prompt"))
+        found += _located(row, half, pair, full or pair, settings, _response(raw, settings, half))
         cut = _cut(half, pair, full, settings, tokenizer)
         if cut:
             own.append(F.COMPLETION_TRUNCATED)
             found.append(TrainerFinding(F.COMPLETION_TRUNCATED, row, cut[0], _length_cause(settings), cut[1]))
+    own += [f.flag for f in found if f.flag == F.PROMPT_BOUNDARY_MISMATCH]
     view = TokenizedPair(prompt_ids=pair.chosen.ids[:pair.prompt_len], chosen_ids=pair.chosen.trained,
                          rejected_ids=pair.rejected.trained, prompt_len_full=pair.prompt_len,
                          chosen_len_full=len(pair.chosen.ids), rejected_len_full=len(pair.rejected.ids), flags=own)
@@ -77,6 +70,28 @@ def _pair_findings(row: int, pair: AxolotlPair, full: AxolotlPair | None, settin
     return found
 
 
+def _located(row: int, half: str, pair: AxolotlPair, whole: AxolotlPair, settings: AxolotlSettings,
+             content: str | None) -> list[TrainerFinding]:
+    """Where chat_template.default's str.find put the response's start (read on the untruncated run's text:
+    a cut response may have lost the sign)."""
+    misplaced = _misplaced(half, pair, whole)
+    if misplaced:
+        return [TrainerFinding(
+            F.PROMPT_BOUNDARY_MISMATCH, row, misplaced,
+            f"{settings.dataset_key('type')} (it finds the response with str.find in a render that starts "
+            "with the template's system prompt)",
+            "no axolotl setting while the template's default system prompt contains the response: give the "
+            "row a system message, or a chat_template_jinja without a default system prompt")]
+    missing = _not_found(half, whole, content)
+    if missing:
+        return [TrainerFinding(
+            F.PROMPT_BOUNDARY_MISMATCH, row, missing,
+            f"{settings.dataset_key('type')} (it finds the response with str.find in the template's render)",
+            "no axolotl setting: strip the responses' leading and trailing whitespace, or a chat template that "
+            "renders them unchanged")]
+    return []
+
+
 def _misplaced(half: str, pair: AxolotlPair, whole: AxolotlPair) -> str:
     """axolotl's chat_template strategy cuts each response out of a render of [dummy user turn, response]
     at str.find(response): where the response's text first occurs earlier (in a default system prompt),
@@ -89,6 +104,27 @@ def _misplaced(half: str, pair: AxolotlPair, whole: AxolotlPair) -> str:
     return (f"{half}: axolotl trains {len(trained)} tokens {shown!r}: str.find met the response's text inside "
             "the template's default system prompt, so the system prompt's end and its placeholder user turn "
             f"{DUMMY!r} are trained as the response")
+
+
+def _response(raw: dict[str, Any], settings: AxolotlSettings, half: str) -> str | None:
+    """The row's response text as the dataset entry's field_chosen/field_rejected names it (a string, a message,
+    or a message list whose last message is the response)."""
+    value = raw.get(settings.entry.get(f"field_{half}") or half)
+    if isinstance(value, list) and value and isinstance(value[-1], dict):
+        value = value[-1]
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _not_found(half: str, whole: AxolotlPair, content: str | None) -> str:
+    """str.find returns -1 where the template changes the response (trims it): axolotl then keeps the render's
+    last character, and trains that (or nothing) as the response."""
+    text = getattr(whole, f"{half}_text")
+    if not isinstance(text, str) or not content or not content.strip() or content.strip() in text:
+        return ""
+    return (f"{half}: str.find did not find the response in the template's render (the template changes it, "
+            f"e.g. trims it), so axolotl keeps the render's last character: it trains {text!r} as the response")
 
 
 def _cut(half: str, pair: AxolotlPair, full: AxolotlPair | None, settings: AxolotlSettings,
