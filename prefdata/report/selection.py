@@ -6,6 +6,7 @@ knows nothing of how pairs were chosen."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -54,12 +55,33 @@ def _shares(counts: Counter[str], total: int) -> dict[str, dict[str, Any]]:
     return {key: {"pairs": n, "share": round(n / total, 6) if total else 0.0} for key, n in sorted(counts.items())}
 
 
-def selection_report(*, signal: str, formula: str, settings: Mapping[str, Any], values: np.ndarray,
-                     kept: np.ndarray, reasons: Mapping[str, int], budget: int | None, cut: float | None,
-                     other_signals: Mapping[str, np.ndarray], chosen_lengths: np.ndarray,
-                     rejected_lengths: np.ndarray, sources: list[str], flags: list[list[str]],
-                     accounting: Mapping[str, int], lineage: Mapping[str, Any]) -> dict[str, Any]:
-    """report.json of NEW. `kept`: row positions kept; `values`: the selection signal per row of OUT."""
+@dataclass(frozen=True)
+class Choice:
+    """What the selection did: the row positions kept, how many rows each reason left out, the budget
+    in pairs and the signal where it cut (None: no budget, or it cut nothing)."""
+
+    kept: np.ndarray
+    reasons: Mapping[str, int]
+    budget: int | None
+    cut: float | None
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """Per row of OUT: the chosen and rejected halves' lengths in tokens, the source file, the flags."""
+
+    chosen_lengths: np.ndarray
+    rejected_lengths: np.ndarray
+    sources: list[str]
+    flags: list[list[str]]
+
+
+def selection_report(*, signal: str, formula: str, settings: Mapping[str, Any], values: np.ndarray, choice: Choice,
+                     other_signals: Mapping[str, np.ndarray], pairs: PairFacts, accounting: Mapping[str, int],
+                     lineage: Mapping[str, Any]) -> dict[str, Any]:
+    """report.json of NEW. `values`: the selection signal per row of OUT; `choice.kept`: row positions kept."""
+    kept, sources, flags = choice.kept, pairs.sources, pairs.flags
+    chosen_lengths, rejected_lengths = pairs.chosen_lengths, pairs.rejected_lengths
     mask = np.zeros(len(values), dtype=bool)
     mask[kept] = True
     source_before, source_after = Counter(sources), Counter(s for s, k in zip(sources, mask) if k)
@@ -74,8 +96,8 @@ def selection_report(*, signal: str, formula: str, settings: Mapping[str, Any], 
         "lineage": dict(lineage),
         "selection": {
             "signal": signal, "formula": formula, "settings": dict(settings), "pairs_in": int(len(values)),
-            "kept": int(mask.sum()), "not_selected": int(len(values) - mask.sum()), "reasons": dict(reasons),
-            "budget": budget, "cut": cut,
+            "kept": int(mask.sum()), "not_selected": int(len(values) - mask.sum()), "reasons": dict(choice.reasons),
+            "budget": choice.budget, "cut": choice.cut,
         },
         "signals": signals,
         "length_bias": {"unit": "tokens", "before": length_bias(chosen_lengths, rejected_lengths),

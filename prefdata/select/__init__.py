@@ -167,10 +167,10 @@ def _report(by: str, settings: dict[str, Any], values: np.ndarray, chosen: Selec
     sources = table.column("source_file").to_pylist() if "source_file" in names else ["(unknown)"] * len(values)
     flags = table.column("flags").to_pylist() if "flags" in names else [[] for _ in values]
     return report.selection_report(
-        signal=by, formula=SIGNALS[by].formula, settings=settings, values=values, kept=chosen.kept,
-        reasons=chosen.counts(), budget=chosen.budget, cut=chosen.cut, other_signals=others,
-        chosen_lengths=columns.length("chosen_ids"), rejected_lengths=columns.length("rejected_ids"),
-        sources=sources, flags=flags, accounting=accounting, lineage=lineage)
+        signal=by, formula=SIGNALS[by].formula, settings=settings, values=values,
+        choice=report.Choice(chosen.kept, chosen.counts(), chosen.budget, chosen.cut), other_signals=others,
+        pairs=report.PairFacts(columns.length("chosen_ids"), columns.length("rejected_ids"), sources, flags),
+        accounting=accounting, lineage=lineage)
 
 
 __all__ = ["SelectResult", "select_pairs"]

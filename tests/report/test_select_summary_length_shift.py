@@ -6,16 +6,16 @@ from __future__ import annotations
 import numpy as np
 
 from prefdata.report.render_selection import summary_line
-from prefdata.report.selection import selection_report
+from prefdata.report.selection import Choice, PairFacts, selection_report
 
 
 def _report(kept: list[int], chosen: list[int], rejected: list[int]) -> dict:
     values = np.arange(len(chosen), dtype=float)
     return selection_report(
-        signal="rejected_length", formula="len(rejected)", settings={}, values=values, kept=np.asarray(kept),
-        reasons={"budget": len(chosen) - len(kept)}, budget=len(kept), cut=None, other_signals={},
-        chosen_lengths=np.asarray(chosen), rejected_lengths=np.asarray(rejected), sources=["a"] * len(chosen),
-        flags=[[] for _ in chosen], accounting={}, lineage={})
+        signal="rejected_length", formula="len(rejected)", settings={}, values=values,
+        choice=Choice(np.asarray(kept), {"budget": len(chosen) - len(kept)}, len(kept), None), other_signals={},
+        pairs=PairFacts(np.asarray(chosen), np.asarray(rejected), ["a"] * len(chosen), [[] for _ in chosen]),
+        accounting={}, lineage={})
 
 
 def test_a_selection_that_moves_the_length_bias_says_so():
