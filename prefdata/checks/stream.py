@@ -120,14 +120,12 @@ def plan_input_mix(raw_path: str | Path) -> MixPlan:
 def iter_checked_rows(
     raw_path: str | Path | MixPlan,
     *,
-    tokenizer_path: str | None = None,
     policy: Policy | None = None,
     settings: TokenizeSettings | None = None,
     batch_size: int = 1000,
     progress: bool = True,
     against: str | Path | None = None,
     pair_tokenizer: PairTokenizer | None = None,
-    trust_remote_code: bool = False,
     workers: int = 1,
     merge: DatasetMerge | PartitionedMerge | None = None,
     engine: Engine | None = None,
@@ -148,9 +146,6 @@ def iter_checked_rows(
     """
     policy = policy or load_policy(None)
     settings = settings or TokenizeSettings()
-    if pair_tokenizer is None and tokenizer_path is not None:
-        pair_tokenizer = PairTokenizer(tokenizer_path, settings, trust_remote_code=trust_remote_code)
-        pair_tokenizer.setup()
     leak_index = build_leak_index(against) if against is not None else None
     stage = CheckChunk(pair_tokenizer, settings, policy, leak_index, benchmarks, pairing or PairingSettings())
     engine = engine or LocalEngine(workers, in_flight=IN_FLIGHT_PER_WORKER * workers)

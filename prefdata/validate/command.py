@@ -156,12 +156,8 @@ def _check(plan: _Plan, s: ValidateSettings) -> Any:
                                   s.chat_template, s.template_kwargs, s.chat_template_file, s.template_date,
                                   s.allowed_image_root, s.train_turns)
     pair_tokenizer = select_pair_tokenizer(s.tokenizer, s.processor, tokenize, s.trust_remote_code)
-    check_raw(
-        plan.mix or plan.path, plan.builder, plan.policy, tokenize, pair_tokenizer=pair_tokenizer, against=s.against,
-        progress=s.progress, batch_size=s.batch_size, workers=s.workers, engine=s.engine,
-        ray_address=s.ray_address, partitioned_checks=s.partitioned_checks, benchmarks=plan.benchmarks,
-        pairing=plan.pairing,
-    )
+    check_raw(plan.mix or plan.path, plan.builder, plan.policy, tokenize, s, pair_tokenizer=pair_tokenizer,
+              benchmarks=plan.benchmarks, pairing=plan.pairing)
     return pair_tokenizer
 
 

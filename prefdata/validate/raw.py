@@ -14,6 +14,7 @@ from prefdata.sets.mix import MixPlan
 from prefdata.validate.prepared import accumulate
 
 if TYPE_CHECKING:
+    from prefdata.settings.commands import ValidateSettings
     from prefdata.tokenize.pairs import PairTokenizer
 
 
@@ -22,47 +23,43 @@ def check_raw(
     builder: ReportBuilder,
     policy: Policy,
     settings: Any,
+    run: "ValidateSettings",
     *,
     pair_tokenizer: "PairTokenizer | None",
-    against: str | Path | None,
-    progress: bool,
-    batch_size: int,
-    workers: int | None,
-    engine: str = "local",
-    ray_address: str | None = None,
-    partitioned_checks: bool = False,
     benchmarks: BenchmarkIndex | None = None,
     pairing: Any = None,
 ) -> None:
     """Raw INPUT: text-only checks in bulk on the engine (validate.merge), else the
     checked-row stream (checks.stream), through `pair_tokenizer` (--tokenizer or --processor) when given.
-    On Ray, `workers` is the number of actors (0: one per cluster CPU)."""
+    `run`: validate's settings (against, progress, batch size, workers, engine, partitioned checks); on
+    Ray, `workers` is the number of actors (0: one per cluster CPU). `settings`: how rows are tokenized."""
     from prefdata.checks.merge import DatasetMerge
     from prefdata.checks.partitioned import PartitionedMerge
     from prefdata.engine.local import default_workers
     from prefdata.engine.select import select_engine
 
+    workers = run.workers
     if workers is None:
-        workers = 0 if engine == "ray" else default_workers()
-    runner = select_engine(engine, workers, ray_address)
+        workers = 0 if run.engine == "ray" else default_workers()
+    runner = select_engine(run.engine, workers, run.ray_address)
     # One worker runs the same pipeline in this process (the engine's one-worker case). A mixture's
     # samples are the checked-row stream's (its chunks carry the sample the stage applies).
     if pair_tokenizer is None and not isinstance(input_path, MixPlan):
         from prefdata.validate.merge import check_raw_text
 
         check_raw_text(
-            input_path, builder, policy=policy, settings=settings, against=against,
-            batch_size=batch_size, progress=progress, workers=workers, engine=runner, benchmarks=benchmarks,
-            pairing=pairing, partitioned=partitioned_checks,
+            input_path, builder, policy=policy, settings=settings, against=run.against,
+            batch_size=run.batch_size, progress=run.progress, workers=workers, engine=runner, benchmarks=benchmarks,
+            pairing=pairing, partitioned=run.partitioned_checks,
         )
         return
     from prefdata.checks.stream import iter_checked_rows
 
     threshold = policy.near_duplicate_prompt_threshold
-    merge = PartitionedMerge(threshold) if partitioned_checks else DatasetMerge(threshold)
+    merge = PartitionedMerge(threshold) if run.partitioned_checks else DatasetMerge(threshold)
     rows = iter_checked_rows(
-        input_path, pair_tokenizer=pair_tokenizer, policy=policy, settings=settings, batch_size=batch_size,
-        progress=progress, against=against, workers=workers, merge=merge,
+        input_path, pair_tokenizer=pair_tokenizer, policy=policy, settings=settings, batch_size=run.batch_size,
+        progress=run.progress, against=run.against, workers=workers, merge=merge,
         engine=runner, benchmarks=benchmarks, pairing=pairing,
     )
     accumulate(rows, builder, merge)
