@@ -49,5 +49,10 @@ def test_findings_under_axolotl_name_the_setting_and_the_fix(shared_dir, tmp_pat
     same = groups["identical_after_truncation"]
     assert same["examples"][0]["source_line"] == 2 and same["cause"] == [f"sequence_len: {length} (excess_length_strategy: truncate)"]
     assert groups["identical"]["examples"][0]["source_line"] == 3  # the row itself
-    assert "under axolotl" in result.rendered and int(same["fix"][0].removeprefix("sequence_len: ")) > length
+    fix = int(same["fix"][0].removeprefix("sequence_len: "))
+    assert "under axolotl" in result.rendered and fix > length
+    # and at the length it names, axolotl keeps the weather pair's halves apart
+    again = validate(path, tokenizer=tokenizer, progress=False, trainer="axolotl", trainer_python=str(PYTHON),
+                     trainer_args=[f"config={config}", f"sequence_len={fix}", "excess_length_strategy=truncate"])
+    assert "identical_after_truncation" not in {g["flag"] for g in again.report["trainer"]["findings"]}
     assert section["version"] == "0.19.0"
