@@ -135,10 +135,10 @@ def main() -> None:
     parser.add_argument("--memory", action="store_true",
                         help="sizes 50k / 200k / 1M (unless --rows) and peak RSS above a --base-rows run, per pair")
     parser.add_argument("--base-rows", type=int, default=20_000, help="the base run's size for --memory (default 20000)")
-    parser.add_argument("--_child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--_child", nargs="+", help=argparse.SUPPRESS)  # RAW OUT TOKENIZER WORKERS [COMMAND]
     args = parser.parse_args()
     if args._child:
-        raw, out, tokenizer, workers, command = args._child
+        raw, out, tokenizer, workers, command = (*args._child, "prepare")[:5]
         if command == "state":
             run_state_child(raw)
         else:
