@@ -118,7 +118,7 @@ def plan_pair_batches(net: Any, layout: str, lens: dict[str, Any], batch_tokens:
 def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], rejecteds: list[list[int]],
                layout: str, pad_token_id: int, chosen_loss_starts: list[int] | None = None,
                rejected_loss_starts: list[int] | None = None, public: bool = False,
-               images: Sequence[Sequence[Any] | None] | None = None, vision: VisionInputs | None = None,
+               pixels: tuple[Sequence[Sequence[Any] | None] | None, VisionInputs] | None = None,
                chosen_loss_masks: Sequence[Sequence[int] | None] | None = None,
                rejected_loss_masks: Sequence[Sequence[int] | None] | None = None) -> PairLogps:
     """Summed completion log-probs of both halves of every pair (``layout`` from `choose_layout`).
@@ -126,9 +126,10 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
     With loss starts (`--loss-on answer`), each half sums (and counts) only its completion tokens
     from its loss start on; the tokens before stay in the sequence as context. `public`: also the
     sums over each half's public length (LD-DPO; `refs` stores them, `train --ld-alpha` weighs).
-    Image pairs: `images` (per pair, its prompt's images as OUT stores them) and `vision` feed the
-    pixel inputs in the order the layout puts the image tokens (prefdata.model.vision_inputs), and a
-    model with 3-D positions gets each sequence's own, placed in the layout (prefdata.model.mrope).
+    Image pairs: `pixels` = (images, vision), the images (per pair, its prompt's images as OUT stores
+    them) and the model's VisionInputs, feed the pixel inputs in the order the layout puts the image
+    tokens (prefdata.model.vision_inputs), and a model with 3-D positions gets each sequence's own,
+    placed in the layout (prefdata.model.mrope).
     Loss masks (OUT's `*_loss_mask`, None per row where absent): only the tokens marked 1 are summed
     and counted; tool results and user turns stay in the sequence as context."""
     n = len(prompts)
@@ -141,6 +142,7 @@ def pair_logps(model: Any, prompts: list[list[int]], chosens: list[list[int]], r
     else:
         batch = build_pair_batch(prompts, chosens, rejecteds, layout, pad_token_id, chosen_loss_starts,
                                  rejected_loss_starts, chosen_loss_masks, rejected_loss_masks)
+    images, vision = pixels if pixels is not None else (None, None)
     if vision is not None and images is not None:
         if vision.type_ids_key and layout not in TYPE_ID_LAYOUTS:
             raise ValueError(f"layout {layout!r} cannot give this model's image tokens their two-way attention; "

@@ -36,8 +36,9 @@ def compute_shard(net: Any, batches: list[list[int]], ids: dict[str, Any], layou
         # Agent trajectories: only the model's turns (mask 1) are summed and counted.
         masks = [ids[name].take(take).to_pylist() if name in ids else None for name in LOSS_MASK_COLUMNS]
         images = ids["images"].take(take).to_pylist() if vision is not None and "images" in ids else None
-        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts, public=True,
-                         images=images, vision=vision, chosen_loss_masks=masks[0], rejected_loss_masks=masks[1])
+        pixels = (images, vision) if vision is not None else None
+        out = pair_logps(net, prompts, chosens, rejecteds, layout, pad_token_id, *starts, public=True, pixels=pixels,
+                         chosen_loss_masks=masks[0], rejected_loss_masks=masks[1])
         rows.append(np.asarray(batch_rows, dtype=np.int64))
         chosen.append(out.chosen.float().cpu().numpy())
         rejected.append(out.rejected.float().cpu().numpy())

@@ -50,7 +50,7 @@ def forward_pairs(fwd: PairForward, data: PairData, rows: list[int]) -> tuple[Lo
     with fwd.autocast:
         ld = fwd.ld_alpha is not None
         # Image pairs: the batch's images, read here and decoded per batch (model/vision_inputs).
-        pixels = {"images": data.images_of(rows), "vision": fwd.vision} if fwd.vision is not None else {}
+        pixels = {"pixels": (data.images_of(rows), fwd.vision)} if fwd.vision is not None else {}
         logps = pair_logps(fwd.model, batch_rows["prompt_ids"], batch_rows["chosen_ids"], batch_rows["rejected_ids"],
                            fwd.layout, fwd.pad_token_id, *starts, **({"public": True} if ld else {}), **pixels,
                            **masks)
