@@ -20,7 +20,7 @@ from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import require_pairs
 from prefdata.io.out_paths import out_file
 from prefdata.settings.commands import ShowSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 
 LOSS_OPEN, LOSS_CLOSE = "⟦", "⟧"
 
@@ -194,8 +194,8 @@ def _looks_like_hub_id(text: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?", text) is not None and ".." not in text
 
 
-@takes_settings(ShowSettings)  # or settings=ShowSettings(...): prefdata.settings
-def show_row(out_dir: str | Path, *, row: int | None = None, line: int | str | None = None) -> str:
+@settings_command(ShowSettings)  # settings=ShowSettings(...) or flat keywords: prefdata.settings
+def show_row(out_dir: str | Path, settings: ShowSettings) -> str:
     """Text showing a row's source, flags, and both halves with their loss-masked tokens marked.
     `line`: a source line N, or `FILE:N` as reports print it (needed when several input files have
     a line N)."""
@@ -203,7 +203,7 @@ def show_row(out_dir: str | Path, *, row: int | None = None, line: int | str | N
 
     out_path = Path(out_dir)
     manifest = require_pairs(out_path, "show")  # unfinished or pair-less OUT: one line saying which
-    index, record, note = _load_row(out_path, row, line)
+    index, record, note = _load_row(out_path, settings.row, settings.line)
     tokenizer, missing = _load_tokenizer((manifest.get("tokenizer") or {}).get("path"), out_path)
     pad = int(manifest.get("tokenizer", {}).get("pad_token_id") or 0)
     prompt, chosen, rejected = record["prompt_ids"], record["chosen_ids"], record["rejected_ids"]

@@ -30,7 +30,7 @@ from prefdata.online.jsonl import write_jsonl
 from prefdata.online.pairs import PairStats, make_pairs
 from prefdata.online.rewards import DEFAULT_REWARD_TIMEOUT, RewardFunctionScorer, RewardModelScorer
 from prefdata.settings.commands import ScoreSettings
-from prefdata.settings.declare import takes_settings
+from prefdata.settings.declare import settings_command
 
 Scorer = Callable[..., list[float]]
 CHUNK = 1024  # rows per reward-function call / progress step
@@ -77,37 +77,26 @@ def make_scorer(reward_model: str | Path | None, reward_fn: str | None, *, devic
                              trust_remote_code=trust_remote_code)
 
 
-@takes_settings(ScoreSettings)  # or settings=ScoreSettings(...): prefdata.settings
-def score(
-    input: str | Path,
-    *,
-    reward_model: str | Path | None = None,
-    reward_fn: str | None = None,
-    output: str | Path | None = None,
-    pairs: str | Path | None = None,
-    batch_size: int = 8,
-    device: str = "auto",
-    progress: bool = True,
-    trust_remote_code: bool = False,
-    score_reasoning: bool = False,
-    missing_eos_penalty: float | None = None,
-    reward_timeout: float = DEFAULT_REWARD_TIMEOUT,
-) -> ScoreResult:
+@settings_command(ScoreSettings)  # settings=ScoreSettings(...) or flat keywords: prefdata.settings
+def score(input: str | Path, settings: ScoreSettings) -> ScoreResult:
     """Score INPUT (see the module doc). Generations are rewritten in place unless `output` is given;
     pairs go to `pairs` (default: pairs.jsonl next to the generations). Offline files go to `output`
-    (default: INPUT's name with .scored.jsonl). Rewards read the final answer unless `score_reasoning`."""
+    (default: INPUT's name with .scored.jsonl). Rewards read the final answer unless `score_reasoning`.
+    Each setting is declared once, in `prefdata.settings.commands.ScoreSettings` (`prefdata score --help`);
+    pass `settings=ScoreSettings(...)`, flat keywords (`reward_model="rm"`), or both."""
+    s = settings
     started = time.time()
     generations = _generation_rows(input)  # None: an offline preference file
-    scorer = make_scorer(reward_model, reward_fn, device=device, batch_size=batch_size,
-                         trust_remote_code=trust_remote_code, reward_timeout=reward_timeout)
+    scorer = make_scorer(s.reward_model, s.reward_fn, device=s.device, batch_size=s.batch_size,
+                         trust_remote_code=s.trust_remote_code, reward_timeout=s.reward_timeout)
     source = Path(input)
     if generations is not None:
-        result = score_generations(generations, scorer, Path(output) if output else source,
-                                   Path(pairs) if pairs else source.parent / "pairs.jsonl", progress, score_reasoning,
-                                   missing_eos_penalty)
+        result = score_generations(generations, scorer, Path(s.output) if s.output else source,
+                                   Path(s.pairs) if s.pairs else source.parent / "pairs.jsonl", s.progress,
+                                   s.score_reasoning, s.missing_eos_penalty)
     else:
         default = source.with_name(source.name.split(".")[0] + ".scored.jsonl")
-        result = score_pairs(input, scorer, Path(output) if output else default, progress, score_reasoning)
+        result = score_pairs(input, scorer, Path(s.output) if s.output else default, s.progress, s.score_reasoning)
     result.seconds = time.time() - started
     return result
 

@@ -202,32 +202,13 @@ def _argparse_kind(item: Declared) -> dict[str, Any]:
     return kind
 
 
-def takes_settings(cls: type) -> Callable[[Fn], Fn]:
-    """Let a command's function take its settings as one typed object, `settings=PrepareSettings(...)`,
-    besides its keywords (which win over the object's values)."""
-
-    def wrap(function: Fn) -> Fn:
-        @functools.wraps(function)
-        def call(*args: Any, settings: Any = None, **keywords: Any) -> Any:
-            if settings is not None:
-                if not isinstance(settings, cls):
-                    raise TypeError(f"{function.__name__}() takes settings={cls.__name__}(...), "
-                                    f"got {type(settings).__name__}")
-                keywords = {**settings.keywords(), **keywords}
-            return function(*args, **keywords)
-
-        call.settings_class = cls  # type: ignore[attr-defined]
-        return call  # type: ignore[return-value]
-
-    return wrap
-
-
 def settings_command(cls: type, positional: tuple[str, ...] = ()) -> Callable[[Fn], Fn]:
     """A command whose body takes its settings as one object: `def train(out_dir, settings: TrainSettings,
     *, loaded_policy=None)`. Callers pass `settings=TrainSettings(...)`, flat keywords, or both (keywords
     win); the flat keywords are a thin layer generated from the declaration (each setting is written
     once: its name, type and default live in `cls`), and the signature Python shows is generated too.
-    Keywords in `cls.python_only` (objects, not settings) go to the body as keywords. `positional`: settings
+    Keywords in `cls.python_only` (objects, not settings) and the body's own keyword-only parameters go to the
+    body as keywords. `positional`: settings
     that may also be given by position after the body's own positionals (`compute_refs(out, model)`)."""
 
     def wrap(body: Fn) -> Fn:
@@ -235,6 +216,7 @@ def settings_command(cls: type, positional: tuple[str, ...] = ()) -> Callable[[F
         body_params = list(inspect.signature(body).parameters.values())
         positionals = [p for p in body_params if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD][:-1]
         extras = [p for p in body_params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        own = {p.name for p in extras}  # the body's own keywords (objects, routed settings): passed as given
 
         @functools.wraps(body)
         def call(*args: Any, settings: Any = None, **keywords: Any) -> Any:
@@ -249,7 +231,7 @@ def settings_command(cls: type, positional: tuple[str, ...] = ()) -> Callable[[F
                 args = args[:len(positionals)]
             if settings is not None and not isinstance(settings, cls):
                 raise TypeError(f"{body.__name__}() takes settings={cls.__name__}(...), got {type(settings).__name__}")
-            passed = {k: keywords.pop(k) for k in list(keywords) if k in cls.python_only}
+            passed = {k: keywords.pop(k) for k in list(keywords) if k in cls.python_only or k in own}
             unknown = sorted(set(keywords) - names)
             if unknown:
                 raise TypeError(f"{body.__name__}() got an unexpected keyword argument {unknown[0]!r}")
