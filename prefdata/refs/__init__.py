@@ -176,14 +176,9 @@ def compute_refs(
     shards = plan_shards(batches, s.shard_batches)
     num_rows = len(dataset)
     fingerprint = fingerprint or model_fingerprint(model_dir, net.config, dtype_name)
-    settings = {
-        "work_format": WORK_FORMAT, "model": fingerprint, "device_type": device_name.split(":")[0],
-        "batch_tokens": s.batch_tokens, "layout": layout, "shard_batches": s.shard_batches,
-        "pad_token_id": pad_token_id, "ids_sha256": ids_digest(dataset.data.table),
-    }
-    if vision is not None:  # the pixel values: the processor, and the images (OUT's content hash covers them)
-        settings.update(processor=tok_fp, content_hash=manifest.get("content_hash"))
-    settings_hash, work = _work_dir(out, settings, rank, s.resume)
+    work_key = _work_key(s, fingerprint, device_name, layout, pad_token_id, ids_digest(dataset.data.table),
+                         (tok_fp, manifest.get("content_hash")) if vision is not None else None)
+    settings_hash, work = _work_dir(out, work_key, rank, s.resume)
 
     # 3. compute this rank's shards that are not done yet
     mine = shards_for_rank(len(shards), rank, world_size)
@@ -220,6 +215,20 @@ def compute_refs(
     write_manifest(out, manifest)
     shutil.rmtree(out / WORK_DIR, ignore_errors=True)
     return result
+
+
+def _work_key(s: RefsSettings, fingerprint: dict[str, Any], device_name: str, layout: str, pad_token_id: int,
+              ids_sha256: str, images: tuple[Any, Any] | None) -> dict[str, Any]:
+    """Everything that decides the values, which keys the work directory (a resumed run reuses only
+    shards computed under the same); `images`: an image OUT's (processor fingerprint, content hash)."""
+    key = {
+        "work_format": WORK_FORMAT, "model": fingerprint, "device_type": device_name.split(":")[0],
+        "batch_tokens": s.batch_tokens, "layout": layout, "shard_batches": s.shard_batches,
+        "pad_token_id": pad_token_id, "ids_sha256": ids_sha256,
+    }
+    if images is not None:  # the pixel values: the processor, and the images (OUT's content hash covers them)
+        key.update(processor=images[0], content_hash=images[1])
+    return key
 
 
 def _checked_arguments(out: Path, model: str, batch_tokens: int) -> dict[str, Any]:

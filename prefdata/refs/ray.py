@@ -21,7 +21,9 @@ from typing import Any
 
 from prefdata.engine.ray import RayEngine
 from prefdata.io.manifest import require_pairs
-from prefdata.refs import KILL_AFTER_SHARDS_ENV, SHARD_BATCHES, WORK_DIR, RefsResult
+from prefdata.refs import KILL_AFTER_SHARDS_ENV, WORK_DIR, RefsResult
+from prefdata.settings.commands import RefsSettings
+from prefdata.settings.declare import settings_command
 
 # Test hook: the rank-1 actor SIGKILLs itself after its first new shard, once (this marker file
 # records that it did), to show that Ray restarts it and the retried call resumes.
@@ -45,43 +47,37 @@ class RefsWorker:
         return compute_refs(out_dir, model, rank=self.rank, world_size=self.world_size, **settings)
 
 
+@settings_command(RefsSettings, positional=("model",))  # settings=RefsSettings(...) or flat keywords
 def compute_refs_on_ray(
     out_dir: str | Path,
-    model: str,
+    settings: RefsSettings,
     *,
     ray_address: str | None = None,
     workers: int | None = None,
-    device: str = "auto",
-    dtype: str = "auto",
-    batch_tokens: int = 16384,
-    resume: bool = True,
-    trust_remote_code: bool = False,
-    recompute: bool = False,
-    layout: str = "auto",
-    shard_batches: int = SHARD_BATCHES,
     max_restarts: int = 2,
-    processor: str | None = None,
 ) -> RefsResult:
     """`compute_refs` across a Ray cluster: `workers` actors (default one per GPU, else one per CPU).
 
     Every actor must be placed at once (rank 0 waits for the others' shards), so `workers` may not
-    exceed the cluster's GPUs (or CPUs without GPUs)."""
+    exceed the cluster's GPUs (or CPUs without GPUs). The other settings are `compute_refs`'s
+    (`prefdata.settings.commands.RefsSettings`); the actors run without progress bars."""
+    s = settings
     out = Path(out_dir)
     require_pairs(out, "refs")  # before any actor starts or anything is written
     engine = RayEngine(ray_address)
-    use_gpu = engine.cluster_gpus() > 0 and device != "cpu"
+    use_gpu = engine.cluster_gpus() > 0 and s.device != "cpu"
     ranks = engine.rank_slots(workers, use_gpu)
-    if not resume:  # here, before any rank starts: a rank must never delete shards another has saved
+    if not s.resume:  # here, before any rank starts: a rank must never delete shards another has saved
         shutil.rmtree(out / WORK_DIR, ignore_errors=True)
 
     env = {KILL_ONCE_ENV: os.environ[KILL_ONCE_ENV]} if os.environ.get(KILL_ONCE_ENV) else None
-    settings = {
-        "device": device if device != "auto" else ("cuda" if use_gpu else "cpu"),
-        "dtype": dtype, "batch_tokens": batch_tokens, "resume": True, "progress": False,
-        "trust_remote_code": trust_remote_code, "recompute": recompute, "layout": layout, "shard_batches": shard_batches,
-        "processor": processor,
+    per_rank = {
+        "device": s.device if s.device != "auto" else ("cuda" if use_gpu else "cpu"),
+        "dtype": s.dtype, "batch_tokens": s.batch_tokens, "resume": True, "progress": False,
+        "trust_remote_code": s.trust_remote_code, "recompute": s.recompute, "layout": s.layout,
+        "shard_batches": s.shard_batches, "processor": s.processor,
     }
-    results: list[RefsResult] = engine.run_ranks(RefsWorker, ranks, (str(out), str(model), settings), use_gpu=use_gpu,
+    results: list[RefsResult] = engine.run_ranks(RefsWorker, ranks, (str(out), str(s.model), per_rank), use_gpu=use_gpu,
                                                  max_restarts=max_restarts, env=env, what="refs")
     merged = results[0]
     merged.tokens = sum(r.tokens for r in results)
