@@ -39,32 +39,8 @@ def build_report(
     images = builder.images.to_dict(pairs)  # None for text-only data: no section
     unit = "tokens" if tokens else "characters"
     lengths_src = builder.tokens if tokens else builder.chars
-    bias = builder.bias["tokens" if tokens else "chars"]
-    bias_total = sum(bias.values())
-    length_bias = {
-        "unit": unit,
-        "pairs": bias_total,
-        "chosen_longer": _share(bias["chosen"], bias_total),
-        "rejected_longer": _share(bias["rejected"], bias_total),
-        "equal": _share(bias["equal"], bias_total),
-        # Both units, over every checked pair and over the kept ones (what training sees).
-        "tokens": bias_dict(builder.bias["tokens"]) if tokens else None,
-        "characters": bias_dict(builder.bias["chars"]),
-        "kept": {
-            # Only when every pair is tokenized: a run of rows checked in bulk cannot tell which
-            # of its pairs a partial set of token rows belongs to.
-            "tokens": bias_dict(builder.bias_kept["tokens"]) if tokens and builder.tokenized_rows == pairs else None,
-            "characters": bias_dict(builder.bias_kept["chars"]),
-        },
-    }
-    flags = {
-        flag: {
-            "count": count,
-            "severity": _severity(policy, flag),
-            "examples": builder.flag_examples.get(flag, []),
-        }
-        for flag, count in sorted(builder.flag_counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    }
+    length_bias = _length_bias(builder, tokens, pairs)
+    flags = _flags(builder, policy)
     findings = _findings(builder, flags, pairs, length_bias, q_severity)
     hints = _hints(builder, flags, pairs, findings, meta)
     # Rows, each counted once at its worst severity: `errors` = rows with an error-severity flag
@@ -124,6 +100,42 @@ def build_report(
     if meta:
         report["meta"] = meta
     return report
+
+
+def _length_bias(builder: ReportBuilder, tokens: bool, pairs: int) -> dict[str, Any]:
+    """Which half is longer, in the run's unit (tokens when rows were tokenized), both units, and
+    over the kept pairs (what training sees)."""
+    unit = "tokens" if tokens else "characters"
+    bias = builder.bias["tokens" if tokens else "chars"]
+    bias_total = sum(bias.values())
+    return {
+        "unit": unit,
+        "pairs": bias_total,
+        "chosen_longer": _share(bias["chosen"], bias_total),
+        "rejected_longer": _share(bias["rejected"], bias_total),
+        "equal": _share(bias["equal"], bias_total),
+        # Both units, over every checked pair and over the kept ones (what training sees).
+        "tokens": bias_dict(builder.bias["tokens"]) if tokens else None,
+        "characters": bias_dict(builder.bias["chars"]),
+        "kept": {
+            # Only when every pair is tokenized: a run of rows checked in bulk cannot tell which
+            # of its pairs a partial set of token rows belongs to.
+            "tokens": bias_dict(builder.bias_kept["tokens"]) if tokens and builder.tokenized_rows == pairs else None,
+            "characters": bias_dict(builder.bias_kept["chars"]),
+        },
+    }
+
+
+def _flags(builder: ReportBuilder, policy: Any) -> dict[str, Any]:
+    """Each flag raised, most frequent first: its count, its severity under the policy, examples."""
+    return {
+        flag: {
+            "count": count,
+            "severity": _severity(policy, flag),
+            "examples": builder.flag_examples.get(flag, []),
+        }
+        for flag, count in sorted(builder.flag_counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    }
 
 
 def _accounting(builder: "ReportBuilder") -> dict[str, int]:
