@@ -47,6 +47,9 @@ def _render(report: dict[str, Any], fmt: str) -> str:
     return render_text(report)
 
 
+_SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".md": "markdown", ".json": "json"}
+
+
 def emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
     from prefdata.report.render_text import render_text
 
@@ -60,10 +63,11 @@ def emit(report: dict[str, Any], fmt: str, output: str | Path | None) -> str:
         sys.stdout.write(render_text(report))
         write_step_summary(render_markdown(report))
         if output is not None:
-            suffix = Path(output).suffix.lower()
-            file_format = {".html": "html", ".htm": "html", ".md": "markdown"}.get(suffix, "json")
+            file_format = _SUFFIX_FORMATS.get(Path(output).suffix.lower(), "json")
             _write(output, _render(report, file_format))
         return text
+    if output is not None and fmt == "text":  # `--output report.json` alone: the file's suffix says what it wants
+        fmt = _SUFFIX_FORMATS.get(Path(output).suffix.lower(), "text")
     rendered = _render(report, fmt)
     if output is not None:
         _write(output, rendered)

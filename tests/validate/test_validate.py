@@ -336,3 +336,17 @@ def test_no_readable_record_is_an_input_error_in_validate_and_prepare_alike(tmp_
     mixed = write_jsonl(tmp_path / "mixed.jsonl", clean_rows(6), ["not json"])
     assert main(["validate", str(mixed), "--no-progress"]) == 1
     assert main(["prepare", str(mixed), str(tmp_path / "out-mixed"), "--tokenizer", tiny_tokenizer_dir, "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("suffix, starts", [(".json", "{"), (".md", "## ✅ prefdata validate: PASS"),
+                                            (".html", "<!doctype html>"), (".txt", "prefdata validate")])
+def test_output_alone_takes_its_format_from_the_suffix(tmp_path, suffix, starts, capsys):
+    # `validate data --output report.json` (no --format) writes JSON, not the text report under a .json name
+    data = write_jsonl(tmp_path / "d.jsonl", clean_rows(8))
+    target = tmp_path / f"report{suffix}"
+    run(data, output=str(target))
+    assert target.read_text(encoding="utf-8").startswith(starts)
+    if suffix == ".json":
+        assert json.loads(target.read_text(encoding="utf-8"))["accounting"]["rows_in"] == 8
+    if suffix != ".txt":
+        assert "prefdata validate" in capsys.readouterr().out  # the terminal still gets the text report
