@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from contextlib import closing
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -27,8 +27,10 @@ from prefdata.io.hub import iter_hub_chunks, parse_hub_id
 from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.sets.mix import MixPlan, plan_mix, read_mix
 from prefdata.sets.pairing import PairingSettings
-from prefdata.tokenize.pairs import PairTokenizer
 from prefdata.tokenize.settings import TokenizeSettings
+
+if TYPE_CHECKING:  # imported where a tokenizer is used: text-only validate starts without it (issue 45)
+    from prefdata.tokenize.pairs import PairTokenizer
 
 # Chunks of a size that keeps every worker busy to the end: tokenizing a row costs up to
 # milliseconds, so a 4 MiB chunk would leave the other workers idle at the end of the input.

@@ -347,14 +347,8 @@ def write_datasets_metadata(
     directory: Path, schema: pa.Schema, data_files: list[dict[str, str]], fingerprint: str, description: str = ""
 ) -> None:
     """The two small JSON files that make `datasets.load_from_disk(OUT)` work."""
-    from datasets import Features
-
-    features = Features.from_arrow_schema(schema)
-    if "images" in schema.names and schema.field("images").type == IMAGES_TYPE:
-        from datasets import Image, List
-
-        features["images"] = List(Image())  # load_from_disk(OUT) gives the images, decoded on access
-    info = {"citation": "", "description": description, "features": features.to_dict(), "homepage": "", "license": ""}
+    info = {"citation": "", "description": description, "features": features_dict(schema), "homepage": "",
+            "license": ""}
     state = {
         "_data_files": data_files,
         "_fingerprint": fingerprint,
@@ -366,3 +360,39 @@ def write_datasets_metadata(
     }
     (directory / "dataset_info.json").write_text(json.dumps(info, indent=2, sort_keys=True), encoding="utf-8")
     (directory / "state.json").write_text(json.dumps(state, indent=2, sort_keys=True), encoding="utf-8")
+
+
+# Arrow types datasets describes as Value(dtype): the dtype is the type's own name, but for these.
+_VALUE_NAMES = {"float": "float32", "double": "float64", "halffloat": "float16"}
+_VALUE_TYPES = frozenset(
+    [pa.string(), pa.large_string(), pa.binary(), pa.large_binary(), pa.bool_(), pa.null(), pa.int8(), pa.int16(),
+     pa.int32(), pa.int64(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(), pa.float16(), pa.float32(),
+     pa.float64()]
+)
+
+
+def features_dict(schema: pa.Schema) -> dict[str, Any]:
+    """`datasets.Features.from_arrow_schema(schema).to_dict()` (images as `List(Image())`, which
+    load_from_disk decodes on access), built by hand for the types prepare writes: importing datasets
+    costs prepare ~0.6 s of start-up (issue 45). Other types (and schemas carrying datasets' own
+    metadata) still ask datasets."""
+    features = {field.name: _feature(field.type) for field in schema}
+    if schema.metadata or any(feature is None for feature in features.values()):
+        from datasets import Features
+
+        features = Features.from_arrow_schema(schema).to_dict()
+    if "images" in schema.names and schema.field("images").type == IMAGES_TYPE:
+        features["images"] = {"_type": "List", "feature": {"_type": "Image"}}
+    return features
+
+
+def _feature(kind: pa.DataType) -> dict[str, Any] | None:
+    if kind in _VALUE_TYPES:
+        return {"_type": "Value", "dtype": _VALUE_NAMES.get(str(kind), str(kind))}
+    if pa.types.is_struct(kind):
+        fields = {field.name: _feature(field.type) for field in kind}
+        return None if any(feature is None for feature in fields.values()) else fields
+    if pa.types.is_list(kind):
+        item = _feature(kind.value_type)
+        return None if item is None else {"_type": "List", "feature": item}
+    return None
