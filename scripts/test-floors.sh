@@ -47,5 +47,5 @@ print("test-floors: " + ", ".join(f"{m[1]} {m[2]}" for m in re.finditer(r"^([A-Z
 PYEOF
 exec "$PY" -m pytest -q -p no:cacheprovider \
   tests/tokenize tests/io tests/checks tests/report tests/prepare tests/validate \
-  tests/test_prepare.py tests/test_refs.py tests/test_schema.py tests/test_show.py tests/test_cli.py tests/test_floors.py \
-  tests/select tests/test_trajectories.py tests/test_pairing_sweet_spot.py
+  tests/prepare/test_prepare.py tests/refs/test_refs.py tests/core/test_schema.py tests/test_show.py tests/test_cli.py tests/test_floors.py \
+  tests/select tests/tokenize/test_trajectories.py tests/sets/test_pairing_sweet_spot.py

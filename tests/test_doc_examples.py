@@ -149,7 +149,7 @@ REWRITES = {
 }
 # Lines no test runs, and why (a substring of the line -> the reason).
 SKIPPED = {
-    "torchrun ": "8 processes on 8 GPUs; tests/test_torchrun.py runs refs and train under torchrun on CPU",
+    "torchrun ": "8 processes on 8 GPUs; tests/train/test_torchrun.py runs refs and train under torchrun on CPU",
     "pip install ": "needs the package index; tests/test_wheel_install.py installs the wheel built from this tree",
     "make test": "the whole test suite, which holds this test",
     "python bench/": "benchmarks: minutes each; bench/README.md gives their figures and how to run them",

@@ -2,7 +2,7 @@
 
 The CLI (prefdata.cli), the config loader (prefdata.settings.config), `--help` and the docs' flag tables
 (docs/cli.md, docs/commands.md's tables) are made from these classes. Each command's function takes the same
-names as keywords, or the whole object as `settings=` (tests/test_settings.py keeps both in step).
+names as keywords, or the whole object as `settings=` (tests/settings/test_settings.py keeps both in step).
 
 Shared groups of flags (the chat template, pairing, decontamination...) are small dataclasses that a
 command's settings inherit (prefdata.settings.options), so a flag that several commands have is written

@@ -4,7 +4,7 @@ A command's settings are one dataclass (prefdata.settings.commands). Each field 
 name (the Python keyword and the TOML key), its type, its default and its help text; the metadata adds
 the flag, metavar, parser and `--help` section. The CLI's argparse parser, the TOML keys the config
 loader accepts, the `--help` text and the docs' flag tables are all made from these fields, so the
-four cannot drift apart (tests/test_settings.py checks the function signatures and docs against them).
+four cannot drift apart (tests/settings/test_settings.py checks the function signatures and docs against them).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 A Markdown file holds a generated table between `<!-- flags: COMMAND -->` and `<!-- /flags -->`;
 docs/cli.md is the whole reference. `python -m prefdata.settings.tables` rewrites them after a setting
-changes; tests/test_settings.py fails while they differ from the declaration.
+changes; tests/settings/test_settings.py fails while they differ from the declaration.
 """
 
 from __future__ import annotations

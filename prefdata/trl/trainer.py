@@ -30,7 +30,7 @@ and training loop and changes only what the data needs:
   `ImagePairCollator` (prefdata.trl.collator) adds the images' pixel values (and image sizes or grids)
   through the processor. The processor given must be the one OUT was prepared with (its fingerprint).
 
-TRL internals relied on (tests/test_trl.py::test_trl_internals_the_hand_off_relies_on and
+TRL internals relied on (tests/trl/test_trl.py::test_trl_internals_the_hand_off_relies_on and
 tests/vision/test_trl_vision_handoff.py::test_trl_vision_internals_the_hand_off_relies_on fail on a TRL
 that changes them): `DPOTrainer._prepare_dataset(dataset, processing_class, args, dataset_name)`,
 `DPOTrainer._precompute_ref_logps(dataset, name, batch_size)`, `trl.trainer.dpo_trainer.hash_module`,
@@ -38,7 +38,7 @@ the collator passing `ref_*_logps` through, `_compute_loss` reading them when
 `precompute_ref_log_probs` is set, and for image OUTs the `_is_vision_dataset` attribute and
 `_set_signature_columns_if_needed`; for per-token loss masks, `DataCollatorForPreference`'s layout
 (rows [chosen..., rejected...], each prompt + completion, right-padded) and `_compute_loss` summing
-where `completion_mask` is 1 (tests/test_trajectories.py::test_trl_hand_off_trains_on_the_masked_tokens_only).
+where `completion_mask` is 1 (tests/tokenize/test_trajectories.py::test_trl_hand_off_trains_on_the_masked_tokens_only).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from prefdata.core.records import RawRecord
 from prefdata.io.formats import normalize_record
 from prefdata.report.render_common import FLAG_MEANINGS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "examples" / "agent" / "trajectories.jsonl"
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from prefdata.report.render_text import render_text
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "pairs"
 THIRD_PARTY = ("Loading weights", "Writing model shards", "Saving the dataset", "[transformers]", "it/s]")
 

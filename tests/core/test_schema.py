@@ -17,7 +17,7 @@ from prefdata.core.schema import PreparedPairs, ScoredPairs, ScoredTokenPairs, T
 from prefdata.prepare import prepare
 from prefdata.refs import compute_refs
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "pairs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pairs"
 
 
 def read(out: Path) -> pl.DataFrame:

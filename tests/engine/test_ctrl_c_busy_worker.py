@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads worker pr
 
 HUGE_MB = 40  # tokenizing it keeps a worker busy for 15-30 s on a laptop core, far past EXIT_WITHIN_S
 EXIT_WITHIN_S = 5.0  # "a few seconds", with room for a loaded CI machine
-_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+_ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
 
 
 def _write_slow_input(path: Path) -> None:

@@ -16,7 +16,7 @@ from prefdata.checks.policy import BUNDLED_POLICIES, DEFAULT_POLICY_TOML, load_p
 from prefdata.cli import main
 from prefdata.core.errors import PrefdataError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ROWS = [
     {"prompt": "Question one?", "chosen": "A careful answer to one.", "rejected": "Nope, sorry."},
     {"prompt": "Question two?", "chosen": "same", "rejected": "same"},  # identical: drop by default, error in pr

@@ -12,7 +12,7 @@ from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
 from prefdata.prepare import prepare
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "pairs"
 
 

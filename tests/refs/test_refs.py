@@ -24,7 +24,7 @@ from prefdata.core.errors import PrefdataError
 from prefdata.io.manifest import read_manifest, tokenizer_fingerprint, write_manifest
 from prefdata.refs import swap as refs_swap
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 N_ROWS = 24
 
 

@@ -418,7 +418,7 @@ def test_on_policy_scores_only_the_model_turns_of_a_trajectory(tmp_path):
     from transformers import AutoModelForCausalLM
 
     from prefdata.select import _policy_pass
-    from tests.test_trajectories import ROWS, _write
+    from tests.tokenize.test_trajectories import ROWS, _write
     from prefdata.tiny import build_tiny_model, build_tiny_tokenizer
     from prefdata.tiny.text import REASONING_TEMPLATE
 

@@ -19,7 +19,7 @@ from prefdata.settings.commands import COMMANDS, PrepareSettings
 from prefdata.settings.config import load_settings
 from prefdata.settings.declare import declared, names
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Every flag each command had before the settings were declared once (flag:setting), so none is lost.
 FLAGS_BEFORE = {

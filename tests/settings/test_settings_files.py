@@ -12,7 +12,7 @@ import pytest
 
 from prefdata.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "pairs"
 
 

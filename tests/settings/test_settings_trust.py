@@ -15,7 +15,7 @@ import pytest
 
 from prefdata.cli import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PR_COMMAND = ["validate", "data", "--policy", "pr", "--format", "github", "--no-progress"]
 
 EVIL_CODE = """import pathlib

@@ -18,7 +18,7 @@ import pytest
 from prefdata.cli import main
 from prefdata.show import LOSS_CLOSE, LOSS_OPEN, show_row
 
-QWEN3_TEMPLATE = Path(__file__).resolve().parent / "fixtures" / "qwen3_chat_template.jinja"
+QWEN3_TEMPLATE = Path(__file__).resolve().parents[1] / "fixtures" / "qwen3_chat_template.jinja"
 TOOLS = [{"type": "function", "function": {"name": name, "description": name, "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}} for name in ("get_weather", "get_time")]
 

@@ -305,7 +305,7 @@ def test_a_trajectory_too_long_to_mask_is_refused_in_one_line():
 
 
 def test_the_shipped_agent_example_prepares_with_a_real_template(tmp_path, shared_tokenizer):
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     out = tmp_path / "out"
     result = prepare(repo / "examples" / "agent" / "trajectories.jsonl", out,
                      tokenizer=shared_tokenizer("qwen2.5-instruct"), progress=False, workers=1)

@@ -24,11 +24,11 @@ import torch
 
 from prefdata.refs import REF_COLUMNS, compute_refs
 from prefdata.train.recipe import train
-from tests.test_refs import make_out as make_ids_out
+from tests.refs.test_refs import make_out as make_ids_out
 from tests.train.test_train import CHOSEN, PROMPTS, REJECTED
 from tests.train.test_train import make_out as make_train_out
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess:

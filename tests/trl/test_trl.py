@@ -25,7 +25,7 @@ from prefdata.core.errors import PrefdataError  # noqa: E402
 from prefdata.prepare import prepare  # noqa: E402
 from prefdata.refs import compute_refs  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MAX_LENGTH = 40
 
 _QUESTIONS = [
