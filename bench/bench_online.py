@@ -422,8 +422,11 @@ def main() -> int:
         if args.smollm2:  # a real model's learning rate; sized for a quiet machine (about 2 hours on 2 CPU cores, estimated)
             learn_defaults = {"prompts": 16, "max_new_tokens": 32, "lr": 2e-5, "rounds": 2, "batch_pairs": 2,
                               "eval_samples": 4}
+        # A flag typed on the command line wins, even where its value equals the parser's default.
+        typed = {action.dest for action in parser._actions for opt in action.option_strings
+                 if any(arg == opt or arg.startswith(opt + "=") for arg in sys.argv[1:])}
         for key, value in learn_defaults.items():
-            if getattr(args, key) == parser.get_default(key):
+            if key not in typed:
                 setattr(args, key, value)
         quiet = {"TRANSFORMERS_VERBOSITY": "error", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
                  "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
