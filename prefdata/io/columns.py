@@ -125,7 +125,8 @@ def _ids_array(values: list[Any]) -> pa.Array | None:
     # buffer by extend() reallocates, and for one huge row, a 10 MB reasoning trace of 9 M ids, held
     # two copies at once). One C call instead of a numpy slice assignment per row: ~6x faster.
     flat = np.frombuffer(b"".join(values), dtype=np.int32)
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(flat), type=ID_TYPE)
+    items = pa.Array.from_buffers(pa.int32(), len(flat), [None, pa.py_buffer(flat)])
+    return pa.Array.from_buffers(ID_TYPE, len(values), [None, pa.py_buffer(offsets)], children=[items])
 
 
 def _column_array(name: str, values: list[Any]) -> pa.Array:
@@ -142,11 +143,15 @@ def _column_array(name: str, values: list[Any]) -> pa.Array:
     if name == "images" and any(type(v) is list and v and type(v[0]) is dict and "bytes" in v[0] for v in values):
         return pa.array(values, type=IMAGES_TYPE)
     if name in CORE_COLUMNS:
-        return pa.array(values, type=CORE_SCHEMA.field(name).type)
+        return _typed_array(values, CORE_SCHEMA.field(name).type)
     if name in _LOSS_START_COLUMNS:
-        return pa.array(values, type=pa.int32())
+        return _typed_array(values, pa.int32())
     if name in _LOSS_MASK_COLUMNS:
-        return pa.array(values, type=LOSS_MASK_TYPE)
+        return _typed_array(values, LOSS_MASK_TYPE)
+    kind = _plain_type(values)
+    built = None if kind is None else _from_buffers(values, kind)
+    if built is not None:
+        return built
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
@@ -154,10 +159,112 @@ def _column_array(name: str, values: list[Any]) -> pa.Array:
 
 
 def _json_array(values: list[Any]) -> pa.Array:
-    return pa.array(
+    return _typed_array(
         [None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, default=str) for v in values],
-        type=pa.string(),
+        pa.string(),
     )
+
+
+# Columns built from their buffers, without pa.array: pyarrow imports pandas (~0.7 s) the first time
+# pa.array meets anything but an Arrow array, and a small prepare pays it in full (issue 45). Only
+# values of exactly the Python type each Arrow type takes; anything else goes to pa.array, which
+# decides (converts or refuses) as before.
+_PY_TYPES: dict[pa.DataType, tuple[type, Any]] = {
+    pa.string(): (str, None), pa.int64(): (int, np.int64), pa.int32(): (int, np.int32),
+    pa.int8(): (int, np.int8), pa.float64(): (float, np.float64), pa.bool_(): (bool, np.bool_),
+}
+
+
+def _typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
+    built = _from_buffers(values, kind)
+    return built if built is not None else pa.array(values, type=kind)
+
+
+def _plain_type(values: list[Any]) -> pa.DataType | None:
+    """The type pa.array infers for `values` where that is plain (one Python scalar type, or dicts with
+    the same keys in the same order over such values); None where pa.array must decide."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    first = type(present[0])
+    if any(type(v) is not first for v in present):
+        return None
+    if first is dict:
+        keys = list(present[0])
+        if not keys or any(list(v) != keys for v in present):
+            return None
+        fields = [(key, _plain_type([None if v is None else v[key] for v in values])) for key in keys]
+        return None if any(kind is None for _, kind in fields) else pa.struct(fields)
+    return {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}.get(first)
+
+
+# A struct's null row: pa.array gives its fields an empty value (0, "", []), not a null.
+_EMPTY = object()
+
+
+def _validity(values: list[Any]) -> tuple[pa.Buffer | None, int]:
+    missing = np.fromiter((v is None for v in values), dtype=np.bool_, count=len(values))
+    nulls = int(missing.sum())
+    if not nulls:
+        return None, 0
+    return pa.py_buffer(np.packbits(~missing, bitorder="little")), nulls
+
+
+def _from_buffers(values: list[Any], kind: pa.DataType) -> pa.Array | None:
+    """`values` as an array of `kind`, or None where some value is not what `kind` takes as is."""
+    count = len(values)
+    bitmap, nulls = _validity(values)
+    if pa.types.is_struct(kind):
+        names = [field.name for field in kind]
+        if any(v is not None and v is not _EMPTY and (type(v) is not dict or not v.keys() <= set(names))
+               for v in values):
+            return None
+        children = [_from_buffers([_EMPTY if v is None or v is _EMPTY else v.get(name) for v in values],
+                                  kind.field(name).type) for name in names]
+        if any(child is None for child in children):
+            return None
+        return pa.Array.from_buffers(kind, count, [bitmap], null_count=nulls, children=children)
+    if pa.types.is_list(kind):
+        lists = [() if v is None or v is _EMPTY else v for v in values]
+        if any(type(v) is not list for v in lists if v != ()):
+            return None
+        child = _from_buffers([item for v in lists for item in v], kind.value_type)
+        offsets = _offsets([len(v) for v in lists])
+        if child is None or offsets is None:
+            return None
+        return pa.Array.from_buffers(kind, count, [bitmap, offsets], null_count=nulls, children=[child])
+    py_type, dtype = _PY_TYPES.get(kind, (None, None))
+    if py_type is None or any(v is not None and v is not _EMPTY and type(v) is not py_type for v in values):
+        return None
+    if py_type is str:
+        return _strings(values, count, bitmap, nulls)
+    try:
+        data = np.array([py_type() if v is None or v is _EMPTY else v for v in values], dtype=dtype)
+    except OverflowError:
+        return None
+    if py_type is bool:
+        data = np.packbits(data, bitorder="little")
+    return pa.Array.from_buffers(kind, count, [bitmap, pa.py_buffer(data)], null_count=nulls)
+
+
+def _offsets(lengths: list[int]) -> pa.Buffer | None:
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] > np.iinfo(np.int32).max:  # over 2 GiB in one batch: pa.array splits or refuses
+        return None
+    return pa.py_buffer(offsets.astype(np.int32))
+
+
+def _strings(values: list[Any], count: int, bitmap: pa.Buffer | None, nulls: int) -> pa.Array | None:
+    try:
+        encoded = [b"" if v is None or v is _EMPTY else v.encode() for v in values]
+    except UnicodeEncodeError:  # a lone surrogate: pa.array reports it
+        return None
+    offsets = _offsets([len(b) for b in encoded])
+    if offsets is None:
+        return None
+    return pa.Array.from_buffers(pa.string(), count, [bitmap, offsets, pa.py_buffer(b"".join(encoded))],
+                                 null_count=nulls)
 
 
 def _split_messages(row: dict[str, Any]) -> dict[str, Any]:
