@@ -2,15 +2,17 @@
 
     python bench/bench_startup.py                      # this tree, 5 runs of each command
     python bench/bench_startup.py --before ../old/     # the same commands on another tree's prefdata, alternated
+    python bench/bench_startup.py --before 6c01d35     # ... or on a git revision's prefdata/ (git archive)
 
 Runs each command as a fresh `python -m prefdata ...` process: the first N rows of the UltraFeedback
 sample (default 50; ../shared/assets/data/ultrafeedback-sample/train.jsonl) validated text-only,
 validated with `--tokenizer`, and prepared with `--workers 1`. Prints each command's best and median
 wall time and its CPU time (user + sys of the process and its children), then one extra run under
 `python -X importtime` for what does not depend on the machine's load: how many modules were imported,
-the summed import time, and whether torch was among them. `--before DIR` puts DIR (a directory holding
-another tree's `prefdata/` package) first on PYTHONPATH for the B runs; A and B alternate run by run,
-so a change in the machine's load reaches both.
+the summed import time, and which of torch, pandas and datasets were among them. `--before DIR`
+puts DIR (a directory holding another tree's `prefdata/` package, or a git revision of this
+repository, exported to a temporary directory) first on PYTHONPATH for the B runs; A and B alternate run by run, so a change in the
+machine's load reaches both. On a loaded machine compare the CPU medians, not wall times.
 """
 
 from __future__ import annotations
@@ -47,6 +49,20 @@ def _env(before: str | None) -> dict[str, str]:
     return env
 
 
+def _before_dir(before: str, work: Path) -> str:
+    """`before` as a directory holding a prefdata/ package: itself, or a git revision's prefdata/."""
+    if Path(before).is_dir():
+        return str(Path(before).resolve())
+    target = work / "before"
+    target.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", before, "prefdata"], capture_output=True, check=False)
+    if archive.returncode != 0:
+        sys.exit(f"bench_startup: --before {before}: neither a directory nor a git revision "
+                 f"({archive.stderr.decode(errors='replace').strip()})")
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return str(target)
+
+
 def _timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     start_cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
@@ -58,13 +74,16 @@ def _timed(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     return wall, cpu
 
 
-def _imports(args: list[str], env: dict[str, str]) -> tuple[int, float, bool]:
+HEAVY = ("torch", "pandas", "datasets")  # none of them needed unless a model is loaded (issue 45)
+
+
+def _imports(args: list[str], env: dict[str, str]) -> tuple[int, float, list[str]]:
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "prefdata", *args], env=env,
                           cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True, check=False)
     rows = [m for m in map(_IMPORT_LINE.match, done.stderr.splitlines()) if m]
     names = {m[4] for m in rows}
-    return len(rows), sum(int(m[1]) for m in rows) / 1e6, "torch" in names
+    return len(rows), sum(int(m[1]) for m in rows) / 1e6, [name for name in HEAVY if name in names]
 
 
 def main() -> None:
@@ -73,7 +92,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--tokenizer", default=str(SHARED / "tokenizers" / "qwen2.5-instruct"))
     parser.add_argument("--data", default=str(SHARED / "data" / "ultrafeedback-sample" / "train.jsonl"))
-    parser.add_argument("--before", default=None, help="a directory holding another tree's prefdata/ package")
+    parser.add_argument("--before", default=None,
+                        help="a directory holding another tree's prefdata/ package, or a git revision")
     args = parser.parse_args()
     if not Path(args.data).is_file() or not Path(args.tokenizer).is_dir():
         sys.exit(f"bench_startup: needs {args.data} and {args.tokenizer} (../shared/assets)")
@@ -84,7 +104,7 @@ def main() -> None:
             sink.write(line)
     sides = {"A (this tree)": _env(None)}
     if args.before:
-        sides["B (--before)"] = _env(str(Path(args.before).resolve()))
+        sides["B (--before)"] = _env(_before_dir(args.before, work))
     print(f"{args.rows} rows, tokenizer {Path(args.tokenizer).name}, {args.runs} runs after one warm-up, "
           f"load average {os.getloadavg()[0]:.1f} at the start")
     for name, command in _commands(data, args.tokenizer, work / "out").items():
@@ -97,10 +117,10 @@ def main() -> None:
         for side, env in sides.items():
             walls = [w for w, _ in results[side]]
             cpus = [c for _, c in results[side]]
-            modules, import_s, torch = _imports(command, env)
+            modules, import_s, heavy = _imports(command, env)
             print(f"{name:24s} {side:14s} wall best {min(walls):5.2f} s, median {statistics.median(walls):5.2f} s; "
                   f"CPU median {statistics.median(cpus):5.2f} s; {modules} modules imported in {import_s:4.2f} s"
-                  f"{', torch among them' if torch else ', no torch'}")
+                  f"{'; among them ' + ', '.join(heavy) if heavy else '; no ' + '/'.join(HEAVY)}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
 

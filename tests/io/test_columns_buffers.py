@@ -28,8 +28,8 @@ CASES = {
     "messages": ([[{"role": "user", "content": "hi"}, {"role": "assistant", "content": None}], None, [],
                   [{"role": "user"}]], messages_type()),
     "tool calls": ([[{"role": "assistant", "content": "", "tool_calls": [
-        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}], [{"role": "tool", "content": "x"}]],
-        messages_type({"tool_calls"})),
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}],
+        [{"role": "tool", "content": "x"}]], messages_type({"tool_calls"})),
 }
 
 

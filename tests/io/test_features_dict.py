@@ -38,7 +38,8 @@ def test_images_are_described_as_datasets_images():
 
 
 def test_types_not_built_by_hand_are_still_described_by_datasets():
-    schema = pa.schema([("when", pa.timestamp("s")), ("fixed", pa.list_(pa.int8(), 3)), ("ids", pa.large_list(pa.int32()))])
+    schema = pa.schema([("when", pa.timestamp("s")), ("fixed", pa.list_(pa.int8(), 3)),
+                        ("ids", pa.large_list(pa.int32()))])
     assert _feature(schema.field("when").type) is None
     assert features_dict(schema) == Features.from_arrow_schema(schema).to_dict()
 
