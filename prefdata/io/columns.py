@@ -247,7 +247,7 @@ def _from_buffers(values: list[Any], kind: pa.DataType) -> pa.Array | None:
     return pa.Array.from_buffers(kind, count, [bitmap, pa.py_buffer(data)], null_count=nulls)
 
 
-def _offsets(lengths: list[int]) -> pa.Buffer | None:
+def _offsets(lengths: Any) -> pa.Buffer | None:
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     if offsets[-1] > np.iinfo(np.int32).max:  # over 2 GiB in one batch: pa.array splits or refuses
@@ -257,10 +257,10 @@ def _offsets(lengths: list[int]) -> pa.Buffer | None:
 
 def _strings(values: list[Any], count: int, bitmap: pa.Buffer | None, nulls: int) -> pa.Array | None:
     try:
-        encoded = [b"" if v is None or v is _EMPTY else v.encode() for v in values]
+        encoded = [v.encode() if type(v) is str else b"" for v in values]
     except UnicodeEncodeError:  # a lone surrogate: pa.array reports it
         return None
-    offsets = _offsets([len(b) for b in encoded])
+    offsets = _offsets(np.fromiter(map(len, encoded), dtype=np.int64, count=count))
     if offsets is None:
         return None
     return pa.Array.from_buffers(pa.string(), count, [bitmap, offsets, pa.py_buffer(b"".join(encoded))],
