@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both set up .venv first.
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-floors bench bench-gpu smollm2
+.PHONY: setup demo test test-floors bench bench-gpu smollm2 demo-real
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,11 @@ test-floors:
 # SmolLM2-135M-Instruct as a float32 model, once, in ~/.cache/prefdata (or $$PREFDATA_SMOLLM2_DIR): tests/real_model.
 smollm2: setup
 	$(PY) scripts/get_smollm2.py
+
+# prepare -> refs -> train -> held-out reward accuracy on SmolLM2-135M-Instruct and real UltraFeedback pairs
+# from ../shared, on CPU (scripts/demo_real.py). Not run in CI.
+demo-real: smollm2
+	$(PY) scripts/demo_real.py
 
 bench: setup
 	$(PY) bench/bench_prepare.py --quick

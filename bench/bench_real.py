@@ -13,7 +13,7 @@ pairs whose chosen reward beats the rejected one) and mean margin, before (polic
 every margin 0) and after, plus each trainer's time per step (in process, the same clocks as
 bench/bench_train.py).
 
-    python bench/bench_real.py                          # 96 pairs, 3 seeds (~25-35 min on 2 cores)
+    python bench/bench_real.py                          # 96 pairs, 3 seeds (not yet run at this size)
     python bench/bench_real.py --pairs 64 --seeds 0,1,2 --max-length 192
 
 The helpers (prepare_with_refs, train_prefdata, train_trl) also serve
@@ -235,6 +235,9 @@ def main() -> None:
           f"{before['accuracy']:.3f} | {before['margin']:+.3f} | |")
     for name, runs in results.items():
         print(_row(name, runs))
+    ours, theirs = ([r["s_per_step"] for r in runs] for runs in results.values())
+    print(f"\ntime per step, TRL / prefdata (CPU s, median over seeds): "
+          f"{statistics.median(theirs) / statistics.median(ours):.2f}x")
 
 
 if __name__ == "__main__":

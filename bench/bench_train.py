@@ -24,6 +24,7 @@ times the mean cost of a pair).
 
     python bench/bench_train.py --data both          # CPU (~10 min on 2 busy cores); GPU if CUDA
     python bench/bench_train.py --data hh --pairs 32
+    python bench/bench_train.py --smollm2            # real model (make smollm2), real UltraFeedback pairs
 
 The GPU section (Qwen2.5-0.5B shape, bf16) runs only when CUDA is available, and otherwise prints
 "not measured (no GPU)".
@@ -395,6 +396,10 @@ def section(name: str, style: str, tokenizer_dir: Path, shape: dict, pairs: int,
         for row in rows:
             results[row] = run_child(row, out, model_dir, work, batch_pairs, device)
             print(f"[{style}] {row}: {results[row]}", file=sys.stderr, flush=True)
+    return table_lines(name, rows, results)
+
+
+def table_lines(name: str, rows: list[str], results: dict[str, dict]) -> list[str]:
     base = results["trl"]["tokens_per_cpu_s"]
     floor = results.get("floor", {}).get("tokens_per_cpu_s")
     lines = []
@@ -409,6 +414,30 @@ def section(name: str, style: str, tokenizer_dir: Path, shape: dict, pairs: int,
     return lines
 
 
+REAL_ROWS = "trl,plain,padded-pairs,packed-pairs,shared-pairs"
+
+
+def real_section(pairs: int, batch_pairs: int, rows: list[str]) -> list[str]:
+    """The rows on SmolLM2-135M-Instruct (`make smollm2`), fp32 on CPU, over the first `pairs` real
+    UltraFeedback rows of ../shared prepared with its chat template (max length 192, prompt 96)."""
+    import torch
+    from bench_real import UF_SAMPLE, prepare_with_refs, smollm2_dir
+
+    model_dir = smollm2_dir()
+    if model_dir is None or not UF_SAMPLE.is_file():
+        sys.exit("--smollm2 needs the converted model (make smollm2) and ../shared's UltraFeedback sample")
+    lines = UF_SAMPLE.read_text(encoding="utf-8").splitlines()[:pairs]
+    with tempfile.TemporaryDirectory(prefix="bench-train-real-") as tmp:
+        work = Path(tmp)
+        out = prepare_with_refs(lines, work / "out", model_dir, 192, 96)
+        results = {}
+        for row in rows:
+            results[row] = run_child(row, out, model_dir, work, batch_pairs, "cpu")
+            print(f"[smollm2] {row}: {results[row]}", file=sys.stderr, flush=True)
+    name = f"CPU ({torch.get_num_threads()} threads), real UltraFeedback, SmolLM2-135M-Instruct fp32"
+    return table_lines(name, rows, results)
+
+
 def main() -> None:
     import torch
 
@@ -418,6 +447,9 @@ def main() -> None:
     parser.add_argument("--batch-pairs", type=int, default=4)
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated subset of: " + ", ".join(ROWS))
     parser.add_argument("--gpu-pairs", type=int, default=256)
+    parser.add_argument("--smollm2", action="store_true",
+                        help="only the real-model rows: SmolLM2-135M-Instruct (make smollm2) on real UltraFeedback "
+                             f"pairs (default --pairs 16, --rows {REAL_ROWS})")
     for flag in ("--child", "--out", "--model", "--work", "--result"):
         parser.add_argument(flag, help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
@@ -444,6 +476,12 @@ def main() -> None:
         "peak RSS growth | vs TRL fp32 (CPU time) | floor / this |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    if args.smollm2:
+        real_rows = [r for r in (args.rows if args.rows != ",".join(ROWS) else REAL_ROWS).split(",") if r]
+        if "trl" not in real_rows:
+            real_rows.insert(0, "trl")
+        print("\n".join(table[:2] + real_section(args.pairs or 16, args.batch_pairs, real_rows)))
+        return
     styles = ["uf", "hh"] if args.data == "both" else [args.data]
     cpu_shape = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                      intermediate_size=512)

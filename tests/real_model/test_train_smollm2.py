@@ -8,9 +8,8 @@ TOL over N_STEPS steps. The two differ only in float summation order (prefdata r
 rows with the prompt shared by both halves; TRL runs right-padded halves), and AdamW's first steps
 turn tiny gradient differences into lr-sized ones: seen on 2 CPU cores, loss and rewards agreed
 within 4e-6 over the 5 steps; TOL leaves 25x room for other BLAS kernels. Step 1's reward accuracy
-is left out: every
-margin is 0 up to float noise there (TRL's padded forward against refs stored from prefdata's shared
-one), so each side counts the tie by its own noise.
+is left out: every margin is 0 up to float noise there (TRL's padded forward against refs stored
+from prefdata's shared one), so each side counts the tie by its own noise.
 
 The model comes from `make smollm2` (skips with one line without it). Ten pairs at --max-length 160,
 batches of 2: 37 minutes on this project's 2 shared cores under load 15-20 (CPU time ~6 min), so
