@@ -24,9 +24,7 @@ MANY_PARAMETERS = {
 # "path:qualified name" -> why it may run longer
 LONG_FUNCTIONS: dict[str, str] = {}
 # "path" -> why it may be longer
-LONG_MODULES = {
-    "prefdata/tokenize/pairs.py": "to split (its tokenizing loop was being optimized at the same time)",
-}
+LONG_MODULES: dict[str, str] = {}
 
 
 def _functions(tree: ast.AST, prefix: str = ""):

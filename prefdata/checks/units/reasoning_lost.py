@@ -14,7 +14,7 @@ CHECK = Check(
         "the row carries reasoning, tool calls, tool turns (a tool result) or tools that its rendered tokens "
         "do not contain (the template drops them), judged on each part's own render"
     ),
-    raised_by=("prefdata.tokenize.pairs:PairTokenizer._plain_texts", "prefdata.tokenize.pairs:PairTokenizer._split_render"),
+    raised_by=("prefdata.tokenize.render_pairs:PairRendering._plain_texts", "prefdata.tokenize.render_pairs:PairRendering._split_render"),
     tokens=True,
     cause="template",
     rank=0,

@@ -14,7 +14,7 @@ CHECK = Check(
         "a system (or `developer`) message's text is not in the rendered tokens: the template ignores it "
         "(SmolLM3 reads only a first system message)"
     ),
-    raised_by=("prefdata.tokenize.pairs:PairTokenizer._split_render",),
+    raised_by=("prefdata.tokenize.render_pairs:PairRendering._split_render",),
     tokens=True,
     note=(
         "a system or developer message the template does not render (SmolLM3 reads only a first one)"

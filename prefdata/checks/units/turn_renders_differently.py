@@ -14,7 +14,7 @@ CHECK = Check(
         "an assistant turn of a completion renders differently once a later turn follows, and could not be "
         "located in the full render: its loss mask may miss part of that turn"
     ),
-    raised_by=("prefdata.tokenize.pairs:PairTokenizer._spans_of",),
+    raised_by=("prefdata.tokenize.render_pairs:PairRendering._spans_of",),
     tokens=True,
     note=(
         "a turn the template renders differently once later turns follow, not located: its mask may miss it"
