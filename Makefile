@@ -1,7 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both set up .venv first.
 PY := .venv/bin/python
 
-.PHONY: setup demo test test-floors bench bench-gpu smollm2 demo-real
+.PHONY: setup trainer-venvs demo test test-floors bench bench-gpu smollm2 demo-real
 
 setup:
 	@bash scripts/setup.sh
@@ -9,8 +9,14 @@ setup:
 demo: setup
 	$(PY) -m prefdata.tiny.demo
 
-test: setup
+test: setup trainer-venvs
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# LLaMA-Factory's and axolotl's own venvs (.venv-llamafactory, .venv-axolotl: CPU torch, their pinned releases),
+# where tests/trainers runs `validate --trainer llamafactory|axolotl`: about 3.2 GB and a few minutes, once.
+# The tests only: a user of either trainer points --trainer-python at the venv they train in.
+trainer-venvs:
+	@bash scripts/trainer-venv.sh llamafactory axolotl
 
 # The data-path tests (read, tokenize, check, report, prepare, validate, show, refs, select, trajectories) once more at the
 # lowest releases pyproject.toml allows (scripts/floors.txt), in a second venv, .venv-floors.

@@ -19,7 +19,6 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 PIP="$PY -m pip --disable-pip-version-check"
-bash scripts/trainer-venv.sh llamafactory axolotl  # trainers' own venvs (.venv-NAME), for validate --trainer NAME tests
 
 stamp="$VENV/.prefdata-setup"
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
