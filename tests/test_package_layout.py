@@ -89,3 +89,13 @@ def test_no_module_imports_itself_back():
 def test_the_top_level_holds_the_cli_and_its_entry_points_only():
     loose = sorted(path.name for path in PACKAGE.glob("*.py"))
     assert set(loose) == TOP_LEVEL_MODULES, "a module lives in the part it serves (docs/architecture.md)"
+
+
+def test_no_test_folder_is_named_like_a_package_the_tests_import():
+    # pytest puts tests/ on sys.path (its top-level test files have no __init__.py), so a folder tests/trl/
+    # is importable as a namespace package `trl`: where TRL is not installed (the floors venv), `import trl`
+    # then succeeds with an empty module and importorskip("trl") no longer skips.
+    imported = {"trl", "ray", "torch", "transformers", "datasets", "peft", "openrlhf", "llamafactory", "axolotl",
+                "vllm", "pyarrow", "polars", "pandera", "numpy", "gguf", "PIL", "accelerate", "tokenizers"}
+    folders = {p.name for p in (Path(__file__).parent).iterdir() if p.is_dir()}
+    assert not folders & imported, f"rename tests/{sorted(folders & imported)[0]}/ (it shadows the package of that name)"

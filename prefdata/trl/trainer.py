@@ -30,7 +30,7 @@ and training loop and changes only what the data needs:
   `ImagePairCollator` (prefdata.trl.collator) adds the images' pixel values (and image sizes or grids)
   through the processor. The processor given must be the one OUT was prepared with (its fingerprint).
 
-TRL internals relied on (tests/trl/test_trl.py::test_trl_internals_the_hand_off_relies_on and
+TRL internals relied on (tests/trl_handoff/test_trl.py::test_trl_internals_the_hand_off_relies_on and
 tests/vision/test_trl_vision_handoff.py::test_trl_vision_internals_the_hand_off_relies_on fail on a TRL
 that changes them): `DPOTrainer._prepare_dataset(dataset, processing_class, args, dataset_name)`,
 `DPOTrainer._precompute_ref_logps(dataset, name, batch_size)`, `trl.trainer.dpo_trainer.hash_module`,

@@ -12,7 +12,7 @@ import datasets  # noqa: E402
 import torch  # noqa: E402
 
 from prefdata.core.errors import PrefdataError  # noqa: E402
-from tests.trl.test_trl import _config, _plain_logps, other_policy_dir, prepared, with_refs  # noqa: E402,F401
+from tests.trl_handoff.test_trl import _config, _plain_logps, other_policy_dir, prepared, with_refs  # noqa: E402,F401
 
 OFFSETS = [0.0, 1.5, -1.0, 3.0, 0.5, 2.0]
 
