@@ -21,7 +21,14 @@ from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
 from prefdata.io.manifest import require_pairs
 from prefdata.io.out_dir import abandon, load_out_dataset, prepare_output_dir, publish
 from prefdata.trainers.axolotl import TESTED_VERSION
-from prefdata.trainers.export_openrlhf import REF_COLUMNS, TRACE_COLUMNS, _check_places, _text_kind, _write_rows
+from prefdata.trainers.export_common import (
+    REF_COLUMNS,
+    TRACE_COLUMNS,
+    check_places,
+    kept_line,
+    text_kind,
+    write_pair_rows,
+)
 
 DATA_NAME, CONFIG_NAME, RECORD_NAME = "train.jsonl", "axolotl.yaml", "export.json"
 REFS_NOTE = ("reference log-probs: axolotl 0.19.0 trains DPO with TRL 1.9's DPOTrainer, which cannot take precomputed "
@@ -50,13 +57,13 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
     out, target = Path(out_dir), Path(export_dir)
     if trainer_args:
         raise PrefdataError("--trainer-arg: export --trainer axolotl takes none (the config lines follow from OUT)")
-    _check_places(out, target, overwrite)
+    check_places(out, target, overwrite)
     manifest = require_pairs(out, "export")
     table = load_out_dataset(out, "export").data.table
     columns = set(table.column_names)
     if "images" in columns:
         raise PrefdataError(f"{out} holds image pairs; prefdata's axolotl export writes text pairs only")
-    kind = _text_kind(table)
+    kind = text_kind(table)
     if kind == "mixed":
         raise PrefdataError(f"{out} mixes string and conversational rows; one axolotl dataset entry reads one kind: "
                             "prepare the two kinds into separate OUTs and export each")
@@ -65,7 +72,7 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
     keep = [name for name in ("prompt", "chosen", "rejected", *TRACE_COLUMNS) if name in columns]
     staging = prepare_output_dir(target, overwrite, inputs=[out])
     try:
-        rows = _write_rows(table.select(keep), staging / DATA_NAME, as_messages and kind == "strings")
+        rows = write_pair_rows(table.select(keep), staging / DATA_NAME, as_messages and kind == "strings")
         snippet = _snippet(target / DATA_NAME, as_messages, config.get("max_length"))
         notes = _notes(manifest, columns, target / DATA_NAME, as_messages)
         (staging / CONFIG_NAME).write_text(_config_text(out, snippet, notes, manifest), encoding="utf-8")
@@ -113,10 +120,8 @@ def _notes(manifest: dict[str, Any], columns: set[str], data: Path, as_messages:
 
 
 def _config_text(out: Path, snippet: str, notes: list[str], manifest: dict[str, Any]) -> str:
-    accounting = manifest.get("row_accounting") or {}
     return "\n".join([
         f"# axolotl {TESTED_VERSION} config lines for the pairs prefdata kept in {out}",
-        f"# ({accounting.get('rows_out', '?')} kept; {accounting.get('rows_dropped', 0)} dropped and "
-        f"{accounting.get('rows_quarantined', 0)} quarantined records are not in {DATA_NAME})",
+        kept_line(manifest, DATA_NAME),
         "# Paste into your axolotl config (base_model, training settings...), replacing its rl and datasets keys.",
         snippet, "", *(f"# note: {note}" for note in notes), ""])

@@ -15,20 +15,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from prefdata.core.errors import PrefdataError
 from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
 from prefdata.io.manifest import require_pairs
 from prefdata.io.out_dir import abandon, load_out_dataset, prepare_output_dir, publish
-from prefdata.trainers.export_openrlhf import _check_places, _clean, _text_kind
+from prefdata.trainers.export_common import check_places, iter_rows, kept_line, text_kind, without_nulls
 from prefdata.trainers.llamafactory import TESTED_VERSION
 
 DATA_NAME, INFO_NAME, YAML_NAME, RECORD_NAME = "prefdata_dpo.jsonl", "dataset_info.json", "llamafactory.yaml", "export.json"
 DATASET = "prefdata_dpo"  # the entry's name in dataset_info.json: the `dataset:` of the config
 REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
 TRACE_COLUMNS = ("source_file", "source_line")
-_BATCH = 1024  # rows read from OUT at a time (memory stays flat)
 REFS_NOTE = ("reference log-probs: LLaMA-Factory cannot read precomputed ones (its DPO trainer sets "
              "precompute_ref_log_probs = False; a request to read them is wontfix, #4810): it runs a reference model "
              "(ref_model, default the policy) on every batch")
@@ -72,14 +71,14 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
            overwrite: bool) -> ExportResult:
     """Write OUT's kept pairs into DIR as a LLaMA-Factory dataset_dir, with the config lines to read them."""
     out, target = Path(out_dir), Path(export_dir)
-    _check_places(out, target, overwrite)
+    check_places(out, target, overwrite)
     manifest = require_pairs(out, "export")  # finished, ledger matches its files, no symlink out of it
     given = _export_settings(trainer_args)
     table = load_out_dataset(out, "export").data.table
     columns = set(table.column_names)
     if "images" in columns:
         raise PrefdataError(f"{out} holds image pairs; export --trainer llamafactory writes text pairs only")
-    kind = _text_kind(table)
+    kind = text_kind(table)
     if kind == "mixed":
         raise PrefdataError(f"{out} mixes string and conversational rows; one LLaMA-Factory dataset has one format: "
                             "prepare the two kinds into separate OUTs and export each")
@@ -112,15 +111,10 @@ def _entry(conversational: bool) -> dict[str, Any]:
             "columns": {"prompt": "prompt", "chosen": "chosen", "rejected": "rejected"}}
 
 
-def _rows(table: Any) -> Iterator[dict[str, Any]]:
-    for batch in table.to_batches(max_chunksize=_BATCH):
-        yield from batch.to_pylist()
-
-
 def _write_rows(table: Any, path: Path, conversational: bool) -> int:
     count = 0
     with open(path, "w", encoding="utf-8") as handle:
-        for row in _rows(table):
+        for row in iter_rows(table):
             if conversational:
                 row = _sharegpt_row(row)
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -134,7 +128,7 @@ def _where(row: dict[str, Any]) -> str:
 
 def _plain(message: dict[str, Any], row: dict[str, Any]) -> dict[str, Any]:
     """A message as sharegpt reads it: role and string content, nothing else (it reads no other field)."""
-    message = _clean(message)
+    message = without_nulls(message)
     extra = sorted(set(message) - {"role", "content"})
     if extra or not isinstance(message.get("content"), str):
         what = f"its {', '.join(extra)}" if extra else "non-text content"
@@ -200,11 +194,9 @@ def _notes(manifest: dict[str, Any], columns: set[str], given: dict[str, Any], t
 
 
 def _yaml_text(out: Path, config: list[str], notes: list[str], manifest: dict[str, Any]) -> str:
-    accounting = manifest.get("row_accounting") or {}
     return "\n".join([
         f"# LLaMA-Factory {TESTED_VERSION} config lines for the pairs prefdata kept in {out}",
-        f"# ({accounting.get('rows_out', '?')} kept; {accounting.get('rows_dropped', 0)} dropped and "
-        f"{accounting.get('rows_quarantined', 0)} quarantined records are not in {DATA_NAME})",
+        kept_line(manifest, DATA_NAME),
         "# Add them to your training YAML (model_name_or_path, finetuning_type, output_dir, ... are yours),",
         "# then: llamafactory-cli train your_config.yaml",
         "", *config, "", *(f"# note: {note}" for note in notes), "",

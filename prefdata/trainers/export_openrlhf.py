@@ -12,20 +12,25 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from prefdata.core.errors import PrefdataError
 from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
 from prefdata.io.manifest import require_pairs
-from prefdata.io.out_dir import abandon, load_out_dataset, prepare_output_dir, publish, refuse_inputs_inside
+from prefdata.io.out_dir import abandon, load_out_dataset, prepare_output_dir, publish
+from prefdata.trainers.export_common import (
+    REF_COLUMNS,
+    TRACE_COLUMNS,
+    check_places,
+    kept_line,
+    text_kind,
+    write_pair_rows,
+)
 from prefdata.trainers.openrlhf import TESTED_VERSION, OpenRLHFSettings, parse_openrlhf_args
 
 DATA_NAME, ARGS_NAME, RECORD_NAME = "train.jsonl", "openrlhf_args.txt", "export.json"
 TEMPLATE_NAME = "chat_template.jinja"  # --trainer-arg data.tokenizer_chat_template, for OpenRLHF's flag
-REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
-TRACE_COLUMNS = ("source_file", "source_line")
 OPENRLHF_MAX_SAMPLES = 1_000_000  # train_dpo.py's --data.max_samples default: rows past it are never read
-_BATCH = 1024  # rows read from OUT at a time (memory stays flat)
 REFS_NOTE = ("reference log-probs: OpenRLHF 0.11.2's DPO cannot read precomputed ones; its DPOTrainer runs a live "
              "reference model (--ref.model_name_or_path, default the policy) on every batch")
 
@@ -50,7 +55,7 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
            overwrite: bool) -> ExportResult:
     """Write OUT's kept pairs into DIR in OpenRLHF's input format, with the train_dpo.py flags to read them."""
     out, target = Path(out_dir), Path(export_dir)
-    _check_places(out, target, overwrite)
+    check_places(out, target, overwrite)
     manifest = require_pairs(out, "export")  # finished, ledger matches its files, no symlink out of it
     given = _export_settings(trainer_args)
     dataset = load_out_dataset(out, "export")
@@ -58,7 +63,7 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
     columns = set(table.column_names)
     if "images" in columns:
         raise PrefdataError(f"{out} holds image pairs; OpenRLHF's DPO trainer (train_dpo.py) reads text only")
-    kind = _text_kind(table)
+    kind = text_kind(table)
     if kind == "mixed":
         raise PrefdataError(f"{out} mixes string and conversational rows; OpenRLHF applies --data.apply_chat_template "
                             "to every row or to none: prepare the two kinds into separate OUTs and export each")
@@ -73,7 +78,7 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
     keep = [name for name in ("prompt", "chosen", "rejected", *TRACE_COLUMNS, *REF_COLUMNS) if name in columns]
     staging = prepare_output_dir(target, overwrite, inputs=[out])
     try:
-        rows = _write_rows(table.select(keep), staging / DATA_NAME, as_messages and kind == "strings")
+        rows = write_pair_rows(table.select(keep), staging / DATA_NAME, as_messages and kind == "strings")
         if settings.tokenizer_chat_template:
             (staging / TEMPLATE_NAME).write_text(settings.tokenizer_chat_template, encoding="utf-8")
         flags = _flags(target / DATA_NAME, settings, rows)
@@ -88,26 +93,6 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
         abandon(staging, target)
         raise
     return ExportResult(target, rows, as_messages, flags, notes)
-
-
-def _text_kind(table: Any) -> str:
-    """strings, messages, or mixed (string text columns beside *_messages ones), from OUT's schema
-    (prefdata.io.writer.DatasetWriter), which every OUT has whatever wrote its manifest."""
-    import pyarrow as pa
-
-    if "prompt_messages" in table.column_names:
-        return "mixed"
-    kind = table.schema.field("prompt").type
-    return "messages" if pa.types.is_list(kind) or pa.types.is_large_list(kind) else "strings"
-
-
-def _check_places(out: Path, target: Path, overwrite: bool) -> None:
-    """DIR is neither OUT, inside it, nor holding it; an existing DIR only with --overwrite."""
-    if out.resolve() == target.resolve() or out.resolve() in target.resolve().parents:
-        raise PrefdataError(f"DIR ({target}) is or lies inside OUT ({out}): export writes nothing into its input")
-    refuse_inputs_inside(target, [out])  # replacing DIR must not delete the OUT it reads
-    if target.exists() and not overwrite and (not target.is_dir() or any(target.iterdir())):
-        raise PrefdataError(f"{target} already exists; pass --overwrite to replace it")
 
 
 def _max_len_given(items: list[str] | None) -> bool:
@@ -125,35 +110,6 @@ def _export_settings(items: list[str] | None) -> OpenRLHFSettings:
                             "the chat template where OUT's rows are conversations); give only data.max_len or "
                             "data.tokenizer_chat_template")
     return settings
-
-
-def _rows(table: Any) -> Iterator[dict[str, Any]]:
-    for batch in table.to_batches(max_chunksize=_BATCH):
-        yield from batch.to_pylist()
-
-
-def _write_rows(table: Any, path: Path, strings_to_messages: bool) -> int:
-    """Each dataset row as one JSON line, in OUT's order; messages without the null fields Arrow's struct
-    gives the fields a message lacks (a template must see them absent, as in the raw rows)."""
-    count = 0
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in _rows(table):
-            for name in ("prompt", "chosen", "rejected"):
-                value = row[name]
-                if strings_to_messages:
-                    value = [{"role": "user" if name == "prompt" else "assistant", "content": value}]
-                row[name] = _clean(value)
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
-    return count
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_clean(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _clean(item) for key, item in value.items() if item is not None}
-    return value
 
 
 def _flags(data: Path, settings: OpenRLHFSettings, rows: int) -> list[str]:
@@ -202,11 +158,9 @@ def _notes(manifest: dict[str, Any], columns: set[str], settings: OpenRLHFSettin
 
 
 def _args_text(out: Path, flags: list[str], notes: list[str], manifest: dict[str, Any]) -> str:
-    accounting = manifest.get("row_accounting") or {}
     return "\n".join([
         f"# OpenRLHF {TESTED_VERSION} train_dpo.py flags for the pairs prefdata kept in {out}",
-        f"# ({accounting.get('rows_out', '?')} kept; {accounting.get('rows_dropped', 0)} dropped and "
-        f"{accounting.get('rows_quarantined', 0)} quarantined records are not in {DATA_NAME})",
+        kept_line(manifest, DATA_NAME),
         "# Add your model, ref and train flags: python -m openrlhf.cli.train_dpo <these> --model.model_name_or_path ...",
         "",
         " \\\n".join(flags),
