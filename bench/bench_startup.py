@@ -1,6 +1,6 @@
 """Start-up of `prefdata validate` and `prefdata prepare` on a small file, as whole processes (issue 45).
 
-    python bench/bench_startup.py                      # this tree, 5 runs of each command
+    python bench/bench_startup.py                      # this tree's prefdata/, 5 runs of each command
     python bench/bench_startup.py --before ../old/     # the same commands on another tree's prefdata, alternated
     python bench/bench_startup.py --before 6c01d35     # ... or on a git revision's prefdata/ (git archive)
 
@@ -42,10 +42,11 @@ def _commands(data: Path, tokenizer: str, out: Path) -> dict[str, list[str]]:
     }
 
 
-def _env(before: str | None) -> dict[str, str]:
+def _env(tree: str) -> dict[str, str]:
+    """The environment whose `python -m prefdata` runs `tree`'s prefdata/: first on PYTHONPATH, ahead
+    of the editable install (which points at whichever checkout was installed, not this one)."""
     env = dict(os.environ)
-    if before:
-        env["PYTHONPATH"] = before + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = tree + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -102,7 +103,7 @@ def main() -> None:
     with open(args.data, encoding="utf-8") as source, open(data, "w", encoding="utf-8") as sink:
         for _, line in zip(range(args.rows), source):
             sink.write(line)
-    sides = {"A (this tree)": _env(None)}
+    sides = {"A (this tree)": _env(str(REPO))}
     if args.before:
         sides["B (--before)"] = _env(_before_dir(args.before, work))
     print(f"{args.rows} rows, tokenizer {Path(args.tokenizer).name}, {args.runs} runs after one warm-up, "

@@ -144,14 +144,21 @@ def test_autotokenizers_backend_names_are_all_known():
 
 
 _PROBE = """
-import json, sys
+import json, os, sys
 from prefdata.cli import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as exc:
     code = exc.code
 heavy = ("torch", "transformers", "datasets", "pandas", "pandera", "polars", "matplotlib", "prefdata.tokenize.pairs")
-print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules]}), file=sys.stderr)
+walked = folders = 0
+if "transformers" in sys.modules:  # folders under transformers/models read for its lazy tables, and how many there are
+    from transformers.utils import import_utils
+    walked = import_utils.create_import_structure_from_path.cache_info().misses
+    models = os.path.join(os.path.dirname(import_utils.__file__), os.pardir, "models")
+    folders = sum(len([d for d in dirs if d != "__pycache__"]) for _, dirs, _ in os.walk(models)) + 1
+print(json.dumps({"code": code, "loaded": [m for m in heavy if m in sys.modules], "walked": walked,
+                  "folders": folders}), file=sys.stderr)
 """
 
 
@@ -184,6 +191,8 @@ def test_validate_with_a_tokenizer_does_not_import_torch(which, tiny_file, tiny_
     assert result["code"] in (0, 1, None)
     assert "transformers" in result["loaded"]  # the tokenizer was really loaded
     assert "torch" not in result["loaded"]
+    # transformers/models (560 folders) is walked once, not again when transformers.models is imported
+    assert result["walked"] <= result["folders"] + 10, result
 
 
 def test_prepare_does_not_import_torch(tiny_file, tiny_tokenizer_dir, tmp_path):
@@ -262,3 +271,40 @@ def test_a_name_in_the_hf_cache_loads_without_torch_as_autotokenizer_loads_it(tm
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"torch": False, "same_class": True, "same_len": True, "same_ids": True, "same_eos": True}
+
+
+_MODELS_TABLE = """
+import hashlib, json, sys
+import transformers
+from transformers.utils import import_utils
+before = import_utils.create_import_structure_from_path.cache_info().misses
+if sys.argv[1] == "prefdata":
+    from prefdata.core.tokenizer_class import import_models_package
+    import_models_package()
+else:
+    import transformers.models
+walked = import_utils.create_import_structure_from_path.cache_info().misses - before
+models = sys.modules["transformers.models"]
+table = [sorted(models._modules), sorted(models._class_to_module.items()), sorted(models.__all__),
+         sorted((k, sorted(v)) for k, v in models._object_missing_backend.items()),
+         sorted((k, sorted(v)) for k, v in models._import_structure.items())]
+print(json.dumps({"walked": walked, "classes": len(models._class_to_module),
+                  "table": hashlib.sha256(json.dumps(table).encode()).hexdigest(),
+                  "qwen2": transformers.Qwen2Tokenizer.__module__}))
+"""
+
+
+def _models_table(how: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", _MODELS_TABLE, how], capture_output=True, text=True, timeout=300,
+                          cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_transformers_models_is_imported_without_a_second_walk_and_has_the_same_table():
+    """import_models_package answers transformers.models' walk of its folders with the walk that
+    `import transformers` made (~0.3 s on 2 cores); the lazy table it builds is a plain import's."""
+    ours, plain = _models_table("prefdata"), _models_table("plain")
+    assert ours["walked"] <= 2, ours  # the models folder itself at most, not its 560 subfolders
+    assert ours["classes"] > 1000 and ours["table"] == plain["table"]
+    assert ours["qwen2"] == plain["qwen2"] == "transformers.models.qwen2.tokenization_qwen2"

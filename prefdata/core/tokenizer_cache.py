@@ -71,11 +71,12 @@ def load_pretrained_tokenizer(path: str | os.PathLike, trust_remote_code: bool =
 
 
 def _from_pretrained(path: str, trust_remote_code: bool, kwargs: dict[str, Any]) -> Any:
-    from prefdata.core.tokenizer_class import direct_tokenizer_class
+    from prefdata.core.tokenizer_class import direct_tokenizer_class, import_models_package
 
     direct = direct_tokenizer_class(path, trust_remote_code, kwargs)
     if direct is not None:
         return direct.from_pretrained(path, **kwargs)
+    import_models_package()  # AutoTokenizer lives there: imported without a second walk of its folders
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, **kwargs)
