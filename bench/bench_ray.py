@@ -4,7 +4,7 @@ Same synthetic input (distinct pairs, bench_scale's generator), same tokenizer, 
 child process: `prepare` and text-level `validate` with `--engine local` (worker processes) and
 `--engine ray` (a local Ray with as many CPUs as the local engine has workers). `prepare` on Ray
 runs as users get it (the workers write the Arrow shards: two passes, the dataset-wide checks by
-hash partitioning) and as before (`--no-worker-writes`: every row through the driver). Reported
+hash partitioning; the one write path since issue 44, so the old driver-writes run is gone). Reported
 per run: wall seconds, pairs/s, the Ray/local wall ratio (the overhead of Ray on one machine), and
 for prepare the split the projection needs:
   - per-worker rate: pairs per second of stage time inside the workers (parse, normalize,
@@ -106,10 +106,7 @@ class _TimedEngine:
 
 
 def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, workers: int) -> None:
-    """In a fresh process: one run, then one JSON line of measurements. `engine` "ray+driver-writes":
-    Ray with every row written by the driver (`--no-worker-writes`)."""
-    worker_writes = None if engine == "ray" else False  # None: the default (on with Ray)
-    engine = engine.removesuffix("+driver-writes")
+    """In a fresh process: one run, then one JSON line of measurements."""
     sys.path.insert(0, str(REPO))
     import prefdata.checks.stream as stream
     import prefdata.prepare as prepare_module
@@ -142,8 +139,7 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
     if command == "prepare":
         from prefdata.prepare import prepare
 
-        result = prepare(raw, out, tokenizer=tokenizer, max_length=256, workers=workers, progress=False, engine=engine,
-                         worker_writes=worker_writes)
+        result = prepare(raw, out, tokenizer=tokenizer, max_length=256, workers=workers, progress=False, engine=engine)
         rows = result.rows_in
     else:
         from prefdata.validate.command import validate
@@ -197,8 +193,6 @@ def main() -> None:
         write_synthetic(raw, args.rows, max_words=args.max_words)
         runs = {(c, e): measure(c, e, raw, workdir, tokenizer, args.workers)
                 for c in ("prepare", "validate") for e in ("local", "ray")}
-        runs[("prepare", "ray+driver-writes")] = measure("prepare", "ray+driver-writes", raw, workdir, tokenizer,
-                                                          args.workers)
     print(f"\n{args.rows:,} synthetic pairs, tokenizer {Path(tokenizer).name}, {args.workers} local workers = "
           f"{args.workers} Ray CPUs on this machine\n")
     print("| command | engine | seconds | pairs/s | Ray/local wall | ray.init s | driver peak RSS MiB | worker peak RSS MiB |")
@@ -213,11 +207,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-ray-small-") as tmp:
         small_raw = Path(tmp) / "pairs.jsonl"
         write_synthetic(small_raw, small_rows, max_words=args.max_words)
-        small = {e: measure("prepare", e, small_raw, Path(tmp), tokenizer, args.workers)
-                 for e in ("ray", "ray+driver-writes")}
+        small = {"ray": measure("prepare", "ray", small_raw, Path(tmp), tokenizer, args.workers)}
     rates = {}
     extra = args.rows - small_rows
-    for engine in ("ray", "ray+driver-writes"):
+    for engine in ("ray",):
         big, little = runs[("prepare", engine)], small[engine]
         per_worker = extra / max(big["stage_seconds"] - little["stage_seconds"], 1e-9)
         driver = extra / max(big["driver_cpu_seconds"] - little["driver_cpu_seconds"], 1e-9)
@@ -227,10 +220,10 @@ def main() -> None:
               f"{per_worker:,.0f} pairs per stage-second; driver {driver:,.0f} pairs per CPU-second (all its "
               f"threads); shuffle {shuffle * 1e6:.1f} us per pair. At {args.rows:,}: wall {big['seconds']:.1f}s, driver "
               f"{big['driver_cpu_seconds']:.1f} CPU-s, shuffle {big['shuffle_seconds']:.1f}s")
-    project(*rates["ray"], runs[("prepare", "ray")]["worker_rss_mib"], before=rates["ray+driver-writes"][1])
+    project(*rates["ray"], runs[("prepare", "ray")]["worker_rss_mib"])
 
 
-def project(per_worker: float, driver: float, shuffle_per_row: float, worker_rss_mib: float, before: float,
+def project(per_worker: float, driver: float, shuffle_per_row: float, worker_rss_mib: float,
             rows: int = 100_000_000, cores_per_node: int = 32) -> None:
     """100M pairs with worker writes: the workers (both passes) and the shuffle scale out; the
     driver's in-order join of digests, dropped/quarantine lines and the report does not."""
@@ -239,8 +232,7 @@ def project(per_worker: float, driver: float, shuffle_per_row: float, worker_rss
     print(f"  worker CPU: {rows / per_worker / 3600:,.0f} core-hours (both passes); memory per worker "
           f"~{worker_rss_mib:.0f} MiB (flat)")
     print(f"  the driver keeps up with {workers:,.0f} workers ({workers / cores_per_node:.1f} nodes): "
-          f"{rows / driver / 3600:.1f} h at best (before, with every row through the driver: "
-          f"{rows / before / 3600:.1f} h)")
+          f"{rows / driver / 3600:.1f} h at best")
     for n in (1, 4, 16):
         hours = rows / min(driver, n * cores_per_node * per_worker) / 3600
         print(f"  {n:>2} node(s): ~{hours:.1f} h of the two passes")

@@ -5,8 +5,8 @@ Refactors (modules moved, functions split) must not change what prepare writes: 
 `content_hash` covers every kept row (ids, texts, flags, source lines, pass-through columns). The
 input mixes shapes (explicit, conversational, HH transcripts, reasoning, scored completions) and
 bad records (identical, whitespace-only, empty, broken JSON, a missing half, duplicates, a
-conflicting pair); the second run goes through the worker-write path with a length-balance
-subsample and decontamination. A change to the expected values here is a change of behaviour:
+conflicting pair); the second run spreads over two workers with a length-balance subsample and
+decontamination. A change to the expected values here is a change of behaviour:
 make it only on purpose, and say why in the commit.
 """
 
@@ -123,7 +123,7 @@ def test_worker_write_run_content_hash_is_pinned(tmp_path, tiny_tokenizer_dir):
     bench.write_text("".join(json.dumps(item) + "\n" for item in BENCHMARK))
     out = tmp_path / "out"
     prepare(raw, out, tokenizer=tiny_tokenizer_dir, max_length=64, chat_template=True, workers=2, batch_size=3,
-            worker_writes=True, balance_length=0.5, seed=3, decontaminate_against=bench,
+            balance_length=0.5, seed=3, decontaminate_against=bench,
             decontaminate_field="question", decontaminate_ngram=3, pairing="all-pairs", progress=False)
     _assert_pinned(out, WORKERS_HASH, WORKERS_ACCOUNTING, WORKERS_FLAGS, WORKERS_DROPPED)
 
@@ -182,9 +182,9 @@ VALIDATE_PINS = {
     ("text", True, "markdown"): "165be04fa07bedc2ad04b48fd7fec8e278447b91100421216198c5fda7ab3ece",
     ("text", True, "text"): "35e6fa2ece1b8bc4b2c3ab7fcf8ea5d49c4cc23f1c7811fcc3c2fa43d2af2d61",
 }
-# How the work is spread: (workers, partitioned_checks, worker_writes).
-RUN_SHAPES = [(1, False, False), (2, False, False), (1, True, False), (2, True, False), (1, True, True),
-              (2, True, True)]
+# How the work is spread: (workers, partitioned_checks). Until issue 44 also the main process or the
+# workers writing (`worker_writes`, gone: the workers always write, one worker in this process).
+RUN_SHAPES = [(1, False), (2, False), (1, True), (2, True)]
 VALIDATE_SHAPES = [(1, False), (2, False), (2, True)]  # (workers, partitioned_checks)
 _STAMP = re.compile(rb'"(generated_at|created_at)": "[^"]*"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|'
                     rb'\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)? UTC')
@@ -222,13 +222,13 @@ def _out_digest(out: Path, places: dict[str, str]) -> str:
 
 @pytest.mark.parametrize("shape", ["text", "conversational"])
 @pytest.mark.parametrize("template", [False, True])
-@pytest.mark.parametrize("workers,partitioned,worker_writes", RUN_SHAPES)
+@pytest.mark.parametrize("workers,partitioned", RUN_SHAPES)
 def test_prepare_outputs_are_pinned_for_every_run_shape(tmp_path, tiny_tokenizer_dir, shape, template, workers,
-                                                        partitioned, worker_writes):
+                                                        partitioned):
     raw = _input(tmp_path, shape)
     out = tmp_path / "out"
     prepare(raw, out, tokenizer=tiny_tokenizer_dir, max_length=48, chat_template=template, workers=workers,
-            batch_size=3, partitioned_checks=partitioned, worker_writes=worker_writes, progress=False)
+            batch_size=3, partitioned_checks=partitioned, progress=False)
     places = {tiny_tokenizer_dir: "TOKENIZER", str(tmp_path): "TMP"}
     assert _out_digest(out, places) == PREPARE_PINS[(shape, template)]
 

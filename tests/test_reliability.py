@@ -174,7 +174,7 @@ def _failing(code: int | None, message: str):
         ("JsonlWriter.close", (errno.ENOSPC, "No space left on device")),
         # pyarrow's form: no errno attribute, "[errno 28]" in the text
         ("DatasetWriter.write_rows", (None, "Error writing bytes to file. Detail: [errno 28] No space left on device")),
-        ("DatasetWriter.finish", (errno.EDQUOT, "Disk quota exceeded")),
+        ("write_datasets_metadata", (errno.EDQUOT, "Disk quota exceeded")),  # the dataset's last files
     ],
 )
 def test_disk_full_is_one_line_and_leaves_no_finished_out(target, error, tmp_path, tiny_tokenizer_dir, monkeypatch, capsys):
@@ -182,9 +182,9 @@ def test_disk_full_is_one_line_and_leaves_no_finished_out(target, error, tmp_pat
     previous = tmp_path / "previous"
     prepare(raw, previous, tokenizer=tiny_tokenizer_dir, progress=False)
     before = (previous / "manifest.json").read_text()
-    cls, method = target.split(".")
+    owner, _, name = target.rpartition(".")
     code, text = error
-    monkeypatch.setattr(getattr(W, cls), method, _failing(code, text))
+    monkeypatch.setattr(getattr(W, owner) if owner else W, name, _failing(code, text))
     fresh = tmp_path / "fresh"
     with pytest.raises(PrefdataError) as info:
         prepare(raw, fresh, tokenizer=tiny_tokenizer_dir, progress=False)

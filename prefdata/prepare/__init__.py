@@ -1,11 +1,9 @@
 """`prefdata prepare`: raw records -> canonical pairs -> token pairs -> checks -> OUT/.
 
 The recipe, top to bottom in `prepare`: check the arguments, load the policy and the tokenizer,
-then one of two write paths. Either this process writes every row (prefdata.prepare.written): it
-streams the checked rows (`prefdata.checks.stream.iter_checked_rows`, the core `validate` shares: workers
-parse, normalize, tokenize and check chunks; the dataset-wide merge runs here in input order) into
-the dataset, dropped.jsonl or quarantine.jsonl. Or the workers write the shards themselves
-(`worker_writes`, prefdata.prepare.shards). Then the reports and, last, the manifest.
+then one write path on every engine and worker count (prefdata.prepare.shards): the workers check
+groups of chunks, the dataset-wide checks run by hash partitioning, and the workers write each
+group's shard (one worker: all of it in this process). Then the reports and, last, the manifest.
 """
 
 from __future__ import annotations
@@ -17,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from prefdata import FORMAT_VERSION, __version__
-from prefdata.checks.merge import DatasetMerge
-from prefdata.checks.partitioned import PartitionedMerge
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk
-from prefdata.checks.stream import iter_checked_rows, plan_input_mix
+from prefdata.checks.stream import plan_input_mix
 from prefdata.core.errors import PrefdataError
 from prefdata.engine.local import default_workers
 from prefdata.engine.select import check_engine, select_engine
@@ -33,7 +29,7 @@ from prefdata.io.out_dir import abandon, prepare_output_dir, publish, refuse_inp
 from prefdata.io.readers import list_input_files
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
 from prefdata.io.write_errors import write_problem
-from prefdata.prepare.written import Written, write_rows
+from prefdata.prepare.shards import Written
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
 from prefdata.report.sections import build_report
@@ -72,9 +68,9 @@ def prepare(raw: str | Path, out: str | Path, settings: PrepareSettings) -> Prep
 
     Each setting is documented where it is declared, `prefdata.settings.commands.PrepareSettings`
     (the same text as `prefdata prepare --help` and docs/cli.md); pass `settings=PrepareSettings(...)`,
-    flat keywords (`tokenizer="tok"`), or both. How they combine: `balance_length` needs the two-pass write, so it turns
-    `worker_writes` on (refusing an explicit False); `worker_writes` (default: on with Ray) implies
-    `partitioned_checks`; `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
+    flat keywords (`tokenizer="tok"`), or both. The workers write OUT's shards on every engine
+    (one worker: this process), and the dataset-wide checks are always partitioned (so
+    `partitioned_checks` changes nothing here); `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
     directory, a Hub id (`org/name:split`) or a mix file (prefdata.sets.mix). Every engine and worker
     count gives the same OUT (same content hash).
     Image paths in rows are read only under the input file's directory (a directory input: that
@@ -107,8 +103,7 @@ def prepare(raw: str | Path, out: str | Path, settings: PrepareSettings) -> Prep
 
 @dataclass
 class _Run:
-    """What prepare decided before writing: the input and OUT, the write path (workers, balance,
-    partitioned checks), the loaded policy, benchmarks and tokenizer, and the config OUT records."""
+    """What prepare decided before writing: the input and OUT, the workers and the balance, the loaded policy, benchmarks and tokenizer, and the config OUT records."""
 
     raw_path: Path
     out_path: Path
@@ -117,8 +112,6 @@ class _Run:
     input_files: list[Path]
     workers: int
     balance: tuple[float, int] | None  # (target, seed) of --balance-length
-    worker_writes: bool
-    partitioned_checks: bool
     trainer: Any  # the --trainer settings, or None
     policy: Policy
     benchmarks: Any  # (BenchmarkIndex, its report) or None
@@ -141,8 +134,7 @@ def _plan(raw: str | Path, out: str | Path, s: PrepareSettings) -> _Run:
     """The arguments checked (the first problem is the one reported) and what they load."""
     check_engine(s.engine)
     workers = _check_numbers(s.batch_size, s.workers, s.engine)
-    balance_length, worker_writes, partitioned_checks = _write_path(s.balance_length, s.worker_writes,
-                                                                    s.partitioned_checks, s.engine)
+    balance_length = check_target(s.balance_length) if s.balance_length is not None else None
     raw_path, out_path = Path(raw), Path(out)
     mix = plan_input_mix(raw_path) if is_mix_file(raw_path) else None  # RAW may be a mix file
     hub = None if mix else parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
@@ -167,18 +159,15 @@ def _plan(raw: str | Path, out: str | Path, s: PrepareSettings) -> _Run:
     pair_tokenizer = _pair_tokenizer(s.tokenizer, s.processor, tokenize, s.trust_remote_code)
     tokenizer = s.tokenizer or s.processor
     config = _config(raw_path, tokenizer, s.processor, tokenize, pairing, loaded_policy, benchmarks,
-                     batch_size=s.batch_size, workers=workers, engine=s.engine, partitioned_checks=partitioned_checks,
-                     worker_writes=worker_writes, trust_remote_code=s.trust_remote_code,
+                     batch_size=s.batch_size, workers=workers, engine=s.engine, trust_remote_code=s.trust_remote_code,
                      balance_length=balance_length, seed=seed)
     return _Run(raw_path, out_path, mix, hub, input_files, workers,
-                (balance_length, seed) if balance_length is not None else None, worker_writes, partitioned_checks,
-                trainer_settings, loaded_policy, benchmarks, tokenize, pairing, pair_tokenizer, tokenizer, config)
+                (balance_length, seed) if balance_length is not None else None, trainer_settings, loaded_policy, benchmarks, tokenize, pairing, pair_tokenizer, tokenizer, config)
 
 
 def _write(tmp: Path, run: _Run, s: PrepareSettings) -> tuple[Written, dict[str, Any]]:
-    """The rows into the staging directory `tmp` by the run's write path, then the reports."""
-    report = _report_builder(run.policy, run.mix)
-    written = _write_with_workers(run, tmp, s, report) if run.worker_writes else _write_in_main(run, tmp, s, report)
+    """The rows into the staging directory `tmp` (prefdata.prepare.shards), then the reports."""
+    written = _write_shards(run, tmp, s, _report_builder(run.policy, run.mix))
     if run.benchmarks is not None:
         written.report.benchmarks = run.benchmarks[1]
     tokenizer = run.pair_tokenizer.tokenizer
@@ -247,8 +236,10 @@ def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settin
         "batch_size": run["batch_size"],
         "workers": run["workers"],
         "engine": run["engine"],
-        "partitioned_checks": run["partitioned_checks"],
-        "worker_writes": run["worker_writes"],
+        # Facts of the one write path, kept for readers of older manifests' keys: the dataset-wide
+        # checks are partitioned and the workers write the shards, on every engine and worker count.
+        "partitioned_checks": True,
+        "worker_writes": True,
         "trust_remote_code": run["trust_remote_code"],
         "policy": policy.to_dict(),
         "balance_length": run["balance_length"],
@@ -260,38 +251,9 @@ def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settin
     return config
 
 
-def _write_path(balance_length: float | None, worker_writes: bool | None, partitioned_checks: bool,
-                engine: str) -> tuple[float | None, bool, bool]:
-    """(balance target, worker writes, partitioned checks) as they combine: `balance_length` needs the
-    two-pass write (the subsample needs the whole set's counts: decided between the two passes);
-    worker writes default to on with Ray; a worker writes a row once its flags are known, so worker
-    writes partition the dataset-wide checks."""
-    if balance_length is not None:
-        balance_length = check_target(balance_length)
-        if worker_writes is False:
-            raise PrefdataError("--balance-length needs the two-pass write: leave out --no-worker-writes")
-        worker_writes = True
-    worker_writes = engine == "ray" if worker_writes is None else worker_writes
-    return balance_length, worker_writes, partitioned_checks or worker_writes
-
-
-def _write_in_main(run: _Run, tmp: Path, s: PrepareSettings, report: ReportBuilder) -> Written:
-    """This process writes every row (prefdata.prepare.written) of the checked-row stream, whose
-    workers parse, normalize, tokenize and check chunks; the dataset-wide merge runs here."""
-    threshold = run.policy.near_duplicate_prompt_threshold
-    merge = PartitionedMerge(threshold) if run.partitioned_checks else DatasetMerge(threshold)
-    rows = iter_checked_rows(
-        run.input, policy=run.policy, settings=run.tokenize, batch_size=s.batch_size,
-        progress=s.progress, pair_tokenizer=run.pair_tokenizer, workers=run.workers, merge=merge,
-        engine=select_engine(s.engine, run.workers, s.ray_address), benchmarks=run.index, pairing=run.pairing,
-    )
-    written = write_rows(rows, tmp, run.policy, s.batch_size, _handoff(run.config, run.pair_tokenizer), report)
-    written.report.add_near_duplicate_prompts(merge.near_duplicate_clusters(), written.report.location)
-    return written
-
-
-def _write_with_workers(run: _Run, tmp: Path, s: PrepareSettings, report: ReportBuilder) -> Written:
-    """The workers write the shards (prefdata.prepare.shards), on Ray or in local worker processes."""
+def _write_shards(run: _Run, tmp: Path, s: PrepareSettings, report: ReportBuilder) -> Written:
+    """The workers write the shards (prefdata.prepare.shards): Ray actors, local worker processes,
+    or, with one worker, this process."""
     from prefdata.checks import stream
     from prefdata.engine.local import LocalEngine
     from prefdata.prepare import shards

@@ -37,10 +37,13 @@ from prefdata.io.chunks import Chunk
 from prefdata.io.ledger import Ledger
 from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_digest
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
-from prefdata.prepare.written import PendingRows
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 from prefdata.report.images import ImageFacts, ImageFactsCollector
 from prefdata.sets.balance import CHOSEN_LONGER, NOT_CHOSEN_LONGER, OWN_DROP
+
+# Kept rows are written every `batch_size` rows, or sooner once their images reach this many bytes:
+# image rows carry their encoded images (RLAIF-V's ~100 KB-1 MB), so 1,000 of them could be a GB.
+WRITE_BATCH_BYTES = 64 << 20
 
 _QUARANTINED = OUTCOMES.index("quarantined")
 _UNPAIRED = OUTCOMES.index("unpaired")
@@ -271,6 +274,26 @@ class WriteShard:
         report.images = images.facts()
         result.chunks.append(report)
         return rows
+
+
+class PendingRows:
+    """Kept rows waiting for `writer.write_rows`, flushed by count or by image bytes (the rows and
+    their order are the same either way; only where Arrow batches break moves)."""
+
+    def __init__(self, writer: Any, batch_size: int):
+        self.writer, self.batch_size = writer, batch_size
+        self.rows: list[dict[str, Any]] = []
+        self.image_bytes = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        self.image_bytes += sum(len(image["bytes"] or b"") for image in row.get("images") or ())
+        if len(self.rows) >= self.batch_size or self.image_bytes >= WRITE_BATCH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        self.writer.write_rows(self.rows)
+        self.rows, self.image_bytes = [], 0
 
 
 class _GroupLines:

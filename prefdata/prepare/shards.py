@@ -1,6 +1,7 @@
-"""`prepare` with worker writes: the workers write the Arrow shards; no row passes through here.
+"""`prepare`'s one write path: the workers write the Arrow shards; no row passes through the main process.
 
-Two passes over the input, both on the engine (local worker processes or Ray actors):
+Two passes over the input, both on the engine (local worker processes, Ray actors, or -- one
+worker -- this process itself):
 
 1. `ScanGroup` checks groups of consecutive chunks and caches them in OUT's staging directory;
    this process numbers their lines and rows, runs the "not preference data" probe, and the
@@ -13,7 +14,8 @@ Two passes over the input, both on the engine (local worker processes or Ray act
 
 The shards become the dataset's `data-XXXXX-of-YYYYY.arrow` files in input order (a shard whose
 pass-through columns another shard typed wider is rewritten by a worker), so OUT is the local
-engine's OUT: the same content hash, rows, flags, dropped/quarantine lines and report.
+OUT is the same (content hash, rows, flags, dropped/quarantine lines, report) whatever the engine,
+the number of workers and the shard size.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ from prefdata.io.ledger import Ledger, check_files
 from prefdata.prepare.shard_stages import (
     ChunkPlace, GroupScan, GroupUnit, RewritePart, ScanGroup, ShardUnit, ShardWritten, WriteShard,
 )
-from prefdata.prepare.written import Written
 from prefdata.report.builder import EXCERPT_ROWS, ReportBuilder
 from prefdata.report.compact import CompactRows
 from prefdata.sets.balance import plan_balance
@@ -51,6 +52,21 @@ SHARD_BYTES = 64 << 20
 SHARD_CHUNKS = 256
 GROUPS_PER_WORKER = 4
 CACHE_DIR = ".groups"  # inside the staging directory; removed as the shards are written
+
+
+@dataclass
+class Written:
+    """What writing the rows left behind: the report so far, the counts, the content hash."""
+
+    report: ReportBuilder
+    accounting: dict[str, int]  # io.ledger.Ledger.accounting: rows, records, pairs, completions
+    flag_counts: Counter[str]
+    errors: int  # rows with a flag at error severity
+    content_hash: str
+    columns: list[str]
+    json_columns: list[str]
+    text_columns: Any  # how the text columns are stored (strings, messages, or both): io.writer
+    shards: list[dict[str, Any]]  # the Arrow data files in order: {"file", "rows"}
 
 
 @dataclass

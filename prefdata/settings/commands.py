@@ -62,10 +62,6 @@ class PrepareSettings(Progress, TrainerOptions, EngineOptions, DecontaminateOpti
     workers: int | None = setting(None, "processes that tokenize (with --engine ray: Ray actors)", group=RUN,
                                   metavar="N", parse=positive_int,
                                   default_text="all cores, at most 8; with --engine ray one per cluster CPU")
-    worker_writes: bool | None = setting(
-        None, "the workers write the Arrow shards themselves, so no row passes through one process (implies "
-        "--partitioned-checks; on a cluster OUT must be on shared storage)", group=RUN, action="on/off",
-        default_text="on with --engine ray")
 
 
 @dataclass(kw_only=True)

@@ -185,15 +185,15 @@ def _train(tmp_path) -> str:
     ])
 
 
-@pytest.mark.parametrize("worker_writes", [False, True])
-def test_prepare_drops_overlapping_pairs_and_names_the_item(tmp_path, tiny_tokenizer_dir, worker_writes) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_prepare_drops_overlapping_pairs_and_names_the_item(tmp_path, tiny_tokenizer_dir, workers) -> None:
     import datasets
 
     from prefdata.prepare import prepare
 
     bench = _write_jsonl(tmp_path / "gsm8k.jsonl", [{"question": "What is 2 + 2?"}, {"question": GSM}])
-    result = prepare(_train(tmp_path), tmp_path / "out", tokenizer=tiny_tokenizer_dir, workers=2, progress=False,
-                     decontaminate_against=[bench], worker_writes=worker_writes)
+    result = prepare(_train(tmp_path), tmp_path / "out", tokenizer=tiny_tokenizer_dir, workers=workers, progress=False,
+                     decontaminate_against=[bench])
     assert result.exit_code == 0 and result.rows_dropped == 1 and result.flag_counts[F.BENCHMARK_OVERLAP] == 1
     dropped = [json.loads(line) for line in (tmp_path / "out" / "dropped.jsonl").read_text().splitlines()]
     assert [d["source_line"] for d in dropped] == [1]
@@ -211,19 +211,19 @@ def test_prepare_drops_overlapping_pairs_and_names_the_item(tmp_path, tiny_token
     assert manifest["config"]["decontaminate"]["ngram"] == 13 and manifest["config"]["decontaminate"]["against"] == [bench]
 
 
-def test_both_write_paths_and_worker_counts_give_the_same_out(tmp_path, tiny_tokenizer_dir) -> None:
+def test_worker_counts_and_batch_sizes_give_the_same_out(tmp_path, tiny_tokenizer_dir) -> None:
     from prefdata.prepare import prepare
 
     bench = _write_jsonl(tmp_path / "b.jsonl", [{"question": GSM}])
     runs = {}
-    for name, kwargs in {"one": {"workers": 1}, "two": {"workers": 2}, "shards": {"workers": 2, "worker_writes": True}}.items():
-        prepare(_train(tmp_path), tmp_path / name, tokenizer=tiny_tokenizer_dir, progress=False, batch_size=2,
-                decontaminate_against=bench, decontaminate_completions=True, **kwargs)
+    for name, kwargs in {"one": {"workers": 1}, "two": {"workers": 2}, "batch": {"workers": 1, "batch_size": 5}}.items():
+        prepare(_train(tmp_path), tmp_path / name, tokenizer=tiny_tokenizer_dir, progress=False, **{"batch_size": 2, **kwargs},
+                decontaminate_against=bench, decontaminate_completions=True)
         manifest = json.loads((tmp_path / name / "manifest.json").read_text())
         report = json.loads((tmp_path / name / "report.json").read_text())
         runs[name] = (manifest["content_hash"], manifest["flag_counts"], report["decontamination"],
                       (tmp_path / name / "dropped.jsonl").read_bytes())
-    assert runs["one"] == runs["two"] == runs["shards"]
+    assert runs["one"] == runs["two"] == runs["batch"]
     assert runs["one"][1][F.BENCHMARK_OVERLAP] == 2
 
 

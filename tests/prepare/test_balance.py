@@ -146,8 +146,6 @@ def test_balance_errors_and_cli(tmp_path, tiny_tokenizer_dir, capsys) -> None:
     from prefdata.cli import main
 
     raw = _raw(tmp_path / "raw.jsonl", 120, 0.8)
-    with pytest.raises(PrefdataError, match="needs the two-pass write"):
-        prepare(raw, tmp_path / "x", tokenizer=tiny_tokenizer_dir, balance_length=0.5, worker_writes=False)
     with pytest.raises(PrefdataError, match="must be in \\[0, 1\\]"):
         prepare(raw, tmp_path / "x", tokenizer=tiny_tokenizer_dir, balance_length=1.5)
     # Without a value: 0.5.

@@ -112,13 +112,13 @@ def test_every_record_and_pair_is_accounted_for(raw, tmp_path, tiny_tokenizer_di
     assert report["scored"]["pairs_made"] == made and report["scored"]["records"] == RECORDS - 3  # not the pair, not quarantined
 
 
-def test_same_out_whatever_the_workers_batch_size_and_write_path(raw, tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
+def test_same_out_whatever_the_workers_and_batch_size(raw, tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
     monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 700)  # many chunks: pairs of one record never split
     monkeypatch.setattr("prefdata.io.chunks.CHUNK_BYTES", 700)
     runs = {
         "one": dict(workers=1),
         "two": dict(workers=2, batch_size=3),
-        "shards": dict(workers=2, worker_writes=True),
+        "batch": dict(workers=1, batch_size=5),
     }
     results = {name: _prepare(raw, tmp_path / name, tiny_tokenizer_dir, pairing="best-vs-random-lower", pairing_seed=7, **kw)
                for name, kw in runs.items()}
@@ -126,7 +126,7 @@ def test_same_out_whatever_the_workers_batch_size_and_write_path(raw, tmp_path, 
     first = manifests["one"]
     assert first["config"]["pairing"] == "best-vs-random-lower" and first["config"]["pairing_seed"] == 7
     assert first["config"]["min_score_margin"] == 0.5
-    for name in ("two", "shards"):
+    for name in ("two", "batch"):
         for key in ("content_hash", "row_accounting", "flag_counts"):
             assert manifests[name][key] == first[key], (name, key)
         for file in ("dropped.jsonl", "quarantine.jsonl"):

@@ -1,4 +1,5 @@
-"""`prepare --worker-writes`: the workers write the Arrow shards; OUT equals the main-process path's.
+"""prepare's one write path: the workers write the Arrow shards; OUT is the same whatever the number
+of workers (one: this process) and the shard size.
 
 Run here on the local engine (worker processes); tests/engine/test_ray.py runs the same on a
 two-node Ray cluster."""
@@ -54,7 +55,7 @@ def small_shards(monkeypatch) -> None:
 
 
 def _out(path: Path) -> dict:
-    """What must be equal between the two write paths (run details aside)."""
+    """What must be equal between two ways of spreading the work (run details aside)."""
     manifest = json.loads((path / "manifest.json").read_text())
     report = json.loads((path / "report.json").read_text())
     for key in ("generated_at", "seconds"):
@@ -74,13 +75,14 @@ def _out(path: Path) -> dict:
 
 
 def _both(raw: Path, tmp_path: Path, tokenizer: str, **kwargs) -> tuple[Path, Path]:
-    here, workers = tmp_path / "main-process", tmp_path / "worker-writes"
-    prepare(raw, here, tokenizer=tokenizer, workers=2, progress=False, batch_size=8, **kwargs)
-    prepare(raw, workers, tokenizer=tokenizer, workers=2, progress=False, batch_size=8, worker_writes=True, **kwargs)
+    """OUT written by this process alone (one worker), and by two worker processes."""
+    here, workers = tmp_path / "one-worker", tmp_path / "two-workers"
+    prepare(raw, here, tokenizer=tokenizer, workers=1, progress=False, batch_size=8, **kwargs)
+    prepare(raw, workers, tokenizer=tokenizer, workers=2, progress=False, batch_size=8, **kwargs)
     return here, workers
 
 
-def test_worker_writes_give_the_out_the_main_process_writes(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
+def test_two_workers_write_the_out_one_worker_writes(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
     import datasets
     import polars as pl
 
@@ -110,7 +112,7 @@ def test_worker_writes_give_the_out_the_main_process_writes(tmp_path, tiny_token
     assert frame["prompt_ids"].to_list() == b["prompt_ids"] and frame["source_line"].to_list() == b["source_line"]
 
 
-def test_worker_writes_keep_every_input_format_and_mixed_text_columns(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
+def test_shards_keep_every_input_format_and_mixed_text_columns(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
     """examples/pairs: JSON lines, a JSON array, conversational rows beside strings (mixed); a
     max length that truncates, so the report's truncation counts are compared too."""
     here, workers = _both(EXAMPLES, tmp_path / "whole", tiny_tokenizer_dir)
@@ -123,24 +125,24 @@ def test_worker_writes_keep_every_input_format_and_mixed_text_columns(tmp_path, 
     assert expected["flags"]["completion_truncated"] > 0 and expected["report"]["truncation"]["rejected_count"] > 0
 
 
-def test_worker_writes_fail_like_the_main_process_path(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
+def test_one_and_two_workers_fail_alike(tmp_path, tiny_tokenizer_dir, small_shards) -> None:
     not_pairs = tmp_path / "sft.jsonl"
     not_pairs.write_text("".join(json.dumps({"text": f"hello {i}"}) + "\n" for i in range(30)), encoding="utf-8")
     messages = []
-    for worker_writes in (False, True):
+    for workers in (1, 2):
         with pytest.raises(PrefdataError) as info:
-            prepare(not_pairs, tmp_path / f"out-{worker_writes}", tokenizer=tiny_tokenizer_dir, workers=2,
-                    progress=False, batch_size=8, worker_writes=worker_writes)
-        messages.append(str(info.value).replace(f"out-{worker_writes}", "OUT"))
+            prepare(not_pairs, tmp_path / f"out-{workers}", tokenizer=tiny_tokenizer_dir, workers=workers,
+                    progress=False, batch_size=8)
+        messages.append(str(info.value).replace(f"out-{workers}", "OUT"))
     assert messages[0] == messages[1] and "does not look like preference data" in messages[0]
 
     all_dropped = tmp_path / "same.jsonl"
     all_dropped.write_text("".join(json.dumps({"prompt": f"p{i}", "chosen": "x", "rejected": "x"}) + "\n" for i in range(20)))
-    results = [prepare(all_dropped, tmp_path / f"dropped-{w}", tokenizer=tiny_tokenizer_dir, workers=2, progress=False,
-                       worker_writes=w) for w in (False, True)]
+    results = [prepare(all_dropped, tmp_path / f"dropped-{w}", tokenizer=tiny_tokenizer_dir, workers=w, progress=False)
+               for w in (1, 2)]
     assert [r.exit_code for r in results] == [1, 1]
-    assert results[0].problem.replace("dropped-False", "X") == results[1].problem.replace("dropped-True", "X")
-    assert _out(tmp_path / "dropped-True") == _out(tmp_path / "dropped-False")
+    assert results[0].problem.replace("dropped-1", "X") == results[1].problem.replace("dropped-2", "X")
+    assert _out(tmp_path / "dropped-1") == _out(tmp_path / "dropped-2")
 
 
 _row = st.fixed_dictionaries({
@@ -152,23 +154,22 @@ _row = st.fixed_dictionaries({
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(st.one_of(_row, st.just("{broken")), min_size=1, max_size=40), shard_chunks=st.integers(1, 4))
-def test_worker_writes_equal_the_main_process_for_any_rows_and_shard_size(
+def test_the_out_is_the_same_for_any_rows_and_shard_size(
     rows, shard_chunks, tmp_path_factory, tiny_tokenizer_dir, monkeypatch
 ) -> None:
     monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 256)
     monkeypatch.setattr("prefdata.prepare.shards.SHARD_BYTES", 1 << 30)
-    monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", shard_chunks)
     tmp = tmp_path_factory.mktemp("prop")
     raw = tmp / "raw.jsonl"
     raw.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
     outcomes = []
-    for worker_writes in (False, True):
+    for chunks in (1 << 30, shard_chunks):  # one shard, then shards of `shard_chunks` chunks
+        monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", chunks)
         try:
-            prepare(raw, tmp / f"out-{worker_writes}", tokenizer=tiny_tokenizer_dir, workers=1, progress=False,
-                    batch_size=4, worker_writes=worker_writes)
-            outcomes.append(_out(tmp / f"out-{worker_writes}"))
+            prepare(raw, tmp / f"out-{chunks}", tokenizer=tiny_tokenizer_dir, workers=1, progress=False, batch_size=4)
+            outcomes.append(_out(tmp / f"out-{chunks}"))
         except PrefdataError as exc:
-            outcomes.append(str(exc).replace(f"out-{worker_writes}", "OUT"))
+            outcomes.append(str(exc).replace(f"out-{chunks}", "OUT"))
     assert outcomes[0] == outcomes[1]
 
 
@@ -187,7 +188,7 @@ def test_groups_keep_input_order_within_their_limits() -> None:
 
 def test_a_full_disk_in_a_worker_is_one_line_and_leaves_no_finished_out(tmp_path, tiny_tokenizer_dir, monkeypatch) -> None:
     """A shard write that fails in a worker process (forked after the patch) reaches the user as
-    the same one line as in the main-process path, and OUT is not left looking finished."""
+    the same one line as in this process, and OUT is not left looking finished."""
     import errno
 
     from prefdata.io import writer as W
@@ -201,7 +202,7 @@ def test_a_full_disk_in_a_worker_is_one_line_and_leaves_no_finished_out(tmp_path
     monkeypatch.setattr(W.DatasetWriter, "write_rows", full)
     out = tmp_path / "out"
     with pytest.raises(PrefdataError) as info:
-        prepare(raw, out, tokenizer=tiny_tokenizer_dir, workers=2, progress=False, worker_writes=True)
+        prepare(raw, out, tokenizer=tiny_tokenizer_dir, workers=2, progress=False)
     message = str(info.value)
     assert "\n" not in message and str(out) in message and "No space left" in message
     assert not out.exists()

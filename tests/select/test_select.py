@@ -401,7 +401,7 @@ def test_selection_does_not_depend_on_how_out_was_written(outs, tmp_path, tiny_m
     monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", 2)
     sharded = tmp_path / "sharded"
     prepare(outs["plain"].parent / "raw", sharded, tokenizer=tiny_model_dir, progress=False, workers=2,
-            worker_writes=True, batch_size=4)
+            batch_size=4)
     assert len(_manifest(sharded)["shards"]) > 1
     assert _manifest(sharded)["content_hash"] == _manifest(outs["plain"])["content_hash"]
     for name, out in (("one", outs["plain"]), ("many", sharded)):

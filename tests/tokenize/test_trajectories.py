@@ -355,14 +355,13 @@ def test_hh_transcripts_that_differ_first_in_a_human_turn_are_flagged():
     assert at_answer.flags == [F.MULTI_TURN_COMPLETION]
 
 
-def test_worker_writes_give_the_same_out_with_masks_in_some_shards(tmp_path, tool_model_dir):
+def test_shards_give_the_same_out_with_masks_in_some_shards(tmp_path, tool_model_dir):
     """Mask columns on a few rows only: shards without them get nulls of the same type, and the OUT
-    equals the main-process write's (content hash)."""
+    equals the one-worker write's (content hash)."""
     rows = [SINGLE, TRAJECTORY, SINGLE | {"prompt": "Say hi."}, CHAT, SINGLE | {"prompt": "Wave."}, SINGLE | {"prompt": "Bow."}]
     raw = _write(tmp_path / "raw.jsonl", rows)
     main = prepare(raw, tmp_path / "main", tokenizer=tool_model_dir, progress=False, workers=1)
-    sharded = prepare(raw, tmp_path / "sharded", tokenizer=tool_model_dir, progress=False, workers=2, batch_size=2,
-                      worker_writes=True)
+    sharded = prepare(raw, tmp_path / "sharded", tokenizer=tool_model_dir, progress=False, workers=2, batch_size=2)
     hashes = [json.loads((tmp_path / name / "manifest.json").read_text())["content_hash"] for name in ("main", "sharded")]
     assert hashes[0] == hashes[1] and main.rows_out == sharded.rows_out == len(rows)
     masks = datasets.load_from_disk(str(tmp_path / "sharded"))["chosen_loss_mask"]

@@ -197,23 +197,22 @@ def test_show_names_the_images_and_collapses_their_token_runs(tmp_path, llava_pr
     assert f"<image>×{IMAGE_TOKENS}What color?" in text and "<image><image>" not in text
 
 
-@pytest.mark.parametrize("worker_writes", [False, True])
-def test_kept_image_rows_are_written_by_bytes_as_well_as_by_count(tmp_path, llava_processor_dir, monkeypatch,
-                                                                  worker_writes):
+def test_kept_image_rows_are_written_by_bytes_as_well_as_by_count(tmp_path, llava_processor_dir, monkeypatch):
     """A write batch holds at most about WRITE_BATCH_BYTES of images (not 1,000 rows of them), and the
-    dataset is the same as with one batch."""
-    import prefdata.prepare.written as written
+    dataset is the same as with one batch. One worker: the shard is written in this process, where
+    the spy sees the batches."""
+    import prefdata.prepare.shard_stages as stages
     from prefdata.io.writer import DatasetWriter
 
     _images(tmp_path / "data" / "img", a=(64, 64), bb=(60, 40), ccc=(30, 50))
     rows = [image_row(f"Question {i}?", [f"img/{name}.png"]) for i, name in enumerate(["a", "bb", "ccc"] * 4)]
-    whole, whole_out = _prepare(tmp_path, rows, llava_processor_dir, name="whole", worker_writes=worker_writes)
+    whole, whole_out = _prepare(tmp_path, rows, llava_processor_dir, name="whole")
     image_size = max(len(png_bytes(size, (0, 0, 0))) for size in ((64, 64), (60, 40), (30, 50)))
-    monkeypatch.setattr(written, "WRITE_BATCH_BYTES", 2 * image_size)
+    monkeypatch.setattr(stages, "WRITE_BATCH_BYTES", 2 * image_size)
     sizes: list[int] = []
     real = DatasetWriter.write_rows
     monkeypatch.setattr(DatasetWriter, "write_rows", lambda self, batch: (sizes.append(len(batch)), real(self, batch))[1])
-    small, small_out = _prepare(tmp_path, rows, llava_processor_dir, name="small", worker_writes=worker_writes)
+    small, small_out = _prepare(tmp_path, rows, llava_processor_dir, name="small")
     assert small.rows_out == whole.rows_out == 12
     assert sizes and max(sizes) <= 3 and sum(sizes) == 12
     def content(out):

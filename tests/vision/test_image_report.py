@@ -83,12 +83,12 @@ def test_a_text_only_report_has_no_image_section(tmp_path):
     assert "<h2>Images</h2>" not in render_html(report)
 
 
-@pytest.mark.parametrize("worker_writes", [False, True])
-def test_the_statistics_do_not_depend_on_the_path(tmp_path, image_data, llava_processor_dir, worker_writes):
-    """prepare row by row or with worker writes, validate in bulk (workers) or row by row: one section."""
+@pytest.mark.parametrize("prepare_workers", [1, 2])
+def test_the_statistics_do_not_depend_on_the_path(tmp_path, image_data, llava_processor_dir, prepare_workers):
+    """prepare with one worker or two, validate with one worker or two: one section."""
     raw, data = image_data
-    result = prepare(raw, tmp_path / "out", processor=str(llava_processor_dir), workers=2, progress=False,
-                     worker_writes=worker_writes)
+    result = prepare(raw, tmp_path / "out", processor=str(llava_processor_dir), workers=prepare_workers,
+                     progress=False)
     tokens = result.report["images"].pop("tokens_per_image")
     assert result.report["images"] == _expected(data) and tokens["count"] == 5
     for workers in (1, 2):  # 2: the bulk text path, which reads the images in its workers too
