@@ -6,7 +6,8 @@
 
 Runs each command as a fresh `python -m prefdata ...` process: the first N rows of the UltraFeedback
 sample (default 50; ../shared/assets/data/ultrafeedback-sample/train.jsonl) validated text-only,
-validated with `--tokenizer`, and prepared with `--workers 1`. Prints each command's best and median
+validated with `--tokenizer` (as it comes: a worker process per core; and with `--workers 1`), and
+prepared with `--workers 1`. Prints each command's best and median
 wall time and its CPU time (user + sys of the process and its children), then one extra run under
 `python -X importtime` for what does not depend on the machine's load: how many modules were imported,
 the summed import time, and which of torch, pandas and datasets were among them. `--before DIR`
@@ -37,6 +38,9 @@ def _commands(data: Path, tokenizer: str, out: Path) -> dict[str, list[str]]:
     return {
         "validate (text checks)": ["validate", str(data), "--no-progress"],
         "validate --tokenizer": ["validate", str(data), "--tokenizer", tokenizer, "--no-progress"],
+        # validate's default forks a worker per core even for one chunk of input: this row shows that cost
+        "validate --tokenizer --workers 1": ["validate", str(data), "--tokenizer", tokenizer, "--workers", "1",
+                                             "--no-progress"],
         "prepare --workers 1": ["prepare", str(data), str(out), "--overwrite", "--tokenizer", tokenizer,
                                 "--workers", "1", "--no-progress"],
     }
@@ -108,7 +112,9 @@ def main() -> None:
         sides["B (--before)"] = _env(_before_dir(args.before, work))
     print(f"{args.rows} rows, tokenizer {Path(args.tokenizer).name}, {args.runs} runs after one warm-up, "
           f"load average {os.getloadavg()[0]:.1f} at the start")
-    for name, command in _commands(data, args.tokenizer, work / "out").items():
+    commands = _commands(data, args.tokenizer, work / "out")
+    width = max(map(len, commands))
+    for name, command in commands.items():
         results: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
         for side, env in sides.items():
             _timed(command, env)  # warm-up: page cache, bytecode
@@ -119,8 +125,8 @@ def main() -> None:
             walls = [w for w, _ in results[side]]
             cpus = [c for _, c in results[side]]
             modules, import_s, heavy = _imports(command, env)
-            print(f"{name:24s} {side:14s} wall best {min(walls):5.2f} s, median {statistics.median(walls):5.2f} s; "
-                  f"CPU median {statistics.median(cpus):5.2f} s; {modules} modules imported in {import_s:4.2f} s"
+            print(f"{name:{width}s} {side:14s} wall best {min(walls):5.2f} s, "
+                  f"median {statistics.median(walls):5.2f} s; CPU median {statistics.median(cpus):5.2f} s; {modules} modules imported in {import_s:4.2f} s"
                   f"{'; among them ' + ', '.join(heavy) if heavy else '; no ' + '/'.join(HEAVY)}")
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
 
