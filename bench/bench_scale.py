@@ -81,29 +81,30 @@ def run_child(raw: str, out: str, tokenizer: str, workers: int, command: str = "
 
 
 def run_state_child(raw: str) -> None:
-    """In a fresh process: only the dataset-wide state (checks.merge.DatasetMerge: duplicate and
-    conflict digests, MinHash), fed 1,000 rows at a time as prepare and validate feed it; prints the
-    peak RSS above the peak after the first chunk, and what is held before the final clustering."""
+    """In a fresh process: only the dataset-wide checks (checks.partitioned over checks.digests'
+    blocks: duplicate and conflict digests, MinHash signatures), a block per 1,000 rows as the
+    workers send them, then the in-process shuffle; prints the peak RSS above the peak after the
+    first block, and what is held before the shuffle."""
     import itertools
 
     import numpy as np
 
     sys.path.insert(0, str(REPO))
-    from prefdata.checks.merge import DatasetMerge, pair_digests
+    from prefdata.checks.digests import block_from_digests, pair_digests
+    from prefdata.checks.partitioned import partitioned_on
     from prefdata.core.records import Pair
 
-    merge, base, rows = DatasetMerge(0.8), 0.0, 0
+    blocks, base, rows = [], 0.0, 0
     started = time.perf_counter()
     with open(raw, encoding="utf-8") as handle:
         while lines := list(itertools.islice(handle, 1000)):
             records = [json.loads(line) for line in lines]
             pairs = [Pair(raw, rows + i + 1, r["prompt"], r["chosen"], r["rejected"]) for i, r in enumerate(records)]
-            merge.merge_chunk(raw, np.arange(rows + 1, rows + 1 + len(pairs)), np.arange(rows, rows + len(pairs)),
-                              pair_digests(pairs))
+            blocks.append(block_from_digests(np.arange(rows, rows + len(pairs)), pair_digests(pairs)))
             rows += len(pairs)
             base = base or peak_rss_mib()
     held = peak_rss_mib()
-    clusters = merge.near_duplicate_clusters()
+    clusters = partitioned_on(None, blocks, 0.8).near_duplicate_groups
     print(json.dumps({"seconds": time.perf_counter() - started, "rows_in": rows, "rows_out": rows, "rows_dropped": 0,
                       "base_mib": base, "held_mib": held, "peak_rss_mib": peak_rss_mib(), "clusters": len(clusters),
                       "worker_peak_rss_mib": 0.0}))
@@ -131,7 +132,7 @@ def main() -> None:
     parser.add_argument("--tokenizer", default=None, help="tokenizer directory (default: ../shared Qwen2.5 if present, else the tiny one)")
     parser.add_argument("--command", choices=("prepare", "validate", "state"), default="prepare",
                         help="prepare (default), validate (text-only checks), or state: the dataset-wide "
-                             "checks' state alone (digests and MinHash), above its first chunk")
+                             "checks alone (their digest blocks and the shuffle), above the first block")
     parser.add_argument("--memory", action="store_true",
                         help="sizes 50k / 200k / 1M (unless --rows) and peak RSS above a --base-rows run, per pair")
     parser.add_argument("--base-rows", type=int, default=20_000, help="the base run's size for --memory (default 20000)")
@@ -195,7 +196,7 @@ def print_memory(base_rows: int, base: dict, results: dict[int, dict]) -> None:
 
 
 def print_state(results: dict[int, dict]) -> None:
-    print("| rows | seconds | peak before clustering (MiB) | KB a pair | peak (MiB) | peak KB a pair | near-duplicate clusters |")
+    print("| rows | seconds | peak before the shuffle (MiB) | KB a pair | peak (MiB) | peak KB a pair | near-duplicate clusters |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n, m in results.items():
         held, peak = m["held_mib"] - m["base_mib"], m["peak_rss_mib"] - m["base_mib"]

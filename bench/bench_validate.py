@@ -31,8 +31,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from prefdata.checks.dataset import DatasetWideChecks  # noqa: E402
-from prefdata.checks.minhash import NearDuplicatePrompts  # noqa: E402
+from prefdata.checks.digests import digest_block  # noqa: E402
+from prefdata.checks.partitioned import dataset_flags, partitioned_dataset_checks  # noqa: E402
 from prefdata.checks.pair import apply_policy, text_flags  # noqa: E402
 from prefdata.checks.policy import Policy, load_policy  # noqa: E402
 from prefdata.core import flags as F  # noqa: E402
@@ -143,8 +143,8 @@ def run_checks(batches: Iterator[list[Pair]], policy: Policy) -> dict:
     Returns flag counts, per-row flags of interest, clusters, and the time spent (excluding the time
     the `batches` iterator spends generating).
     """
-    dataset = DatasetWideChecks()
-    near = NearDuplicatePrompts(threshold=policy.near_duplicate_prompt_threshold)
+    blocks: list = []  # the dataset-wide checks' digests, answered once every row is through
+    pair_found: list[list[str]] = []
     counts: Counter[str] = Counter()
     flagged: dict[str, set[int]] = {F.DUPLICATE_PAIR: set(), F.CONFLICTING_PAIR: set(), F.IDENTICAL: set(),
                                     F.WHITESPACE_ONLY: set()}
@@ -152,30 +152,31 @@ def run_checks(batches: Iterator[list[Pair]], policy: Policy) -> dict:
     rows = 0
     for batch in batches:
         w0, c0 = time.perf_counter(), time.process_time()
-        ids: list[int] = []
-        prompts: list[str] = []
         for pair in batch:
-            found = text_flags(pair, policy)
-            found += dataset.observe(pair)
-            kept, _severity = apply_policy(found, policy)
-            row = pair.source_line - 1
-            for flag in kept:
-                counts[flag] += 1
-                if flag in flagged:
-                    flagged[flag].add(row)
-            if pair.prompt:
-                ids.append(row)
-                prompts.append(pair.prompt)
-        near.add_batch(ids, prompts)
+            pair_found.append(text_flags(pair, policy))
+        blocks.append(digest_block([pair.source_line - 1 for pair in batch], batch))
         rows += len(batch)
         wall += time.perf_counter() - w0
         cpu += time.process_time() - c0
     w0, c0 = time.perf_counter(), time.process_time()
-    clusters = near.clusters()
+    table_bytes = sum(_block_bytes(block) for block in blocks)
+    answers = partitioned_dataset_checks(blocks, 16, threshold=policy.near_duplicate_prompt_threshold)
+    duplicate, conflicting = answers.flags_of(np.arange(rows))
+    for row, found in enumerate(pair_found):
+        kept, _severity = apply_policy(found + dataset_flags(bool(duplicate[row]), bool(conflicting[row])), policy)
+        for flag in kept:
+            counts[flag] += 1
+            if flag in flagged:
+                flagged[flag].add(row)
     wall += time.perf_counter() - w0
     cpu += time.process_time() - c0
-    return {"rows": rows, "wall": wall, "cpu": cpu, "counts": counts, "flagged": flagged, "clusters": clusters,
-            "table_bytes": dataset.stats()["hash_table_bytes"] + near.nbytes}
+    return {"rows": rows, "wall": wall, "cpu": cpu, "counts": counts, "flagged": flagged,
+            "clusters": answers.near_duplicate_groups, "table_bytes": table_bytes}
+
+
+def _block_bytes(block) -> int:  # noqa: ANN001
+    """Bytes of a DigestBlock's arrays (what the dataset-wide checks hold until their shuffle)."""
+    return block.offsets.nbytes + sum(getattr(block.digests, name).nbytes for name in vars(block.digests))
 
 
 
@@ -231,23 +232,17 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
     import json
 
     from prefdata.validate import command as V
-    from prefdata.checks.dataset import DatasetWideChecks as _DWC
-    from prefdata.checks.minhash import NearDuplicatePrompts as _NDP
+    from prefdata.checks import partitioned as _P
 
-    captured: dict = {"dataset": []}
-    original_clusters = _NDP.clusters
-    original_init = _DWC.__init__
+    captured: dict = {"dataset_bytes": 0}
+    original_checks = _P.partitioned_dataset_checks
     original_build = V.build_report
 
-    def clusters(self):  # noqa: ANN001
-        result = original_clusters(self)
-        captured["clusters"] = result
-        captured["minhash_bytes"] = self.nbytes
+    def checks(blocks, *args, **kwargs):  # noqa: ANN001
+        captured["dataset_bytes"] = sum(_block_bytes(block) for block in blocks)
+        result = original_checks(blocks, *args, **kwargs)
+        captured["clusters"] = result.near_duplicate_groups
         return result
-
-    def init(self, *args, **kwargs):  # noqa: ANN001
-        original_init(self, *args, **kwargs)
-        captured["dataset"].append(self)
 
     def build(builder, *args, **kwargs):  # noqa: ANN001
         captured["report_row_bytes"] = sum(
@@ -256,7 +251,7 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
         )
         return original_build(builder, *args, **kwargs)
 
-    _NDP.clusters, _DWC.__init__, V.build_report = clusters, init, build
+    _P.partitioned_dataset_checks, V.build_report = checks, build
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     w0, c0 = time.perf_counter(), time.process_time()
     result = V.validate(path, format="json", output=report_path, progress=False)
@@ -284,7 +279,7 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
     near_pairs = planted["near_prompt_pairs"]
     at_threshold = [(a, b) for a, b, j in near_pairs if j >= policy.near_duplicate_prompt_threshold]
     found = [cluster_of.get(a, -1) == cluster_of.get(b, -2) for a, b in at_threshold]
-    dataset_bytes = sum(d.stats()["hash_table_bytes"] for d in captured["dataset"])
+    dataset_bytes = captured["dataset_bytes"]
     out = {
         "rows": rows,
         "wall_s": wall,
@@ -297,7 +292,7 @@ def child(path: Path, planted_path: Path, report_path: Path) -> None:
         "worker_peak_rss_mib": worker_peak,
         "rss_before_mib": rss_before,
         "file_mib": path.stat().st_size / 2**20,
-        "table_mib": (dataset_bytes + captured.get("minhash_bytes", 0) + captured.get("report_row_bytes", 0)) / 2**20,
+        "table_mib": (dataset_bytes + captured.get("report_row_bytes", 0)) / 2**20,
         "dataset_table_mib": dataset_bytes / 2**20,
         "minhash_mib": captured.get("minhash_bytes", 0) / 2**20,
         "report_rows_mib": captured.get("report_row_bytes", 0) / 2**20,

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Iterable
 
 from prefdata.checks.dataset import PromptLeakIndex
 from prefdata.checks.units import PAIR_TESTS
-from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy, text_flags, token_flags
 from prefdata.checks.policy import Policy
 from prefdata.core import flags as F
@@ -68,24 +67,20 @@ def verdict(found: list[str], policy: Policy) -> tuple[list[str], str | None, st
 
 
 class PairChecker:
-    """Every check of a pair, one pair at a time in this process (the engine's stages split this
-    into the per-pair flags in workers and the merge here).
+    """Every per-pair check of a pair, one pair at a time in this process; the dataset-wide flags
+    (prefdata.checks.partitioned, answered before the rows come through) are the caller's."""
 
-    Holds the dataset-wide merge, so one instance must see the rows in input order.
-    """
-
-    def __init__(self, policy: Policy, leak_index: PromptLeakIndex | None = None, merge: DatasetMerge | None = None,
+    def __init__(self, policy: Policy, leak_index: PromptLeakIndex | None = None,
                  benchmarks: "BenchmarkIndex | None" = None):
         self.policy = policy
         self.leak_index = leak_index
         self.benchmarks = benchmarks
-        self.merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
 
     def check(
-        self, pair: Pair, tokenized: TokenizedPair | None, extra_flags: Iterable[str] = (), *, ordinal: int
+        self, pair: Pair, tokenized: TokenizedPair | None, extra_flags: Iterable[str] = ()
     ) -> tuple[list[str], str | None, str]:
-        """(flags kept by the policy, worst severity, outcome) of the pair at row `ordinal`."""
+        """(flags kept by the policy, worst severity, outcome) of the pair with `extra_flags`
+        (its dataset-wide flags, and those found outside the checks)."""
         found = pair_flags(pair, tokenized, self.policy, self.leak_index, self.benchmarks)
-        found += self.merge.merge_pair(ordinal, pair)
         found.extend(extra_flags)
         return verdict(found, self.policy)

@@ -1,4 +1,5 @@
-"""Near-duplicate prompts across a large dataset: MinHash signatures + LSH banding, streaming.
+"""Near-duplicate prompts across a large dataset: MinHash signatures (the banding and the groups:
+prefdata.checks.partitioned).
 
 Similarity is the Jaccard index of the sets of word 3-grams of two prompts (lower-cased; a "word" is a
 run of ASCII letters/digits or non-ASCII bytes, so punctuation and whitespace do not matter).
@@ -10,11 +11,10 @@ Per batch, everything is numpy over the whole batch -- no per-prompt Python work
 3. signatures: one-permutation hashing (each shingle hash picks one of `num_perm` bins by its top
    bits and offers its low 32 bits to that bin's minimum, `np.minimum.at`), then rotation
    densification fills empty bins. Only 8 bits of each minimum are kept (b-bit MinHash): 64 bytes
-   per distinct prompt, the only state that grows with the data besides its row id (4 bytes) and
-   the exact duplicate set (8 bytes per distinct prompt, `digest_table.U64Table`).
-`clusters()` bands the signatures (16 bands of 4 bytes = one uint32 per band), sorts each band
-column to find collisions, verifies each candidate pair on the full signature, and joins verified
-pairs into connected components.
+   per distinct prompt.
+The groups band the signatures (16 bands of 4 bytes = one uint32 per band), find the prompts that
+collide in a band, verify each candidate pair on the full signature, and join verified pairs into
+connected components.
 
 Accuracy with the defaults (64 permutations, 16 bands): a pair at Jaccard 0.8 collides in some band
 with probability > 0.999 and passes verification (estimate >= threshold - 1.5 sigma) ~93% of the
@@ -22,23 +22,17 @@ time; more similar pairs almost always. Pairs at Jaccard <= 0.6 are accepted ~2%
 
 Exact duplicates (the same prompt string) are folded first: only the first row of each distinct
 prompt is hashed and can appear in a cluster (prompts differing only in case, whitespace or
-punctuation have Jaccard 1 and do cluster); exact duplicate prompts are reported
-by `checks.dataset.DatasetWideChecks`. Results depend only on input order, never on batch size; every hash is a fixed function (no random seed to carry).
+punctuation have Jaccard 1 and do cluster); exact duplicate prompts are counted by the
+dataset-wide checks. Results depend only on input order, never on batch size; every hash is a fixed
+function (no random seed to carry).
 """
 
 from __future__ import annotations
 
 import math
-import mmap
-import sys
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from collections.abc import Sequence
 
 import numpy as np
 import xxhash
-
-from prefdata.checks.dataset import U64Table
 
 _xxh = xxhash.xxh3_64_intdigest
 
@@ -84,157 +78,6 @@ def _power_table(base: int, size: int) -> np.ndarray:
     table = np.full(size, base, dtype=_U64)
     table[0] = 1
     return np.cumprod(table, dtype=_U64)
-
-
-class NearDuplicatePrompts:
-    """Streaming near-duplicate prompt finder (see the module doc)."""
-
-    def __init__(
-        self, threshold: float = 0.8, *, num_perm: int = 64, bands: int = 16, background: bool = True
-    ) -> None:
-        if num_perm % bands or (num_perm // bands) != 4:
-            raise ValueError("num_perm must be 4 * bands (one uint32 per band)")
-        if not 0.0 < threshold <= 1.0:
-            raise ValueError("threshold must be in (0, 1]")
-        self.threshold = threshold
-        self.num_perm = num_perm
-        self.bands = bands
-        if num_perm & (num_perm - 1):
-            raise ValueError("num_perm must be a power of two")
-        # Accept a verified pair down to 1.5 standard deviations of the 64-sample estimate below the
-        # threshold, so pairs right at the threshold are found ~93% of the time.
-        self._accept = accept_threshold(threshold, num_perm)
-        self._exact = U64Table(values=False)  # raw-prompt digests seen (a set: 8 B each)
-        self._signatures_of = _Rows((num_perm,), np.uint8)  # of the distinct prompts with words
-        self._ids = _Rows((), np.uint32)  # their row ids (int64 once one does not fit)
-        self.prompts_seen = 0
-        self.distinct_prompts = 0
-        self._pending: deque[Future[None]] = deque()
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="minhash") if background else None
-
-    def __del__(self) -> None:
-        if getattr(self, "_executor", None) is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the signature and exact-duplicate tables."""
-        self._drain()
-        return self._exact.nbytes + self._signatures_of.nbytes + self._ids.nbytes
-
-    def add_batch(self, row_ids: Sequence[int], prompts: Sequence[str]) -> None:
-        """Add prompts with the row ids that `clusters()` will report for them.
-
-        With `background=True` the batch is hashed on one worker thread (numpy releases the GIL, so
-        this overlaps with the caller's own per-row checks); batches are still processed strictly in
-        order, so results are identical. At most two batches wait, which keeps memory flat.
-        """
-        if len(row_ids) != len(prompts):
-            raise ValueError("row_ids and prompts differ in length")
-        if self._executor is None:
-            self._add_batch(row_ids, prompts)
-            return
-        while len(self._pending) >= 2:
-            self._pending.popleft().result()  # re-raises a worker error here
-        self._pending.append(self._executor.submit(self._add_batch, list(row_ids), list(prompts)))
-
-    def _drain(self) -> None:
-        while self._pending:
-            self._pending.popleft().result()
-
-    def _add_batch(self, row_ids: Sequence[int], prompts: Sequence[str]) -> None:
-        self.prompts_seen += len(prompts)
-        new_ids: list[int] = []
-        new_texts: list[str] = []
-        setdefault = self._exact.setdefault
-        for row_id, prompt in zip(row_ids, prompts):
-            # Raw-text digest: cheap, and whitespace/case variants still meet at Jaccard 1 below.
-            if setdefault(_xxh(prompt.encode("utf-8", "surrogatepass")), row_id) is None:
-                new_ids.append(row_id)
-                new_texts.append(prompt.lower())
-        if not new_texts:
-            return
-        self.distinct_prompts += len(new_texts)
-        has_words, signatures = self._signatures(new_texts)
-        self._signatures_of.append(signatures)
-        self._append_ids(np.asarray(new_ids, dtype=np.int64)[has_words])
-
-    def add_signatures(
-        self,
-        row_ids: np.ndarray,
-        digests: np.ndarray,
-        signature_rows: np.ndarray,
-        signatures: np.ndarray,
-        first: np.ndarray | None = None,
-    ) -> None:
-        """`add_batch` for prompts already hashed elsewhere (e.g. in worker processes), in input order.
-
-        `digests[i]` is `prompt_digest` of prompt i; `signature_rows[i]` its row in `signatures`
-        (from `prompt_signatures` of the lower-cased prompt), or -1 when it has no word or is not
-        the first of its digest in this batch (a later copy needs no signature); `first`:
-        `checks.dataset.first_occurrences(digests)`, when known. Same state as `add_batch` with
-        the same prompts."""
-        self._drain()
-        self.prompts_seen += len(row_ids)
-        new = ~self._exact.setdefault_many(digests, row_ids, first)
-        if not new.any():
-            return
-        self.distinct_prompts += int(new.sum())
-        rows = signature_rows[new]
-        signed = rows >= 0
-        self._signatures_of.append(signatures[rows[signed]])
-        self._append_ids(np.asarray(row_ids, dtype=np.int64)[new][signed])
-
-    def _append_ids(self, ids: np.ndarray) -> None:
-        """Row ids as uint32 (4 B each) while they fit, else the whole column as int64."""
-        if self._ids.dtype == np.uint32 and ids.size and (int(ids.min()) < 0 or int(ids.max()) > 0xFFFFFFFF):
-            wide = _Rows((), np.int64)
-            wide.append(self._ids.joined().astype(np.int64))
-            self._ids = wide
-        self._ids.append(ids)
-
-    def _signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(mask of texts with at least one word, uint8 signatures of those texts)."""
-        return prompt_signatures(texts, self.num_perm)
-
-    def clusters(self) -> list[list[int]]:
-        """Groups of >= 2 row ids whose prompts are near-duplicates, each sorted; groups sorted."""
-        self._drain()
-        sigs = self._signatures_of.joined()
-        ids = self._ids.joined()  # uint32 (or int64): lexsort and tolist() below take either
-        n = ids.size
-        if n < 2:
-            return []
-        band_keys = sigs.view(np.uint32)  # (n, bands): 4 signature bytes per band
-        # Band by band: candidate pairs (neighbours in sort order with equal band keys) are verified
-        # on the whole signature at once and merged into the component labels, so memory stays
-        # O(rows + one band's candidates) even when a large group of prompts collides.
-        labels = np.arange(n, dtype=np.int64)
-        for band in range(self.bands):
-            order, sorted_column = _stable_order(band_keys[:, band])
-            hit = np.flatnonzero(sorted_column[1:] == sorted_column[:-1])
-            if not hit.size:
-                continue
-            u, v = order[hit], order[hit + 1]
-            keep = labels[u] != labels[v]  # already joined: nothing to verify
-            u, v = u[keep], v[keep]
-            accepted = np.zeros(u.size, dtype=bool)
-            step = 1 << 13  # candidates verified at a time: ~1 MB of gathered signatures, not 8
-            for lo in range(0, u.size, step):
-                hi = lo + step
-                matches = (sigs[u[lo:hi]] == sigs[v[lo:hi]]).mean(axis=1)
-                # b-bit estimate: equal bytes happen by chance 1/256 of the time for unrelated minima.
-                accepted[lo:hi] = jaccard_estimate(matches) >= self._accept
-            labels = _components(labels, u[accepted], v[accepted])
-        order = np.lexsort((ids, labels))
-        sorted_ids, sorted_labels = ids[order], labels[order]
-        # Only components with two or more members become lists (most prompts are alone).
-        starts = np.flatnonzero(np.r_[True, sorted_labels[1:] != sorted_labels[:-1]])
-        ends = np.r_[starts[1:], n]
-        multi = ends - starts > 1
-        result = [sorted_ids[a:b].tolist() for a, b in zip(starts[multi].tolist(), ends[multi].tolist())]
-        result.sort(key=lambda g: g[0])
-        return result
 
 
 def accept_threshold(threshold: float, num_perm: int) -> float:
@@ -372,106 +215,3 @@ def _densify(mins: np.ndarray, filled: np.ndarray) -> None:
     borrowed *= np.uint32(0xC2B2AE35)
     borrowed ^= borrowed >> np.uint32(16)
     mins[row, column] = borrowed
-
-
-class _Rows:
-    """An array growing by rows, kept in blocks of about BLOCK_BYTES (each its own allocation, given
-    back to the system when dropped): no regrowth copies, and joining holds one block more than the
-    result, not two copies of everything."""
-
-    BLOCK_BYTES = 1 << 20  # joined() holds one block more than the result: keep that small
-
-    def __init__(self, row_shape: tuple[int, ...], dtype: type) -> None:
-        self.row_shape = row_shape
-        self.dtype = np.dtype(dtype)
-        self.row_bytes = self.dtype.itemsize * math.prod(row_shape)
-        self.block_rows = max(1, self.BLOCK_BYTES // self.row_bytes)
-        self.blocks: list[np.ndarray] = []
-        self.filled = 0  # rows used in the last block
-        self.rows = 0
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the rows held (the last block's unused tail not counted)."""
-        return self.rows * self.row_bytes
-
-    def append(self, rows: np.ndarray) -> None:
-        done = 0
-        while done < len(rows):
-            if not self.blocks or self.filled == len(self.blocks[-1]):
-                self.blocks.append(_blank((self.block_rows, *self.row_shape), self.dtype))
-                self.filled = 0
-            take = min(len(rows) - done, len(self.blocks[-1]) - self.filled)
-            self.blocks[-1][self.filled : self.filled + take] = rows[done : done + take]
-            self.filled += take
-            self.rows += take
-            done += take
-
-    def joined(self) -> np.ndarray:
-        """All rows as one array (which then becomes the only block)."""
-        if len(self.blocks) == 1 and self.filled == len(self.blocks[0]):
-            return self.blocks[0]
-        result = _blank((self.rows, *self.row_shape), self.dtype)
-        at = 0
-        blocks, self.blocks = self.blocks, []
-        while blocks:
-            block = blocks.pop(0)  # dropped once copied
-            take = min(len(block), self.rows - at)
-            result[at : at + take] = block[:take]
-            at += take
-            del block
-        self.blocks, self.filled = [result], self.rows
-        return result
-
-
-def _blank(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """An uninitialized array in its own anonymous mapping: given back to the system when dropped.
-    (From malloc, a dropped block can stay in the heap, and joining the blocks would then hold
-    them all beside their copy at the end of the run.)"""
-    nbytes = max(1, math.prod(shape) * np.dtype(dtype).itemsize)
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=math.prod(shape)).reshape(shape)
-
-
-def _stable_order(column: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(np.argsort(column, kind="stable"), column sorted) for a uint32 column: key and index packed
-    into one uint64 and sorted plainly, several times faster than a stable argsort."""
-    if column.size >= 1 << 32:  # pragma: no cover - the index would not fit
-        order = np.argsort(column, kind="stable")
-        return order, column[order]
-    # In place, and temporaries a slice at a time: this runs once per band over every distinct
-    # prompt at the end of the run, where the process's memory peaks (12 bytes a prompt, not 28).
-    packed = column.astype(np.uint64)
-    packed <<= _U64(32)
-    step = 1 << 16
-    for lo in range(0, packed.size, step):
-        packed[lo : lo + step] |= np.arange(lo, min(lo + step, packed.size), dtype=np.uint64)
-    packed.sort()
-    if sys.byteorder == "little":  # the high half of each uint64 is its second uint32
-        sorted_column = packed.view(np.uint32)[1::2].copy()
-    else:  # pragma: no cover
-        sorted_column = (packed >> _U64(32)).astype(np.uint32)
-    packed &= _U64(0xFFFFFFFF)
-    return packed.view(np.int64), sorted_column
-
-
-def _components(labels: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Merge edges (u, v) into component labels, where every node points straight at its
-    component's root (its smallest member). Vectorized union-find: hook the larger root under the
-    smaller, then pointer-jump until every node points at a root; repeat until no edge spans two
-    components (a few rounds on real graphs)."""
-    while u.size:
-        root_u, root_v = labels[u], labels[v]
-        spans = root_u != root_v
-        if not spans.any():
-            break
-        root_u, root_v = root_u[spans], root_v[spans]
-        u, v = u[spans], v[spans]
-        low = np.minimum(root_u, root_v)
-        np.minimum.at(labels, root_u, low)
-        np.minimum.at(labels, root_v, low)
-        while True:  # pointer jumping: follow labels to their roots
-            jumped = labels[labels]
-            if np.array_equal(jumped, labels):
-                break
-            labels = jumped
-    return labels

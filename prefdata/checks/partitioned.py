@@ -1,113 +1,40 @@
 """Dataset-wide checks by hash partitioning, so that no single process holds every row.
 
-The local checks (`dataset.DatasetWideChecks`, `minhash.NearDuplicatePrompts`) keep one table of
-every distinct pair and prompt in one process. Here the same answers come from a shuffle: each
-block of rows is split by key into P parts, and each of P reducers sees only the keys that hash
-to it -- every row of a key meets in one reducer, and "first" is the smallest row index, which is
-what input order means. The results are exactly the local ones (a test compares them):
+Each block of rows' digests (prefdata.checks.digests) is split by key into P parts, and each of P
+reducers sees only the keys that hash to it -- every row of a key meets in one reducer, and "first"
+is the smallest row index, which is what input order means:
 
 - duplicate_pair: a row whose pair key has a smaller row index elsewhere.
 - conflicting_pair: a row whose swapped key (halves differ) is some row's pair key with a smaller
   row index. The swapped key is sent to the partition of that key, as a query.
 - duplicate prompt rows: rows minus distinct prompt keys.
 - near-duplicate prompts (MinHash): first, partitions by the raw prompt digest keep the first row
-  of each distinct prompt with its signature; then every (band, band key) goes to one partition,
-  which sorts its buckets by row, verifies neighbours on the full signature (as the local finder
-  does) and returns the accepted edges. Only edges reach the caller, which joins them into groups.
+  of each distinct prompt with its signature; then, one band at a time, every band key goes to one
+  partition, which sorts its buckets by row, verifies neighbours on the full signature and returns
+  the accepted edges. Only edges reach the caller, which joins them into groups.
 
-Memory per reducer, N rows over P partitions: pairs ~40 bytes per row (pair key + row, swapped
-key + row, prompt key), ~2x that while sorting; MinHash ~80 bytes per row in the first shuffle
-and ~1.2 KB per distinct prompt in the band shuffle (16 bands x (signature 64 + key 4 + row 8 +
-band 1)). For 100M rows and P = 256: ~16 MB and ~470 MB per reducer.
-
-The shuffle itself is the engine's (`shuffle(split, reduce, blocks, partitions)`); `run_in_process`
-is the same shuffle in this process, for one machine and for tests.
+The shuffle is the engine's (`shuffle(split, reduce, blocks, partitions)`: on Ray the blocks and
+parts stay in the object store); `InProcessShuffle` is the same shuffle in this process, where the
+memory is the blocks plus one copy of them as parts: each block is dropped once split, and each
+partition's parts once reduced. A band at a time keeps the band shuffle at one signature per
+distinct prompt (16 at once would be 1.3 KB a prompt).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
-from prefdata.checks.dataset import _PACK3, _stored_keys, _xxh, pair_digests_and_key
-from prefdata.checks.minhash import _mix, accept_threshold, jaccard_estimate, prompt_digest, prompt_signatures
-from prefdata.core.records import Pair
+from prefdata.checks.digests import DigestBlock, stored_keys
+from prefdata.checks.minhash import _mix, accept_threshold, jaccard_estimate
+from prefdata.core import flags as F
 
 _U64 = np.uint64
-
-
-@dataclass
-class DigestBlock:
-    """Per-row digests of one block of pairs (what a map worker sends; no text)."""
-
-    rows: np.ndarray  # (n,) int64 row index in input order
-    prompt_keys: np.ndarray  # (n,) uint64 as dataset.pair_digests_and_key
-    pair_keys: np.ndarray  # (n,) uint64
-    swapped_keys: np.ndarray  # (n,) uint64 key of (prompt, rejected, chosen)
-    halves_differ: np.ndarray  # (n,) bool
-    prompt_rows: np.ndarray  # (m,) int64 rows whose prompts near-duplicate detection sees
-    prompt_digests: np.ndarray  # (m,) uint64 minhash.prompt_digest (raw text)
-    signature_rows: np.ndarray  # (m,) int64 row in `signatures`, -1: no word or not first in block
-    signatures: np.ndarray  # (s, num_perm) uint8
-
-
-def block_from_digests(rows: np.ndarray, digests: Any) -> DigestBlock:
-    """A DigestBlock from a chunk's `checks.merge.PairDigests` (what the engine's stage computes)
-    and the row ordinals of its pairs: the same rows `DatasetMerge.merge_chunk` would see."""
-    rows = np.asarray(rows, dtype=np.int64)
-    return DigestBlock(rows, digests.prompt_keys, digests.pair_keys, digests.swapped_keys, digests.halves_differ,
-                       rows[digests.prompted], digests.prompt_digests, digests.signature_rows, digests.signatures)
-
-
-def join_blocks(blocks: Sequence[DigestBlock], num_perm: int = 64) -> DigestBlock:
-    """One DigestBlock of consecutive blocks (a worker's group of chunks: one block to shuffle)."""
-    if not blocks:
-        return digest_block([], [], num_perm)
-    signed, signature_rows = 0, []
-    for block in blocks:  # each block's signature rows point into its own signatures
-        signature_rows.append(np.where(block.signature_rows >= 0, block.signature_rows + signed, -1))
-        signed += block.signatures.shape[0]
-    columns = {name: np.concatenate([getattr(b, name) for b in blocks])
-               for name in ("rows", "prompt_keys", "pair_keys", "swapped_keys", "halves_differ", "prompt_rows",
-                            "prompt_digests")}
-    return DigestBlock(**columns, signature_rows=np.concatenate(signature_rows),
-                       signatures=np.concatenate([b.signatures for b in blocks]))
-
-
-def shift_rows(block: DigestBlock, first: int) -> DigestBlock:
-    """The block with its row ordinals moved by `first` (a group's rows numbered from 0 -> input order)."""
-    return DigestBlock(block.rows + first, block.prompt_keys, block.pair_keys, block.swapped_keys, block.halves_differ,
-                       block.prompt_rows + first, block.prompt_digests, block.signature_rows, block.signatures)
-
-
-def digest_block(rows: Sequence[int], pairs: Sequence[Pair], num_perm: int = 64) -> DigestBlock:
-    """The digests the partitioned checks need for `pairs` (row indices ascending with input order)."""
-    n = len(pairs)
-    if not n:
-        empty = np.zeros(0, dtype=np.uint64)
-        return DigestBlock(np.zeros(0, np.int64), empty, empty, empty, np.zeros(0, bool), np.zeros(0, np.int64),
-                           empty, np.zeros(0, np.int64), np.zeros((0, num_perm), np.uint8))
-    keys = np.zeros((n, 4), dtype=np.uint64)
-    swapped = np.zeros(n, dtype=np.uint64)
-    differ = np.zeros(n, dtype=bool)
-    for i, pair in enumerate(pairs):
-        hp, hc, hr, key = pair_digests_and_key(pair)
-        keys[i] = (hp, hc, hr, key)
-        differ[i] = hc != hr
-        swapped[i] = _xxh(_PACK3(hp, hr, hc))
-    digests = np.fromiter((prompt_digest(p.prompt) for p in pairs), dtype=np.uint64, count=n)
-    # Only the first row of each digest in this block can be a global first: only it is signed.
-    first = np.zeros(n, dtype=bool)
-    first[np.unique(digests, return_index=True)[1]] = True
-    positions = np.flatnonzero(first)
-    has_words, signatures = prompt_signatures([pairs[i].prompt.lower() for i in positions], num_perm)
-    signature_rows = np.full(n, -1, dtype=np.int64)
-    signature_rows[positions[has_words]] = np.arange(int(has_words.sum()))
-    row_array = np.asarray(rows, dtype=np.int64)
-    return DigestBlock(row_array, keys[:, 0], keys[:, 3], swapped, differ, row_array, digests, signature_rows, signatures)
+BANDS = 16  # of 4 signature bytes each (one uint32 key per band)
+LOCAL_PARTITIONS = 16  # in this process: more partitions, smaller sort copies; the answers are the same
 
 
 def _partition_of(keys: np.ndarray, partitions: int) -> np.ndarray:
@@ -125,11 +52,12 @@ def _split(partition: np.ndarray, partitions: int, **columns: np.ndarray) -> lis
 
 def split_pairs(block: DigestBlock, partitions: int) -> list[dict[str, dict[str, np.ndarray]]]:
     """One block's pair keys, conflict queries and prompt keys, each by the partition of its key."""
-    pair_keys, prompt_keys = _stored_keys(block.pair_keys), _stored_keys(block.prompt_keys)
-    query = np.flatnonzero(block.halves_differ)
-    queries = _stored_keys(block.swapped_keys[query])
-    by_pair = _split(_partition_of(pair_keys, partitions), partitions, key=pair_keys, row=block.rows)
-    by_query = _split(_partition_of(queries, partitions), partitions, key=queries, row=block.rows[query])
+    d, rows = block.digests, block.rows
+    pair_keys, prompt_keys = stored_keys(d.pair_keys), stored_keys(d.prompt_keys)
+    query = np.flatnonzero(d.halves_differ)
+    queries = stored_keys(d.swapped_keys[query])
+    by_pair = _split(_partition_of(pair_keys, partitions), partitions, key=pair_keys, row=rows)
+    by_query = _split(_partition_of(queries, partitions), partitions, key=queries, row=rows[query])
     by_prompt = _split(_partition_of(prompt_keys, partitions), partitions, key=prompt_keys)
     return [{"pairs": a, "queries": b, "prompts": c} for a, b, c in zip(by_pair, by_query, by_prompt)]
 
@@ -144,73 +72,142 @@ class PairPartition:
     distinct_prompts: int
 
 
+def _joined(parts: Sequence[dict[str, Any]], name: str, column: str, dtype: Any) -> np.ndarray:
+    return np.concatenate([p[name][column] for p in parts]) if parts else np.zeros(0, dtype)
+
+
 def reduce_pairs(parts: Sequence[dict[str, dict[str, np.ndarray]]]) -> PairPartition:
     """Duplicates (not the smallest row of their key) and conflicts (a smaller row holds the swap)."""
-    keys = np.concatenate([p["pairs"]["key"] for p in parts]) if parts else np.zeros(0, _U64)
-    rows = np.concatenate([p["pairs"]["row"] for p in parts]) if parts else np.zeros(0, np.int64)
+    keys, rows = _joined(parts, "pairs", "key", _U64), _joined(parts, "pairs", "row", np.int64)
     order = np.lexsort((rows, keys))
     keys, rows = keys[order], rows[order]
+    del order
     first = np.r_[True, keys[1:] != keys[:-1]] if keys.size else np.zeros(0, dtype=bool)
     unique_keys, first_rows = keys[first], rows[first]
-    q_keys = np.concatenate([p["queries"]["key"] for p in parts]) if parts else np.zeros(0, _U64)
-    q_rows = np.concatenate([p["queries"]["row"] for p in parts]) if parts else np.zeros(0, np.int64)
+    del keys
+    q_keys, q_rows = _joined(parts, "queries", "key", _U64), _joined(parts, "queries", "row", np.int64)
     at = np.minimum(np.searchsorted(unique_keys, q_keys), max(unique_keys.size - 1, 0))
     found = (unique_keys[at] == q_keys) if unique_keys.size else np.zeros(q_keys.size, dtype=bool)
     conflicting = q_rows[found & (first_rows[at] < q_rows)] if unique_keys.size else q_rows[:0]
-    prompts = np.concatenate([p["prompts"]["key"] for p in parts]) if parts else np.zeros(0, _U64)
-    return PairPartition(np.sort(rows[~first]), np.sort(conflicting), int(rows.size), int(np.unique(prompts).size))
+    distinct_prompts = int(np.unique(_joined(parts, "prompts", "key", _U64)).size)
+    return PairPartition(np.sort(rows[~first]), np.sort(conflicting), int(rows.size), distinct_prompts)
 
 
 # --------------------------------------------------------------------------- near-duplicate prompts
 
 
 def split_prompts(block: DigestBlock, partitions: int) -> list[dict[str, np.ndarray]]:
-    """One block's prompt digests by partition, each with its signature row (or -1)."""
-    signatures = np.zeros((block.prompt_rows.size, block.signatures.shape[1]), np.uint8)
-    signed = block.signature_rows >= 0
-    signatures[signed] = block.signatures[block.signature_rows[signed]]
-    return _split(_partition_of(block.prompt_digests, partitions), partitions, digest=block.prompt_digests,
-                  row=block.prompt_rows, signed=signed, signature=signatures)
+    """One block's prompt digests by partition, each with its row, whether it is signed, and the
+    signatures of the signed ones (in the part's order)."""
+    d = block.digests
+    signed = np.zeros(d.prompted.size, dtype=bool)
+    signed[d.signed] = True
+    at = np.full(d.prompted.size, -1, dtype=np.int64)  # each signed prompt's row in d.signatures
+    at[d.signed] = np.arange(d.signed.size)
+    parts = _split(_partition_of(d.prompt_digests, partitions), partitions, digest=d.prompt_digests,
+                   row=block.prompt_rows, signed=signed, at=at)
+    for part in parts:
+        part["signature"] = d.signatures[part.pop("at")[part["signed"]]]
+    return parts
 
 
 def reduce_prompts(parts: Sequence[dict[str, np.ndarray]]) -> dict[str, Any]:
     """The first row of each distinct prompt that has words, with its signature, and the counts."""
+    if not parts:
+        return {"row": np.zeros(0, np.int64), "signature": np.zeros((0, 64), np.uint8), "seen": 0, "distinct": 0}
     digest = np.concatenate([p["digest"] for p in parts])
     row = np.concatenate([p["row"] for p in parts])
+    signed = np.concatenate([p["signed"] for p in parts])
     order = np.lexsort((row, digest))
     digest = digest[order]
     first = order[np.r_[True, digest[1:] != digest[:-1]]] if digest.size else order
-    signed = np.concatenate([p["signed"] for p in parts])[first]
-    signatures = np.concatenate([p["signature"] for p in parts])[first[signed]]
-    return {"row": row[first[signed]], "signature": signatures, "seen": int(row.size), "distinct": int(first.size)}
+    del order, digest
+    keep = first[signed[first]]  # the firsts that carry a signature
+    signature_at = np.cumsum(signed) - 1  # entry -> its row among the parts' signatures, joined
+    signatures = np.concatenate([p["signature"] for p in parts])[signature_at[keep]]
+    return {"row": row[keep], "signature": signatures, "seen": int(row.size), "distinct": int(first.size)}
 
 
-def split_bands(prompts: dict[str, Any], partitions: int) -> list[dict[str, np.ndarray]]:
-    """Every (band, band key) of the distinct prompts to one partition, with row and signature."""
-    signatures = prompts["signature"]
-    n, bands = signatures.shape[0], signatures.shape[1] // 4
-    band_keys = np.ascontiguousarray(signatures).view(np.uint32).reshape(n, bands)
-    band = np.repeat(np.arange(bands, dtype=np.int64)[None, :], n, axis=0).ravel()
-    key = band_keys.ravel()
-    owner = np.repeat(np.arange(n), bands)
-    bucket = (band.astype(np.uint64) << _U64(32)) | key.astype(np.uint64)
-    return _split(_partition_of(bucket, partitions), partitions, bucket=bucket, row=prompts["row"][owner],
-                  signature=signatures[owner])
+def split_block(block: DigestBlock, partitions: int) -> list[dict[str, Any]]:
+    """A block's pair keys, conflict queries, prompt keys and prompt digests, each by its partition."""
+    return [pairs | {"texts": texts} for pairs, texts in zip(split_pairs(block, partitions),
+                                                            split_prompts(block, partitions))]
 
 
-def band_edges(parts: Sequence[dict[str, np.ndarray]], accept: float) -> np.ndarray:
-    """(k, 2) verified edges: neighbours by row within each bucket whose signatures agree enough."""
-    bucket = np.concatenate([p["bucket"] for p in parts])
-    row = np.concatenate([p["row"] for p in parts])
-    order = np.lexsort((row, bucket))
-    bucket, row = bucket[order], row[order]
-    hit = np.flatnonzero(bucket[1:] == bucket[:-1])
-    if not hit.size:
-        return np.zeros((0, 2), dtype=np.int64)
-    signatures = np.concatenate([p["signature"] for p in parts])[order]
-    matches = (signatures[hit] == signatures[hit + 1]).mean(axis=1)
-    accepted = hit[jaccard_estimate(matches) >= accept]
-    return np.stack([row[accepted], row[accepted + 1]], axis=1)
+def reduce_block(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A partition's duplicates, conflicts and counts (carried on), and its distinct prompts."""
+    pairs = reduce_pairs(parts)
+    firsts = reduce_prompts([p["texts"] for p in parts])
+    carried = Carried([pairs.duplicate_rows], [pairs.conflicting_rows], [], pairs.rows, pairs.distinct_prompts,
+                      firsts.pop("seen"), firsts.pop("distinct"))
+    return firsts | {"carried": carried}
+
+
+@dataclass
+class Carried:
+    """What the shuffles pass along to the end in their partition 0: the answers found so far."""
+
+    duplicate_rows: list[np.ndarray] = field(default_factory=list)
+    conflicting_rows: list[np.ndarray] = field(default_factory=list)
+    edges: list[np.ndarray] = field(default_factory=list)  # (k, 2) verified near-duplicate prompt edges
+    rows: int = 0
+    distinct_prompts: int = 0
+    prompts_seen: int = 0
+    distinct_prompt_texts: int = 0
+
+    @staticmethod
+    def joined(parts: Sequence[Carried]) -> Carried:
+        total = Carried()
+        for part in parts:
+            total.duplicate_rows += part.duplicate_rows
+            total.conflicting_rows += part.conflicting_rows
+            total.edges += part.edges
+            total.rows += part.rows
+            total.distinct_prompts += part.distinct_prompts
+            total.prompts_seen += part.prompts_seen
+            total.distinct_prompt_texts += part.distinct_prompt_texts
+        return total
+
+
+class BandSplit:
+    """Split of the distinct prompts by one band's key, each with its row and whole signature; the
+    answers so far go to partition 0."""
+
+    def __init__(self, band: int) -> None:
+        self.band = band
+
+    def __call__(self, prompts: dict[str, Any], partitions: int) -> list[dict[str, Any]]:
+        signatures = prompts["signature"]
+        key = np.ascontiguousarray(signatures[:, 4 * self.band : 4 * self.band + 4]).view(np.uint32).ravel()
+        bucket = (np.uint64(self.band) << _U64(32)) | key.astype(np.uint64)
+        parts: list[dict[str, Any]] = _split(_partition_of(bucket, partitions), partitions, key=key,
+                                             row=prompts["row"], signature=signatures)
+        for i, part in enumerate(parts):
+            part["carried"] = prompts["carried"] if i == 0 else Carried()
+        return parts
+
+
+class BandEdges:
+    """A band's reducer: neighbours by row within each bucket whose whole signatures agree enough
+    become edges; its prompts go on to the next band's split."""
+
+    def __init__(self, accept: float) -> None:
+        self.accept = accept
+
+    def __call__(self, parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        carried = Carried.joined([p["carried"] for p in parts])
+        if not parts:
+            return {"row": np.zeros(0, np.int64), "signature": np.zeros((0, 64), np.uint8), "carried": carried}
+        key = np.concatenate([p["key"] for p in parts])
+        row = np.concatenate([p["row"] for p in parts])
+        signatures = np.concatenate([p["signature"] for p in parts])
+        order = np.lexsort((row, key))
+        hit = np.flatnonzero(key[order[1:]] == key[order[:-1]])
+        if hit.size:
+            left, right = order[hit], order[hit + 1]
+            accepted = jaccard_estimate((signatures[left] == signatures[right]).mean(axis=1)) >= self.accept
+            carried.edges.append(np.stack([row[left[accepted]], row[right[accepted]]], axis=1))
+        return {"row": row, "signature": signatures, "carried": carried}
 
 
 def groups_from_edges(edges: np.ndarray) -> list[list[int]]:
@@ -244,18 +241,67 @@ class Shuffler(Protocol):
                 blocks: Sequence[Any], partitions: int, fetch: bool = True) -> list[Any]: ...
 
 
+class Draining(Sequence[Any]):
+    """The caller's list of blocks, emptied as it is iterated: a block is dropped once split."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        self.items.reverse()
+        while self.items:
+            yield self.items.pop()
+
+
 class InProcessShuffle:
-    """The shuffle in this process: split every block, hand each reducer its parts."""
+    """The shuffle in this process: split every block, hand each reducer its parts (dropped once
+    reduced)."""
 
     def shuffle(self, split: Callable[[Any, int], list[Any]], reduce: Callable[[list[Any]], Any],
                 blocks: Sequence[Any], partitions: int, fetch: bool = True) -> list[Any]:
-        parts = [split(block, partitions) for block in blocks]
-        return [reduce([p[i] for p in parts]) for i in range(partitions)]
+        parts: list[list[Any]] = [[] for _ in range(partitions)]
+        for block in blocks:
+            for i, part in enumerate(split(block, partitions)):
+                parts[i].append(part)
+        results = []
+        for i in range(partitions):
+            mine, parts[i] = parts[i], []
+            results.append(reduce(mine))
+            del mine
+            _trim_heap()
+        return results
+
+
+def _trim_heap() -> None:
+    """Give the heap's free pages back to the system (glibc). The parts are thousands of small
+    arrays: freed, they leave holes the reducers' larger results do not reuse, and the process
+    would hold the parts' memory beside the results (~0.05 KB a pair at 200k pairs)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _glibc() -> Any:
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:  # not glibc (macOS, musl): nothing to trim
+        return None
+
+
+_LIBC = _glibc()
 
 
 @dataclass
 class PartitionedResult:
-    """The dataset-wide findings, as the local tables give them."""
+    """The dataset-wide findings."""
 
     duplicate_rows: np.ndarray  # rows flagged duplicate_pair, ascending
     conflicting_rows: np.ndarray  # rows flagged conflicting_pair, ascending
@@ -269,49 +315,52 @@ class PartitionedResult:
     def duplicate_prompt_rows(self) -> int:
         return self.rows - self.distinct_prompts
 
-
-class _BandEdges:
-    """`band_edges` with its threshold bound (a picklable callable)."""
-
-    def __init__(self, accept: float) -> None:
-        self.accept = accept
-
-    def __call__(self, parts: list[dict[str, np.ndarray]]) -> np.ndarray:
-        return band_edges(parts, self.accept)
+    def flags_of(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(duplicate_pair, conflicting_pair) masks of the pairs at row ordinals `rows`."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return member(rows, self.duplicate_rows), member(rows, self.conflicting_rows)
 
 
-def partitioned_dataset_checks(blocks: Sequence[Any], partitions: int, *, threshold: float = 0.8,
+def partitioned_dataset_checks(blocks: list[Any], partitions: int, *, threshold: float = 0.8,
                                num_perm: int = 64, shuffler: Shuffler | None = None) -> PartitionedResult:
     """duplicate_pair, conflicting_pair and near-duplicate prompt groups over `blocks` (DigestBlocks,
-    or the engine's references to them) by hash partitioning; see the module doc."""
+    or the engine's references to them) by hash partitioning; see the module doc. `blocks` is
+    emptied: each block is dropped once its parts are made, and so is each band's input."""
     shuffler = shuffler or InProcessShuffle()
-    pairs: list[PairPartition] = shuffler.shuffle(split_pairs, reduce_pairs, blocks, partitions)
-    firsts = shuffler.shuffle(split_prompts, reduce_prompts, blocks, partitions, fetch=False)
-    edges = shuffler.shuffle(split_bands, _BandEdges(accept_threshold(threshold, num_perm)), firsts, partitions)
-    counts = shuffler.shuffle(_counts_split, _counts_reduce, firsts, 1)[0]
+    prompts = shuffler.shuffle(split_block, reduce_block, Draining(blocks), partitions, fetch=False)
+    accept = BandEdges(accept_threshold(threshold, num_perm))
+    for band in range(num_perm // 4):
+        prompts = shuffler.shuffle(BandSplit(band), accept, Draining(prompts), partitions, fetch=False)
+    found: Carried = shuffler.shuffle(_carried_split, Carried.joined, Draining(prompts), 1)[0]
+    edges = np.concatenate(found.edges) if found.edges else np.zeros((0, 2), np.int64)
     return PartitionedResult(
-        duplicate_rows=np.sort(np.concatenate([p.duplicate_rows for p in pairs])),
-        conflicting_rows=np.sort(np.concatenate([p.conflicting_rows for p in pairs])),
-        rows=sum(p.rows for p in pairs),
-        distinct_prompts=sum(p.distinct_prompts for p in pairs),
-        near_duplicate_groups=groups_from_edges(np.concatenate(edges) if edges else np.zeros((0, 2), np.int64)),
-        prompts_seen=counts[0],
-        distinct_prompt_texts=counts[1],
+        duplicate_rows=np.sort(np.concatenate(found.duplicate_rows)) if found.duplicate_rows else np.zeros(0, np.int64),
+        conflicting_rows=np.sort(np.concatenate(found.conflicting_rows)) if found.conflicting_rows
+        else np.zeros(0, np.int64),
+        rows=found.rows,
+        distinct_prompts=found.distinct_prompts,
+        near_duplicate_groups=groups_from_edges(edges),
+        prompts_seen=found.prompts_seen,
+        distinct_prompt_texts=found.distinct_prompt_texts,
     )
 
 
-def _counts_split(prompts: dict[str, Any], partitions: int) -> list[tuple[int, int]]:
-    return [(prompts["seen"], prompts["distinct"])]
+def _carried_split(prompts: dict[str, Any], partitions: int) -> list[Carried]:
+    return [prompts["carried"]]
 
 
-def _counts_reduce(parts: list[tuple[int, int]]) -> tuple[int, int]:
-    return sum(p[0] for p in parts), sum(p[1] for p in parts)
+def partitioned_on(engine: Any, blocks: list[Any], threshold: float) -> PartitionedResult:
+    """The partitioned checks over `blocks` (emptied), shuffled on `engine` when it has a shuffle
+    (Ray: 2 partitions per worker), else in this process."""
+    if hasattr(engine, "shuffle"):
+        return partitioned_dataset_checks(blocks, max(1, 2 * getattr(engine, "workers", 1)), threshold=threshold,
+                                          shuffler=engine)
+    return partitioned_dataset_checks(blocks, LOCAL_PARTITIONS, threshold=threshold)
 
 
 class PartitionedMerge:
-    """`checks.merge.DatasetMerge`'s interface over answers computed beforehand by partitioning
-    (`result`, set by the caller's first pass): a chunk's flags are looked up by row ordinal, so
-    this process keeps only the flagged rows and the near-duplicate groups."""
+    """The answers of a first pass, looked up by row ordinal as the rows come through again: this
+    process keeps only the flagged rows and the near-duplicate groups."""
 
     def __init__(self, near_duplicate_threshold: float, result: PartitionedResult | None = None) -> None:
         self.threshold = near_duplicate_threshold
@@ -329,11 +378,17 @@ class PartitionedMerge:
 
     def merge_chunk(self, source_file: str, lines: np.ndarray, ordinals: np.ndarray, digests: Any
                     ) -> tuple[np.ndarray, np.ndarray]:
-        ordinals = np.asarray(ordinals, dtype=np.int64)
-        return member(ordinals, self.result.duplicate_rows), member(ordinals, self.result.conflicting_rows)
+        return self.result.flags_of(ordinals)
 
     def near_duplicate_clusters(self) -> list[list[int]]:
         return self.result.near_duplicate_groups
+
+
+def dataset_flags(duplicate: bool, conflicting: bool) -> list[str]:
+    """The flag names of one pair's (duplicate_pair, conflicting_pair) answer."""
+    if not (duplicate or conflicting):
+        return []
+    return [F.DUPLICATE_PAIR] * duplicate + [F.CONFLICTING_PAIR] * conflicting
 
 
 def member(values: np.ndarray, sorted_rows: np.ndarray) -> np.ndarray:

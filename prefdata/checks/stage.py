@@ -3,7 +3,7 @@
 
 For one chunk of raw input: parse its records (JSON lines are parsed here, from their bytes),
 normalize and tokenize them (prefdata.tokenize.batch), the pair's own checks (text, tokens, prompt
-leak) and the digests the dataset-wide merge needs (prefdata.checks.merge). What depends on other
+leak) and the digests the dataset-wide checks need (prefdata.checks.digests). What depends on other
 chunks -- where a byte-range chunk's lines sit in its file, duplicates, conflicts, near-duplicate
 prompts, the policy's verdict on all of it -- is left to the main process.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from prefdata.checks.checker import pair_flags
 from prefdata.checks.dataset import PromptLeakIndex
-from prefdata.checks.merge import PairDigests, pair_digests
+from prefdata.checks.digests import PairDigests, pair_digests
 from prefdata.checks.policy import Policy
 from prefdata.core.records import Pair, RawRecord, ScoredSummary, TokenizedPair
 from prefdata.io.chunks import Chunk, RangeChunk, chunk_records, exact_record, line_count, range_data

@@ -3,7 +3,7 @@
 The input is cut into chunks (prefdata.io.chunks: byte ranges of JSON lines, read and parsed by
 the workers); the engine (prefdata.engine.local) runs `CheckChunk` on each, in worker processes;
 this process does only the order-dependent part, in input order: placing a chunk's lines in its
-file, the dataset-wide merge (prefdata.checks.merge) and the policy's verdict.
+file, the dataset-wide flags (prefdata.checks.partitioned, answered by a first pass) and the policy's verdict.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 import numpy as np
 
 from prefdata.checks.checker import build_leak_index, verdict
-from prefdata.checks.merge import DatasetMerge, dataset_flags
-from prefdata.checks.partitioned import PartitionedMerge, PartitionedResult, block_from_digests, partitioned_dataset_checks
+from prefdata.checks.digests import block_from_digests
+from prefdata.checks.partitioned import PartitionedMerge, PartitionedResult, dataset_flags, partitioned_on
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
 from prefdata.core.errors import PrefdataError
@@ -129,7 +129,7 @@ def iter_checked_rows(
     against: str | Path | None = None,
     pair_tokenizer: PairTokenizer | None = None,
     workers: int = 1,
-    merge: DatasetMerge | PartitionedMerge | None = None,
+    merge: PartitionedMerge | None = None,
     engine: Engine | None = None,
     benchmarks: BenchmarkIndex | None = None,
     pairing: PairingSettings | None = None,
@@ -139,10 +139,10 @@ def iter_checked_rows(
     Memory stays flat: a few chunks are in flight; only the dataset-wide hash tables grow. Output
     order equals input order whatever `batch_size` and the number of `workers` (processes that
     parse, normalize, tokenize and check; `engine`: another Engine to run them on). `merge`: the
-    dataset-wide step, to read its near-duplicate prompt clusters (by row ordinal) once the rows
-    are through. An input whose first `batch_size` records are all of an unknown shape is not
-    preference data. A `PartitionedMerge` makes a first pass over the input for the dataset-wide
-    checks by hash partitioning (on Ray: no process holds every row's digests); the rows are the same.
+    dataset-wide answers (a first pass over the input computes them by hash partitioning; on Ray no
+    process holds every row's digests), to read its near-duplicate prompt clusters (by row ordinal)
+    once the rows are through. An input whose first `batch_size` records are all of an unknown
+    shape is not preference data.
     `benchmarks`: flag `benchmark_overlap` against them (prefdata.sets.decontaminate).
     `pairing`: how records of scored completions become pairs (one row per pair, or one "unpaired" row).
     """
@@ -151,14 +151,13 @@ def iter_checked_rows(
     leak_index = build_leak_index(against) if against is not None else None
     stage = CheckChunk(pair_tokenizer, settings, policy, leak_index, benchmarks, pairing or PairingSettings())
     engine = engine or LocalEngine(workers, in_flight=IN_FLIGHT_PER_WORKER * workers)
-    merge = merge or DatasetMerge(policy.near_duplicate_prompt_threshold)
+    merge = merge or PartitionedMerge(policy.near_duplicate_prompt_threshold)
     probe = ShapeProbe(raw_path.mix.path if isinstance(raw_path, MixPlan) else raw_path, batch_size)
     lines = LineNumbers()
     bar = progress_bar(progress)
     chunks = input_chunks(raw_path)
     rows = 0
-    if isinstance(merge, PartitionedMerge):  # first pass: the dataset-wide answers, by partitioning
-        merge.result = _partitioned_answers(engine, stage, raw_path, merge.threshold)
+    merge.result = _partitioned_answers(engine, stage, raw_path, merge.threshold)  # the first pass
     try:
         with closing(engine.map_ordered(stage, chunks)) as results:
             for chunk, checked in results:
@@ -202,16 +201,8 @@ def _partitioned_answers(runner: Any, stage: CheckChunk, raw_path: str | Path | 
     return partitioned_on(runner, blocks, threshold)
 
 
-def partitioned_on(engine: Any, blocks: list[Any], threshold: float) -> PartitionedResult:
-    """The partitioned dataset-wide checks over `blocks`, shuffled on `engine` when it can (Ray:
-    2 partitions per worker), else in this process."""
-    shuffler = engine if hasattr(engine, "shuffle") else None
-    partitions = max(1, 2 * getattr(engine, "workers", 1))
-    return partitioned_dataset_checks(blocks, partitions, threshold=threshold, shuffler=shuffler)
-
-
 def _merge_chunk(
-    chunk: Chunk, checked: CheckedChunk, lines: LineNumbers, merge: DatasetMerge | PartitionedMerge, policy: Policy,
+    chunk: Chunk, checked: CheckedChunk, lines: LineNumbers, merge: PartitionedMerge, policy: Policy,
     first: int,
 ) -> Iterator[tuple[CheckedRow, bool]]:
     """(row, whether quarantined as an unknown shape) for the chunk's records, which follow `first`

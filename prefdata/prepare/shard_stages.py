@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from prefdata.checks.checker import verdict
-from prefdata.checks.merge import dataset_flags
-from prefdata.checks.partitioned import DigestBlock, block_from_digests, join_blocks, member
+from prefdata.checks.digests import DigestBlock, block_from_digests, join_blocks
+from prefdata.checks.partitioned import dataset_flags, member
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk, CheckedChunk
 from prefdata.core import flags as F

@@ -30,10 +30,11 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from prefdata.checks.partitioned import PartitionedResult, shift_rows
+from prefdata.checks.digests import shift_rows
+from prefdata.checks.partitioned import PartitionedResult, partitioned_on
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk
-from prefdata.checks.stream import ShapeProbe, partitioned_on, progress_bar
+from prefdata.checks.stream import ShapeProbe, progress_bar
 from prefdata.engine.local import Engine
 from prefdata.io import writer as W
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk

@@ -3,10 +3,11 @@
 The main process cuts the input into chunks (prefdata.io.chunks), the engine (prefdata.engine.local:
 worker processes, or this process for one worker; prefdata.engine.ray) checks each chunk
 (`ScanChunks`, prefdata.validate.scan), and the main process merges the compact results strictly in
-input order: the dataset-wide merge (prefdata.checks.merge: duplicate and conflicting pairs, first
-occurrence wins; MinHash), the policy and the report -- vectorized per chunk. The few rows the
-report describes one by one (flagged or quarantined) are re-read from the chunk in the main
-process. At most a few chunks are in flight, so memory stays flat apart from the hash tables.
+input order: the dataset-wide flags (prefdata.checks.partitioned: duplicate and conflicting pairs,
+first occurrence wins; MinHash -- answered by a first pass that computes only the digests), the
+policy and the report -- vectorized per chunk. The few rows the report describes one by one
+(flagged or quarantined) are re-read from the chunk in the main process. At most a few chunks are
+in flight, so memory stays flat apart from the digests the first pass keeps.
 
 The report is the same for any number of workers, and byte for byte the one prepare's checked-row
 stream gives for the same rows (tests/test_content_hash_pin.py pins both); input errors are the
@@ -16,17 +17,18 @@ same one-line PrefdataErrors, raised at the same point.
 from __future__ import annotations
 
 from contextlib import closing
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
 import numpy as np
 
 from prefdata.checks.checker import build_leak_index
-from prefdata.checks.merge import DatasetMerge
 from prefdata.checks.pair import apply_policy
 from prefdata.checks.policy import Policy
-from prefdata.checks.partitioned import PartitionedMerge, block_from_digests
-from prefdata.checks.stream import ShapeProbe, partitioned_on, progress_bar
+from prefdata.checks.digests import block_from_digests
+from prefdata.checks.partitioned import PartitionedMerge, partitioned_on
+from prefdata.checks.stream import ShapeProbe, progress_bar
 from prefdata.core import flags as F
 from prefdata.core.records import CheckedRow
 from prefdata.engine.local import Engine, LocalEngine
@@ -59,23 +61,22 @@ def check_raw_text(
     engine: Engine | None = None,
     benchmarks: BenchmarkIndex | None = None,
     pairing: PairingSettings | None = None,
-    partitioned: bool = False,
 ) -> None:
     """Check every record of raw INPUT (no tokenizer) into `builder`, near-duplicate prompts included.
 
     `workers` processes check the chunks (0 or 1: this process alone); `batch_size` only matters
     where the sequential path's behaviour depends on it (when a leading run of records that are
     not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one).
-    `partitioned`: a first pass computes the dataset-wide answers by hash partitioning
-    (prefdata.checks.partitioned: on Ray no process holds every row's digests); the report is the same."""
+    A first pass computes the dataset-wide answers by hash partitioning (prefdata.checks.partitioned:
+    on Ray no process holds every row's digests)."""
     leak_index = build_leak_index(against) if against is not None else None
     engine = engine or LocalEngine(workers)
     pairing = pairing or PairingSettings()
     scan_settings = ScanSettings(policy, settings, leak_index, benchmarks, pairing)
     merger = _Merger(input_path, builder, policy, batch_size, progress, benchmarks, pairing)
-    if partitioned:
-        merger.dataset = _partitioned_merge(engine, ScanChunks(scan_settings), input_path,
-                                            policy.near_duplicate_prompt_threshold)
+    first_pass = ScanChunks(replace(scan_settings, pair_checks=False))
+    merger.dataset = _partitioned_merge(engine, first_pass, input_path, policy.near_duplicate_prompt_threshold)
+    scan_settings = replace(scan_settings, prompt_digests=False)
     with closing(merger):
         # Units are made as the engine takes them: what the report wants from a chunk (the sample
         # cut-off, excerpts) is known only once the chunks before it are merged -- or most of them:
@@ -99,7 +100,7 @@ def check_raw_text(
 
 
 def _partitioned_merge(engine: Engine, stage: ScanChunks, input_path: str | Path, threshold: float) -> PartitionedMerge:
-    """The first pass of `partitioned`: every chunk's digests (no halves, no excerpts), shuffled on
+    """The first pass: every chunk's digests (no halves, no excerpts), shuffled on
     the engine where it can (Ray: in the object store), else partitioned in this process."""
     put = getattr(engine, "put", lambda value: value)
     blocks, first = [], 0
@@ -133,7 +134,7 @@ class _Merger:
         self.pairing = pairing or PairingSettings()
         self.builder = builder
         self.policy = policy
-        self.dataset: DatasetMerge | PartitionedMerge = DatasetMerge(policy.near_duplicate_prompt_threshold)
+        self.dataset = PartitionedMerge(policy.near_duplicate_prompt_threshold)  # answered by the first pass
         # The checked-row stream's probe: the input fails when its first batch holds nothing but
         # unknown shapes (then, or at the end of a shorter input: the same error either way).
         self.probe = ShapeProbe(input_path, batch_size)

@@ -8,9 +8,12 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+import numpy as np
+
 from prefdata.checks.policy import Policy
 from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
+from prefdata.core.records import CheckedRow, RawRecord
 from prefdata.io.manifest import MANIFEST_NAME, read_manifest, verify_out
 from prefdata.io.out_dir import load_out_dataset
 from prefdata.io.messages import text_of
@@ -19,7 +22,6 @@ from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.tokenize.select import select_pair_tokenizer
 
 if TYPE_CHECKING:
-    from prefdata.checks.merge import DatasetMerge
     from prefdata.checks.partitioned import PartitionedMerge
 
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
@@ -39,9 +41,9 @@ def check_prepared(
     input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int,
     benchmarks: BenchmarkIndex | None = None, image_tokens: Callable[[list[Any]], list[int]] | None = None,
 ) -> None:
-    from prefdata.checks.merge import DatasetMerge
+    from prefdata.checks.partitioned import PartitionedMerge
 
-    merge = DatasetMerge(policy.near_duplicate_prompt_threshold, background=True)
+    merge = PartitionedMerge(policy.near_duplicate_prompt_threshold)
     rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge,
                               benchmarks=benchmarks, image_tokens=image_tokens)
     accumulate(rows, builder, merge)
@@ -70,7 +72,7 @@ def image_token_counter(processor: str | None, out: Path, trust_remote_code: boo
     return vision.image_token_counts  # type: ignore[union-attr]
 
 
-def accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: "DatasetMerge | PartitionedMerge") -> None:
+def accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: "PartitionedMerge") -> None:
     """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
     rows' ordinals are the report's: builder.location() resolves them)."""
     for row in rows:
@@ -85,7 +87,7 @@ def iter_prepared_rows(
     against: str | Path | None = None,
     progress: bool = True,
     batch_size: int = 1000,
-    merge: DatasetMerge | None = None,
+    merge: PartitionedMerge | None = None,
     benchmarks: BenchmarkIndex | None = None,
     image_tokens: Callable[[list[Any]], list[int]] | None = None,
 ) -> Iterator[Any]:
@@ -98,11 +100,39 @@ def iter_prepared_rows(
 
     Each row is rebuilt as Pair + TokenizedPair from its columns and goes through the same checks as
     in `prepare`: text flags, token flags on the stored ids, dataset-wide duplicates, prompt leaks,
-    non-finite reference log-probs. Flags that need the original tokenization are taken as stored."""
+    non-finite reference log-probs. Flags that need the original tokenization are taken as stored.
+    The dataset-wide checks take a first pass over the rows' digests (prefdata.checks.partitioned);
+    `merge` receives their answers (its near-duplicate prompt groups: by row ordinal)."""
     from prefdata.checks.checker import PairChecker
-    from prefdata.core.records import CheckedRow
-    from prefdata.core.records import Pair, RawRecord, TokenizedPair
+    from prefdata.checks.partitioned import PartitionedMerge, dataset_flags, partitioned_on
 
+    dataset, images = _open_out(out_dir)
+    merge = merge or PartitionedMerge(policy.near_duplicate_prompt_threshold)
+    merge.result = partitioned_on(None, _digest_blocks(out_dir, dataset, images, batch_size, policy),
+                                  policy.near_duplicate_prompt_threshold)
+    checker = PairChecker(policy, _leak_index(against) if against is not None else None, benchmarks)
+    has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
+    batches = _stored_batches(out_dir, dataset, images, batch_size, policy)
+    if progress:
+        from tqdm.auto import tqdm
+
+        batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
+    ordinal = 0  # the row's index: what near-duplicate prompt clusters report
+    for batch, pairs in batches:
+        duplicate, conflicting = merge.result.flags_of(np.arange(ordinal, ordinal + len(pairs)))
+        for i, pair in enumerate(pairs):
+            tokenized, extra = _stored_tokens(batch, i, has_refs)
+            if pair.image_data:
+                tokenized.image_tokens = image_tokens(pair.image_data) if image_tokens is not None else None
+            extra += dataset_flags(bool(duplicate[i]), bool(conflicting[i]))
+            kept, severity, outcome = checker.check(pair, tokenized, extra)
+            raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
+            yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
+        ordinal += len(pairs)
+
+
+def _open_out(out_dir: str | Path) -> tuple[Any, Any]:
+    """(OUT's dataset without its images, the images column or None), once OUT is verified."""
     verify_out(out_dir)  # a handed-over OUT: nothing read from outside it, its ledger matching its files
     try:
         dataset = load_out_dataset(out_dir, "validate")
@@ -115,23 +145,34 @@ def iter_prepared_rows(
     )
     if missing:
         raise PrefdataError(f"{out_dir}: not a prefdata dataset (missing columns: {', '.join(sorted(missing))})")
-    checker = PairChecker(policy, _leak_index(against) if against is not None else None, merge, benchmarks)
     # Image pairs: the images' bytes straight from the Arrow table, never decoded by `datasets`.
     images = dataset.data.column("images") if "images" in dataset.column_names else None
-    if images is not None:
-        dataset = dataset.remove_columns("images")
-    has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
-    batches = dataset.iter(batch_size=batch_size)
-    if progress:
-        from tqdm.auto import tqdm
+    return (dataset.remove_columns("images") if images is not None else dataset), images
 
-        batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
-    ordinal = 0  # the row's index: what near-duplicate prompt clusters report
-    for batch in batches:
-        stored_batch = images.slice(ordinal, len(batch["prompt"])).to_pylist() if images is not None else None
-        for i in range(len(batch["prompt"])):
+
+def _digest_blocks(out_dir: str | Path, dataset: Any, images: Any, batch_size: int, policy: Policy) -> list[Any]:
+    """The first pass: each batch's digests (prefdata.checks.digests), rows numbered from 0."""
+    from prefdata.checks.digests import digest_block
+
+    blocks, ordinal = [], 0
+    for _, pairs in _stored_batches(out_dir, dataset, images, batch_size, policy):
+        blocks.append(digest_block(range(ordinal, ordinal + len(pairs)), pairs))
+        ordinal += len(pairs)
+    return blocks
+
+
+def _stored_batches(out_dir: str | Path, dataset: Any, images: Any, batch_size: int, policy: Policy
+                    ) -> Iterator[tuple[dict[str, list[Any]], list[Any]]]:
+    """(batch of columns, its rows as Pairs: the text `prepare` checked, stored images and flags)."""
+    from prefdata.core.records import Pair
+
+    ordinal = 0
+    for batch in dataset.iter(batch_size=batch_size):
+        n = len(batch["prompt"])
+        stored_images = images.slice(ordinal, n).to_pylist() if images is not None else None
+        pairs = []
+        for i in range(n):
             stored = batch["flags"][i] if "flags" in batch else []
-            prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
             # Conversational rows are message lists: checked as the text `prepare` checked.
             prompt = text_of(batch["prompt"][i], completion=False)
             chosen, rejected = text_of(batch["chosen"][i], completion=True), text_of(batch["rejected"][i], completion=True)
@@ -143,33 +184,40 @@ def iter_prepared_rows(
                 chosen=chosen,
                 rejected=rejected,
                 # Ids on the Pair only when there is no text: the text checks then compare ids.
-                prompt_ids=prompt_ids if text_less else None,
-                chosen_ids=chosen_ids if text_less else None,
-                rejected_ids=rejected_ids if text_less else None,
+                prompt_ids=batch["prompt_ids"][i] if text_less else None,
+                chosen_ids=batch["chosen_ids"][i] if text_less else None,
+                rejected_ids=batch["rejected_ids"][i] if text_less else None,
                 flags=[f for f in stored if f in _STORED_PAIR_FLAGS],
             )
-            tokenized = TokenizedPair(
-                prompt_ids=prompt_ids,
-                chosen_ids=chosen_ids,
-                rejected_ids=rejected_ids,
-                prompt_len_full=len(prompt_ids),
-                chosen_len_full=len(chosen_ids),
-                rejected_len_full=len(rejected_ids),
-                flags=[f for f in stored if f in _STORED_TOKEN_FLAGS],
-            )
-            non_finite = has_refs and not all(
-                v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
-            )
-            extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
-            if _untrained_half(batch, i):  # checked on the stored masks, as refs and train read them
-                extra.append(F.NO_TRAINED_TOKENS)
-            if stored_batch is not None and stored_batch[i]:
-                pair.image_data = _stored_images(stored_batch[i], pair, out_dir, policy.max_image_pixels)
-                tokenized.image_tokens = image_tokens(pair.image_data) if image_tokens is not None else None
-            kept, severity, outcome = checker.check(pair, tokenized, extra, ordinal=ordinal)
-            ordinal += 1
-            raw = RawRecord(source_file=pair.source_file, source_line=pair.source_line)
-            yield CheckedRow(raw, pair, tokenized, kept, severity, outcome)
+            if stored_images is not None and stored_images[i]:
+                pair.image_data = _stored_images(stored_images[i], pair, out_dir, policy.max_image_pixels)
+            pairs.append(pair)
+        yield batch, pairs
+        ordinal += n
+
+
+def _stored_tokens(batch: dict[str, list[Any]], i: int, has_refs: bool) -> tuple[Any, list[str]]:
+    """(the row's TokenizedPair from its stored ids and flags, the flags found on its columns)."""
+    from prefdata.core.records import TokenizedPair
+
+    stored = batch["flags"][i] if "flags" in batch else []
+    prompt_ids, chosen_ids, rejected_ids = batch["prompt_ids"][i], batch["chosen_ids"][i], batch["rejected_ids"][i]
+    tokenized = TokenizedPair(
+        prompt_ids=prompt_ids,
+        chosen_ids=chosen_ids,
+        rejected_ids=rejected_ids,
+        prompt_len_full=len(prompt_ids),
+        chosen_len_full=len(chosen_ids),
+        rejected_len_full=len(rejected_ids),
+        flags=[f for f in stored if f in _STORED_TOKEN_FLAGS],
+    )
+    non_finite = has_refs and not all(
+        v is not None and math.isfinite(v) for v in (batch["ref_chosen_logps"][i], batch["ref_rejected_logps"][i])
+    )
+    extra = [F.NON_FINITE_REF_LOGPS] if non_finite else []
+    if _untrained_half(batch, i):  # checked on the stored masks, as refs and train read them
+        extra.append(F.NO_TRAINED_TOKENS)
+    return tokenized, extra
 
 
 def _untrained_half(batch: dict[str, list[Any]], i: int) -> bool:

@@ -31,9 +31,8 @@ def check_raw(
 ) -> None:
     """Raw INPUT: text-only checks in bulk on the engine (validate.merge), else the
     checked-row stream (checks.stream), through `pair_tokenizer` (--tokenizer or --processor) when given.
-    `run`: validate's settings (against, progress, batch size, workers, engine, partitioned checks); on
+    `run`: validate's settings (against, progress, batch size, workers, engine); on
     Ray, `workers` is the number of actors (0: one per cluster CPU). `settings`: how rows are tokenized."""
-    from prefdata.checks.merge import DatasetMerge
     from prefdata.checks.partitioned import PartitionedMerge
     from prefdata.engine.local import default_workers
     from prefdata.engine.select import select_engine
@@ -50,13 +49,12 @@ def check_raw(
         check_raw_text(
             input_path, builder, policy=policy, settings=settings, against=run.against,
             batch_size=run.batch_size, progress=run.progress, workers=workers, engine=runner, benchmarks=benchmarks,
-            pairing=pairing, partitioned=run.partitioned_checks,
+            pairing=pairing,
         )
         return
     from prefdata.checks.stream import iter_checked_rows
 
-    threshold = policy.near_duplicate_prompt_threshold
-    merge = PartitionedMerge(threshold) if run.partitioned_checks else DatasetMerge(threshold)
+    merge = PartitionedMerge(policy.near_duplicate_prompt_threshold)
     rows = iter_checked_rows(
         input_path, pair_tokenizer=pair_tokenizer, policy=policy, settings=settings, batch_size=run.batch_size,
         progress=run.progress, against=run.against, workers=workers, merge=merge,

@@ -21,7 +21,7 @@ import numpy as np
 
 from prefdata.checks.checker import pair_flags
 from prefdata.checks.dataset import PromptLeakIndex, pair_digests_and_key
-from prefdata.checks.merge import PairDigests, pair_digests
+from prefdata.checks.digests import PairDigests, pair_digests
 from prefdata.checks.pair import similarity
 from prefdata.checks.policy import Policy
 from prefdata.core import flags as F
@@ -54,6 +54,10 @@ class ScanSettings:
     leak_index: PromptLeakIndex | None = None
     benchmarks: BenchmarkIndex | None = None  # --decontaminate-against
     pairing: PairingSettings = field(default_factory=PairingSettings)  # scored completions -> pairs
+    # The dataset-wide checks' first pass needs only the digests (no pair checks); the second pass
+    # needs no prompt digests or signatures (the first pass answered the near-duplicate prompts).
+    pair_checks: bool = True
+    prompt_digests: bool = True
 
 
 @dataclass
@@ -65,7 +69,7 @@ class ChunkScan:
     flag_bits: np.ndarray  # (n,) uint64 FLAG_BIT mask of the pair's own flags (0 when quarantined)
     quarantined: list[tuple[int, str, bool]]  # (position, error, unknown shape), ascending
     pair_index: np.ndarray  # (p,) int64 positions of the pairs
-    digests: PairDigests  # of the pairs, for the dataset-wide merge (prefdata.checks.merge)
+    digests: PairDigests  # of the pairs, for the dataset-wide merge (prefdata.checks.partitioned)
     lengths: np.ndarray  # (p, 3) int64 characters of prompt, chosen, rejected
     halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)  # similarity candidates
     tokens: np.ndarray | None = None  # report.compact.token_row of each pre-tokenized pair, (k, 6)
@@ -170,7 +174,8 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             if pair.chosen_ids is not None:  # pre-tokenized: token checks on the truncated ids
                 tokenized = truncate_pair(pair.prompt_ids, pair.chosen_ids, pair.rejected_ids, tokenize, None)
                 tokens.append(token_row(tokenized))
-            found = pair_flags(pair, tokenized, policy, leak_index, settings.benchmarks)
+            found = pair_flags(pair, tokenized, policy, leak_index, settings.benchmarks) \
+                if settings.pair_checks else []
             mask = 0
             for flag in found:
                 mask |= bit[flag]
@@ -185,7 +190,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
                 excerpts.append(excerpt(pair.prompt))
             position += 1
 
-    digests = pair_digests(pairs, keys)
+    digests = pair_digests(pairs, keys, settings.prompt_digests)
     below = (
         np.arange(len(pairs))
         if sample_cutoff >= 1 << 64

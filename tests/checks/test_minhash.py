@@ -1,15 +1,18 @@
-"""MinHash near-duplicate prompts: recall/precision on planted near-duplicates, determinism."""
+"""MinHash near-duplicate prompts (prefdata.checks.partitioned over prefdata.checks.minhash's
+signatures): recall/precision on planted near-duplicates, determinism, signatures."""
 
 from __future__ import annotations
 
 import random
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prefdata.checks.minhash import NearDuplicatePrompts
+from prefdata.checks.digests import digest_block
+from prefdata.checks.minhash import prompt_signatures
+from prefdata.checks.partitioned import partitioned_dataset_checks
+from prefdata.core.records import Pair
 
 
 def shingles(text: str) -> set[tuple[str, ...]]:
@@ -40,11 +43,12 @@ def corpus(n_base=3000, n_near=400, seed=1):
     return prompts, planted
 
 
-def run(prompts, batch=500, **kw):
-    finder = NearDuplicatePrompts(**kw)
-    for lo in range(0, len(prompts), batch):
-        finder.add_batch(list(range(lo, min(lo + batch, len(prompts)))), prompts[lo : lo + batch])
-    return finder.clusters()
+def run(prompts, batch=500, threshold=0.8, partitions=4, first_row=0):
+    """The near-duplicate prompt groups of `prompts` at rows first_row, first_row + 1, ..."""
+    pairs = [Pair("f", i + 1, prompt, "a", "b") for i, prompt in enumerate(prompts)]
+    blocks = [digest_block(range(first_row + lo, first_row + min(lo + batch, len(prompts))), pairs[lo : lo + batch])
+              for lo in range(0, len(prompts), batch)]
+    return partitioned_dataset_checks(blocks, partitions, threshold=threshold).near_duplicate_groups
 
 
 def test_recall_and_precision_on_planted_near_duplicates():
@@ -96,43 +100,29 @@ def test_threshold_controls_what_counts():
 
 
 @settings(max_examples=15, deadline=None)
-@given(st.integers(1, 700), st.booleans())
-def test_same_result_whatever_the_batch_size_or_threading(batch, background):
+@given(st.integers(1, 700), st.integers(1, 9))
+def test_same_result_whatever_the_blocks_or_partitions(batch, partitions):
     prompts, _ = corpus(n_base=300, n_near=60, seed=7)
-    expected = run(prompts, batch=len(prompts), background=False)
+    expected = run(prompts, batch=len(prompts), partitions=1)
     assert expected
-    assert run(prompts, batch=batch, background=background) == expected
+    assert run(prompts, batch=batch, partitions=partitions) == expected
 
 
-def test_row_ids_are_reported_back_and_validated():
+def test_row_ids_are_reported_back_beyond_uint32():
     prompts, planted = corpus(n_base=200, n_near=30, seed=5)
-    finder = NearDuplicatePrompts()
-    finder.add_batch([1000 + i for i in range(len(prompts))], prompts)
-    assert all(row >= 1000 for cluster in finder.clusters() for row in cluster)
-    with pytest.raises(ValueError):
-        finder.add_batch([1], ["a", "b"])
-    with pytest.raises(ValueError):
-        NearDuplicatePrompts(threshold=0)
+    base = run(prompts)
+    assert base and run(prompts, first_row=(1 << 40)) == [[(1 << 40) + row for row in group] for group in base]
 
 
-def test_signature_memory_is_compact():
-    prompts, _ = corpus(n_base=2000, n_near=0, seed=9)
-    finder = NearDuplicatePrompts()
-    finder.add_batch(list(range(len(prompts))), prompts)
-    assert finder.nbytes / len(prompts) < 200  # 64 B signature + 8 B id + exact table slots
-    assert finder.distinct_prompts == len(prompts)
+def test_signatures_do_not_depend_on_the_slicing(monkeypatch):
+    from prefdata.checks import minhash
 
-
-def test_components_merge_across_calls():
-    from prefdata.checks.minhash import _components
-
-    labels = np.arange(8)
-    labels = _components(labels, np.array([5]), np.array([0]))
-    labels = _components(labels, np.array([7]), np.array([3]))
-    labels = _components(labels, np.array([5]), np.array([7]))
-    assert labels.tolist() == [0, 1, 2, 0, 4, 0, 6, 0]
-    chain = _components(np.arange(6), np.array([4, 3, 2, 1]), np.array([5, 4, 3, 2]))
-    assert chain.tolist() == [0, 1, 1, 1, 1, 1]
+    rng = random.Random(7)
+    texts = [" ".join(rng.choice(["ab", "cd", "é", "中文", "x1"]) for _ in range(rng.randint(0, 80))) for _ in range(300)]
+    whole = prompt_signatures(texts)
+    monkeypatch.setattr(minhash, "SLICE_CHARS", 50)
+    sliced = prompt_signatures(texts)
+    assert np.array_equal(whole[0], sliced[0]) and np.array_equal(whole[1], sliced[1])
 
 
 def test_single_shingle_prompts_do_not_collide_through_densification():

@@ -320,20 +320,19 @@ def _partitioned_test_module():
 
 
 def test_dataset_wide_checks_scale_out_on_ray_with_the_local_answers(cluster) -> None:
-    from prefdata.checks.partitioned import digest_block, partitioned_dataset_checks
+    from prefdata.checks.digests import digest_block
+    from prefdata.checks.partitioned import partitioned_dataset_checks
     from prefdata.engine.ray import RayEngine
 
     cases = _partitioned_test_module()
     pairs = cases.make_pairs(1200, seed=7)
-    duplicate, conflicting, checks, near = cases.local_answers(pairs)
+    expected = cases.reference(list(range(len(pairs))), pairs)
     # The digests are computed by tasks on the nodes; the driver only holds their references.
     digest = ray.remote(digest_block)
     blocks = [digest.remote(range(s, min(s + 150, len(pairs))), pairs[s : s + 150]) for s in range(0, len(pairs), 150)]
     result = partitioned_dataset_checks(blocks, 4, shuffler=RayEngine())
-    assert result.duplicate_rows.tolist() == duplicate and duplicate
-    assert result.conflicting_rows.tolist() == conflicting and conflicting
-    assert result.duplicate_prompt_rows == checks.duplicate_prompt_rows
-    assert result.near_duplicate_groups == near.clusters() and result.near_duplicate_groups
+    cases.assert_matches(result, expected)
+    assert expected["duplicate"] and expected["conflicting"] and expected["groups"]
 
 
 def test_without_ray_the_engine_says_what_to_install(monkeypatch) -> None:

@@ -8,5 +8,5 @@ CHECK = Check(
     severity="warn",
     meaning="the same pair appears earlier with chosen and rejected swapped",
     doc="the same pair seen earlier with chosen/rejected swapped",
-    raised_by=("prefdata.checks.dataset:DatasetWideChecks.observe", "prefdata.checks.merge:dataset_flags"),
+    raised_by=("prefdata.checks.partitioned:dataset_flags",),
 )

@@ -8,5 +8,5 @@ CHECK = Check(
     severity="warn",
     meaning="the same pair appears earlier in the data",
     doc="the same (prompt, chosen, rejected) seen earlier",
-    raised_by=("prefdata.checks.dataset:DatasetWideChecks.observe", "prefdata.checks.merge:dataset_flags"),
+    raised_by=("prefdata.checks.partitioned:dataset_flags",),
 )

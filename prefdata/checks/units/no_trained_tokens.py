@@ -11,7 +11,7 @@ CHECK = Check(
         "a completion's loss mask covers no token (its model turns were cut, or `--train-turns last` found "
         "none)"
     ),
-    raised_by=("prefdata.tokenize.pairs:_flag_untrained", "prefdata.validate.prepared:iter_prepared_rows"),
+    raised_by=("prefdata.tokenize.pairs:_flag_untrained", "prefdata.validate.prepared:_stored_tokens"),
     tokens=True,
     note="a half's loss mask covers no model token (e.g. only tool output survived truncation)",
 )

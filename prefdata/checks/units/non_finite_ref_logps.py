@@ -8,5 +8,5 @@ CHECK = Check(
     severity="drop",
     meaning="reference log-probs are not finite",
     doc="the reference log-prob is NaN/inf (refs)",
-    raised_by=("prefdata.refs.swap:with_ref_columns", "prefdata.validate.prepared:iter_prepared_rows"),
+    raised_by=("prefdata.refs.swap:with_ref_columns", "prefdata.validate.prepared:_stored_tokens"),
 )
