@@ -182,10 +182,11 @@ VALIDATE_PINS = {
     ("text", True, "markdown"): "165be04fa07bedc2ad04b48fd7fec8e278447b91100421216198c5fda7ab3ece",
     ("text", True, "text"): "35e6fa2ece1b8bc4b2c3ab7fcf8ea5d49c4cc23f1c7811fcc3c2fa43d2af2d61",
 }
-# How the work is spread: (workers, partitioned_checks). Until issue 44 also the main process or the
-# workers writing (`worker_writes`, gone: the workers always write, one worker in this process).
-RUN_SHAPES = [(1, False), (2, False), (1, True), (2, True)]
-VALIDATE_SHAPES = [(1, False), (2, False), (2, True)]  # (workers, partitioned_checks)
+# How the work is spread: workers. Until issue 44 also the main process or the workers writing
+# (`worker_writes`, gone: the workers always write, one worker in this process) and the dataset-wide
+# checks in one process or partitioned (`partitioned_checks`, gone: always partitioned).
+RUN_SHAPES = [1, 2]
+VALIDATE_SHAPES = [1, 2]
 _STAMP = re.compile(rb'"(generated_at|created_at)": "[^"]*"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ|'
                     rb'\d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)? UTC')
 _RUN_KEYS = ("workers", "partitioned_checks", "worker_writes", "batch_size")
@@ -222,28 +223,26 @@ def _out_digest(out: Path, places: dict[str, str]) -> str:
 
 @pytest.mark.parametrize("shape", ["text", "conversational"])
 @pytest.mark.parametrize("template", [False, True])
-@pytest.mark.parametrize("workers,partitioned", RUN_SHAPES)
-def test_prepare_outputs_are_pinned_for_every_run_shape(tmp_path, tiny_tokenizer_dir, shape, template, workers,
-                                                        partitioned):
+@pytest.mark.parametrize("workers", RUN_SHAPES)
+def test_prepare_outputs_are_pinned_for_every_run_shape(tmp_path, tiny_tokenizer_dir, shape, template, workers):
     raw = _input(tmp_path, shape)
     out = tmp_path / "out"
     prepare(raw, out, tokenizer=tiny_tokenizer_dir, max_length=48, chat_template=template, workers=workers,
-            batch_size=3, partitioned_checks=partitioned, progress=False)
+            batch_size=3, progress=False)
     places = {tiny_tokenizer_dir: "TOKENIZER", str(tmp_path): "TMP"}
     assert _out_digest(out, places) == PREPARE_PINS[(shape, template)]
 
 
 @pytest.mark.parametrize("shape", ["text", "conversational"])
 @pytest.mark.parametrize("tokenizer", [False, True])
-@pytest.mark.parametrize("workers,partitioned", VALIDATE_SHAPES)
-def test_validate_reports_are_pinned_for_every_run_shape(tmp_path, tiny_tokenizer_dir, shape, tokenizer, workers,
-                                                         partitioned):
+@pytest.mark.parametrize("workers", VALIDATE_SHAPES)
+def test_validate_reports_are_pinned_for_every_run_shape(tmp_path, tiny_tokenizer_dir, shape, tokenizer, workers):
     raw = _input(tmp_path, shape)
     places = {tiny_tokenizer_dir: "TOKENIZER", str(tmp_path): "TMP"}
     for format in ("json", "text", "markdown"):
         output = tmp_path / f"report.{format}"
         validate(raw, tokenizer=tiny_tokenizer_dir if tokenizer else None, max_length=48, format=format,
-                 output=output, workers=workers, batch_size=3, partitioned_checks=partitioned, progress=False)
+                 output=output, workers=workers, batch_size=3, progress=False)
         digest = hashlib.sha256(_normalized(output.read_bytes(), places)).hexdigest()
         assert digest == VALIDATE_PINS[(shape, tokenizer, format)], format
 

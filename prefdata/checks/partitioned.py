@@ -8,16 +8,19 @@ is the smallest row index, which is what input order means:
 - conflicting_pair: a row whose swapped key (halves differ) is some row's pair key with a smaller
   row index. The swapped key is sent to the partition of that key, as a query.
 - duplicate prompt rows: rows minus distinct prompt keys.
-- near-duplicate prompts (MinHash): first, partitions by the raw prompt digest keep the first row
-  of each distinct prompt with its signature; then, one band at a time, every band key goes to one
-  partition, which sorts its buckets by row, verifies neighbours on the full signature and returns
-  the accepted edges. Only edges reach the caller, which joins them into groups.
+- near-duplicate prompts (MinHash): partitions by the raw prompt digest keep the first row of each
+  distinct prompt with its signature; then, one band at a time, every band key goes to one
+  partition, which sorts its buckets by row and verifies neighbours on the full signature: the
+  accepted edges are joined into groups at the end.
 
 The shuffle is the engine's (`shuffle(split, reduce, blocks, partitions)`: on Ray the blocks and
-parts stay in the object store); `InProcessShuffle` is the same shuffle in this process, where the
-memory is the blocks plus one copy of them as parts: each block is dropped once split, and each
-partition's parts once reduced. A band at a time keeps the band shuffle at one signature per
-distinct prompt (16 at once would be 1.3 KB a prompt).
+parts stay in the object store); `InProcessShuffle` is the same shuffle in this process. The
+shuffles are chained -- blocks -> distinct prompts -> band 1 -> ... -> band 16 -> the answers --
+each reducer's output feeding the next split, and the answers found so far ride along in
+partition 0 (`Carried`), so only the last shuffle is fetched. Memory in this process: the blocks
+(~0.12 KB a pair with distinct prompts: three 8-byte keys, a prompt digest, offsets, a 64-byte
+signature), then one copy of them as parts (each block dropped once split, each partition's parts
+once reduced), then one signature and row per distinct prompt per band round.
 """
 
 from __future__ import annotations

@@ -69,8 +69,8 @@ def prepare(raw: str | Path, out: str | Path, settings: PrepareSettings) -> Prep
     Each setting is documented where it is declared, `prefdata.settings.commands.PrepareSettings`
     (the same text as `prefdata prepare --help` and docs/cli.md); pass `settings=PrepareSettings(...)`,
     flat keywords (`tokenizer="tok"`), or both. The workers write OUT's shards on every engine
-    (one worker: this process), and the dataset-wide checks are always partitioned (so
-    `partitioned_checks` changes nothing here); `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
+    (one worker: this process), and the dataset-wide checks are hash-partitioned
+    (prefdata.checks.partitioned); `seed` defaults to the mix file's seed, else 0. RAW may be a file, a
     directory, a Hub id (`org/name:split`) or a mix file (prefdata.sets.mix). Every engine and worker
     count gives the same OUT (same content hash).
     Image paths in rows are read only under the input file's directory (a directory input: that

@@ -115,15 +115,12 @@ class DecontaminateOptions(Settings):
 
 @dataclass(kw_only=True)
 class EngineOptions(Settings):
-    """Where the work runs: prepare and validate (refs declares its own, without partitioned checks)."""
+    """Where the work runs: prepare and validate (refs declares its own)."""
 
     engine: str = setting("local", "where the work runs: worker processes here (local) or a Ray cluster", group=RUN,
                           choices=("local", "ray"))
     ray_address: str | None = setting(None, "Ray cluster to use with --engine ray", group=RUN, metavar="ADDR",
                                       default_text="RAY_ADDRESS, else a local Ray")
-    partitioned_checks: bool = setting(
-        False, "dataset-wide checks by hash partitioning across the workers (a first pass over the input; with "
-        "--engine ray no process holds every row's digests)", group=RUN, action="on")
 
 
 @dataclass(kw_only=True)

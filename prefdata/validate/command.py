@@ -77,8 +77,8 @@ def validate(input: str | Path, settings: ValidateSettings) -> ValidateResult:
     `workers`: processes that read and check raw input (default: all cores, at most 8; 1 checks in
     this process only); the report does not depend on it. `engine="ray"` checks raw input on a
     Ray cluster (`ray_address`, else RAY_ADDRESS, else a local Ray) with `workers` actors (default:
-    one per cluster CPU); the report is the same. `partitioned_checks`: raw input's dataset-wide
-    checks by hash partitioning across the workers, in a first pass (prefdata.checks.partitioned).
+    one per cluster CPU); the report is the same. The dataset-wide checks run by hash partitioning
+    across the workers, in a first pass (prefdata.checks.partitioned).
     `template_kwargs`, `chat_template_file`, `template_date`: how conversations render, as in `prepare`.
     `pairing`, `pairing_seed`, `min_score_margin`, `rating`, `top_k`: how records of scored
     completions become pairs, as in `prepare` (prefdata.sets.pairing).

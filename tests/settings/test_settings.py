@@ -23,8 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Every flag each command had before the settings were declared once (flag:setting), so none is lost.
 FLAGS_BEFORE = {
-    "prepare": "--balance-length:balance_length --batch-size:batch_size --chat-template:chat_template --chat-template-file:chat_template_file --config:config --decontaminate-against:decontaminate_against --decontaminate-completions:decontaminate_completions --decontaminate-field:decontaminate_field --decontaminate-ngram:decontaminate_ngram --engine:engine --loss-on:loss_on --max-length:max_length --max-prompt-length:max_prompt_length --min-score-margin:min_score_margin --no-progress:progress --overwrite:overwrite --pairing:pairing --pairing-seed:pairing_seed --partitioned-checks:partitioned_checks --policy:policy --processor:processor --rating:rating --ray-address:ray_address --seed:seed --template-date:template_date --template-kwargs:template_kwargs --tokenizer:tokenizer --top-k:top_k --trust-remote-code:trust_remote_code --workers:workers",  # noqa: E501
-    "validate": "--against:against --baseline:baseline --chat-template:chat_template --chat-template-file:chat_template_file --config:config --decontaminate-against:decontaminate_against --decontaminate-completions:decontaminate_completions --decontaminate-field:decontaminate_field --decontaminate-ngram:decontaminate_ngram --engine:engine --format:format --max-length:max_length --max-prompt-length:max_prompt_length --min-score-margin:min_score_margin --no-progress:progress --output:output --pairing:pairing --pairing-seed:pairing_seed --partitioned-checks:partitioned_checks --policy:policy --processor:processor --rating:rating --ray-address:ray_address --template-date:template_date --template-kwargs:template_kwargs --tokenizer:tokenizer --top-k:top_k --trust-remote-code:trust_remote_code --workers:workers",  # noqa: E501
+    "prepare": "--balance-length:balance_length --batch-size:batch_size --chat-template:chat_template --chat-template-file:chat_template_file --config:config --decontaminate-against:decontaminate_against --decontaminate-completions:decontaminate_completions --decontaminate-field:decontaminate_field --decontaminate-ngram:decontaminate_ngram --engine:engine --loss-on:loss_on --max-length:max_length --max-prompt-length:max_prompt_length --min-score-margin:min_score_margin --no-progress:progress --overwrite:overwrite --pairing:pairing --pairing-seed:pairing_seed --policy:policy --processor:processor --rating:rating --ray-address:ray_address --seed:seed --template-date:template_date --template-kwargs:template_kwargs --tokenizer:tokenizer --top-k:top_k --trust-remote-code:trust_remote_code --workers:workers",  # noqa: E501
+    "validate": "--against:against --baseline:baseline --chat-template:chat_template --chat-template-file:chat_template_file --config:config --decontaminate-against:decontaminate_against --decontaminate-completions:decontaminate_completions --decontaminate-field:decontaminate_field --decontaminate-ngram:decontaminate_ngram --engine:engine --format:format --max-length:max_length --max-prompt-length:max_prompt_length --min-score-margin:min_score_margin --no-progress:progress --output:output --pairing:pairing --pairing-seed:pairing_seed --policy:policy --processor:processor --rating:rating --ray-address:ray_address --template-date:template_date --template-kwargs:template_kwargs --tokenizer:tokenizer --top-k:top_k --trust-remote-code:trust_remote_code --workers:workers",  # noqa: E501
     "refs": "--batch-tokens:batch_tokens --config:config --device:device --dtype:dtype --engine:engine --model:model --no-progress:progress --processor:processor --ray-address:ray_address --recompute:recompute --trust-remote-code:trust_remote_code --workers:workers",  # noqa: E501
     "train": "--batch-pairs:batch_pairs --batch-tokens:batch_tokens --beta:beta --config:config --device:device --epochs:epochs --eval:eval_dir --eval-every:eval_every --fail-on-stall:fail_on_stall --grad-accum:grad_accum --label-smoothing:label_smoothing --ld-alpha:ld_alpha --lora:lora --loss:loss --lr:lr --lr-schedule:lr_schedule --max-grad-norm:max_grad_norm --max-steps:max_steps --model:model --no-progress:progress --no-shuffle:shuffle --output:output --processor:processor --resume:resume --save-every:save_every --seed:seed --simpo-gamma:simpo_gamma --stall-steps:stall_steps --trust-remote-code:trust_remote_code --warmup-ratio:warmup_ratio",  # noqa: E501
     "generate": "--batch-size:batch_size --chat-template:chat_template --chat-template-file:chat_template_file --config:config --device:device --engine:engine --max-new-tokens:max_new_tokens --model:model --no-progress:progress --overwrite:overwrite --samples:samples --seed:seed --temperature:temperature --template-date:template_date --template-kwargs:template_kwargs --top-p:top_p --trust-remote-code:trust_remote_code",  # noqa: E501
@@ -243,3 +243,21 @@ def test_a_settings_object_and_keywords_give_the_same_out(tmp_path, tiny_tokeniz
     assert config[0] == config[1] and config[0]["max_length"] == 64
     with pytest.raises(TypeError):
         prepare(examples, tmp_path / "c", settings={"tokenizer": tiny_tokenizer_dir})
+
+
+@pytest.mark.parametrize("command", ["prepare", "validate"])
+def test_the_removed_partitioned_checks_flag_and_key_are_refused_in_one_line(command, tmp_path, capsys):
+    """Issue 44: the dataset-wide checks are always partitioned, so --partitioned-checks and its key
+    went; an old command line or config file gets the usual one-line usage error, not a traceback."""
+    paths = ["in.jsonl", "out"] if command == "prepare" else ["in.jsonl"]
+    with pytest.raises(SystemExit) as info:
+        main([command, *paths, "--partitioned-checks"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("usage:")]
+    assert info.value.code == 2 and len(lines) == 1 and "unrecognized arguments: --partitioned-checks" in lines[0]
+    config = tmp_path / "prefdata.toml"
+    config.write_text(f"[{command}]\npartitioned_checks = true\n")
+    with pytest.raises(Exception, match=rf"unknown setting 'partitioned_checks' in \[{command}\]"):
+        load_settings(command, str(config), cwd=tmp_path)
+    assert main([command, *(str(tmp_path / p) for p in paths), "--config", str(config)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "partitioned_checks" in err[0], err
