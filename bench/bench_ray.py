@@ -110,7 +110,7 @@ def run_child(command: str, engine: str, raw: str, out: str, tokenizer: str, wor
     sys.path.insert(0, str(REPO))
     import prefdata.checks.stream as stream
     import prefdata.prepare as prepare_module
-    import prefdata.prepare.shards as shards
+    import prefdata.pipeline.shards as shards
     from prefdata.engine import select
 
     init_seconds = 0.0

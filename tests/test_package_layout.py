@@ -18,6 +18,7 @@ LAYERS = [
     {"tokenize"},
     {"checks", "settings"},  # the checks (and the checked-row stream); the commands' declared settings
     {"report", "model", "trainers"},  # findings laid out; model-side log-probs and losses; other trainers' preprocessing
+    {"pipeline"},  # the two passes prepare writes through and validate checks raw input through
     {"prepare", "validate", "show", "refs", "select", "train", "trl"},  # the commands, and the TRL hand-off
     {"online"},  # generate -> score -> prepare -> refs -> train
     {"cli", "tiny"},  # the command line; tiny models and the demos on top of everything

@@ -2,7 +2,7 @@
 lines, and its digest for the manifest's content hash.
 
 Shared by the main process (the local write path) and the workers that write their own shards
-(prefdata.prepare.shards), so both store the same row the same way.
+(prefdata.pipeline.shards), so both store the same row the same way.
 """
 
 from __future__ import annotations

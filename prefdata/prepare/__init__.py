@@ -1,7 +1,7 @@
 """`prefdata prepare`: raw records -> canonical pairs -> token pairs -> checks -> OUT/.
 
 The recipe, top to bottom in `prepare`: check the arguments, load the policy and the tokenizer,
-then one write path on every engine and worker count (prefdata.prepare.shards): the workers check
+then one write path on every engine and worker count (prefdata.pipeline.shards): the workers check
 groups of chunks, the dataset-wide checks run by hash partitioning, and the workers write each
 group's shard (one worker: all of it in this process). Then the reports and, last, the manifest.
 """
@@ -29,7 +29,7 @@ from prefdata.io.out_dir import abandon, prepare_output_dir, publish, refuse_inp
 from prefdata.io.readers import list_input_files
 from prefdata.io.rows import output_row  # noqa: F401  (prefdata.prepare.output_row: public since 0.1)
 from prefdata.io.write_errors import write_problem
-from prefdata.prepare.shards import Written
+from prefdata.pipeline.shards import Written
 from prefdata.report.builder import ReportBuilder
 from prefdata.report.hints import dropped_share_problem, nothing_read_problem
 from prefdata.report.sections import build_report
@@ -166,7 +166,7 @@ def _plan(raw: str | Path, out: str | Path, s: PrepareSettings) -> _Run:
 
 
 def _write(tmp: Path, run: _Run, s: PrepareSettings) -> tuple[Written, dict[str, Any]]:
-    """The rows into the staging directory `tmp` (prefdata.prepare.shards), then the reports."""
+    """The rows into the staging directory `tmp` (prefdata.pipeline.shards), then the reports."""
     written = _write_shards(run, tmp, s, _report_builder(run.policy, run.mix))
     if run.benchmarks is not None:
         written.report.benchmarks = run.benchmarks[1]
@@ -252,11 +252,11 @@ def _config(raw_path: Path, tokenizer: str | None, processor: str | None, settin
 
 
 def _write_shards(run: _Run, tmp: Path, s: PrepareSettings, report: ReportBuilder) -> Written:
-    """The workers write the shards (prefdata.prepare.shards): Ray actors, local worker processes,
+    """The workers write the shards (prefdata.pipeline.shards): Ray actors, local worker processes,
     or, with one worker, this process."""
     from prefdata.checks import stream
     from prefdata.engine.local import LocalEngine
-    from prefdata.prepare import shards
+    from prefdata.pipeline import shards
 
     runner = select_engine(s.engine, run.workers, s.ray_address) or LocalEngine(run.workers)
     shard_bytes = shards.SHARD_BYTES  # a Hub split: its record chunks are grouped by count

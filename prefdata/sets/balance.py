@@ -1,7 +1,7 @@
 """`prepare --balance-length [TARGET]`: subsample the kept pairs to a target share of chosen-longer pairs.
 
 A dataset-wide decision: how many pairs to remove depends on the counts of the whole output. It runs
-in the two-pass write (prefdata.prepare.shards). The first pass tells, per pair, whether its own
+in the two-pass write (prefdata.pipeline.shards). The first pass tells, per pair, whether its own
 flags drop it and which half is longer (tokens before truncation, as the report's length bias);
 between the passes, with the dataset-wide flags known, this module counts the pairs the policy
 keeps -- C with chosen longer, R with rejected longer or equal -- and picks the pairs to remove from
@@ -24,7 +24,7 @@ from prefdata.core import flags as F
 from prefdata.core.errors import PrefdataError
 from prefdata.sets.sampling import keys_of, sample_base, threshold_for
 
-# Per-pair classes the first pass reports (ChunkCounts.classes; prefdata.prepare.shard_stages.pair_classes).
+# Per-pair classes the first pass reports (ChunkCounts.classes; prefdata.pipeline.shard_stages.pair_classes).
 OWN_DROP, CHOSEN_LONGER, NOT_CHOSEN_LONGER = 0, 1, 2
 DEFAULT_TARGET = 0.5
 

@@ -1,5 +1,5 @@
 """`CheckChunk`, the per-chunk stage of prepare: the same records as the reader, quarantined ones
-exactly as read (quarantine.jsonl shows their text), lines placed by the merge."""
+exactly as read (quarantine.jsonl shows their text), lines placed by the passes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import os
 from prefdata.checks import stream
 from prefdata.checks.policy import load_policy
 from prefdata.checks.stage import CheckChunk
-from prefdata.checks.stream import iter_checked_rows
 from prefdata.io.chunks import iter_chunks
 from prefdata.io.readers import iter_raw_records
 from prefdata.tokenize.settings import TokenizeSettings
@@ -19,7 +18,9 @@ def _write(path, lines: list[str]) -> None:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def test_chunk_records_match_the_reader(tmp_path, monkeypatch) -> None:
+def test_chunk_records_match_the_reader(tmp_path, monkeypatch, tiny_tokenizer_dir) -> None:
+    from prefdata.prepare import prepare
+
     rows = [json.dumps({"prompt": f"q{i}", "chosen": f"a{i}", "rejected": f"b{i}"}) for i in range(30)]
     rows[7] = '{"prompt": "broken'
     rows[12] = json.dumps({"text": "not a pair"})
@@ -37,13 +38,16 @@ def test_chunk_records_match_the_reader(tmp_path, monkeypatch) -> None:
     assert sum(c.line_count for c in checked) == len(rows)
 
     expected = {record.source_line: record for record in iter_raw_records(path)}
-    monkeypatch.setattr(stream, "CHUNK_BYTES", 200)  # the merge places the lines of many chunks
-    got = list(iter_checked_rows(path, progress=False, workers=2))
-    assert [row.raw.source_line for row in got] == list(expected)
-    for row in got:
-        if row.outcome == "quarantined":
-            assert row.raw.raw_text == expected[row.raw.source_line].raw_text is not None
-        else:
-            assert row.pair is not None and row.pair.source_line == row.raw.source_line
-            assert row.pair.prompt == expected[row.raw.source_line].value["prompt"]
-    assert [row.raw.source_line for row in got if row.outcome == "quarantined"] == [8, 13]
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 200)  # the passes place the lines of many chunks
+    out = tmp_path / "out"
+    prepare(path, out, tokenizer=tiny_tokenizer_dir, progress=False, workers=2)
+    import datasets
+
+    kept = datasets.load_from_disk(str(out))
+    quarantined = [json.loads(line) for line in (out / "quarantine.jsonl").read_text().splitlines()]
+    assert sorted([*kept["source_line"], *(q["source_line"] for q in quarantined)]) == list(expected)
+    for line, prompt in zip(kept["source_line"], kept["prompt"]):
+        assert prompt == expected[line].value["prompt"]
+    assert [q["source_line"] for q in quarantined] == [8, 13]
+    for q in quarantined:
+        assert q["raw"] == expected[q["source_line"]].raw_text is not None

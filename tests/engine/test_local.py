@@ -127,23 +127,34 @@ class CopyingEngine:
         return ((unit, copy.run(unit)) for unit in units)
 
 
-def test_prepare_stages_run_unchanged_on_another_engine(tmp_path, monkeypatch) -> None:
+def test_the_passes_run_unchanged_on_another_engine(tmp_path, monkeypatch) -> None:
+    """prefdata.pipeline.shards' stages, pickled for each runner as Ray Data does, give the report
+    worker processes and this process give."""
     from prefdata.checks import stream
-    from prefdata.checks.stream import iter_checked_rows
+    from prefdata.checks.policy import load_policy
+    from prefdata.checks.stage import CheckChunk
+    from prefdata.pipeline import shards
+    from prefdata.report.builder import ReportBuilder
+    from prefdata.report.sections import build_report
+    from prefdata.tokenize.settings import TokenizeSettings
 
     rows = [json.dumps({"prompt": f"q{i % 7}", "chosen": f"a{i}", "rejected": f"b{i % 5}"}) for i in range(300)]
     rows[40] = "{oops"
     path = tmp_path / "d.jsonl"
     path.write_text("\n".join(rows) + "\n")
 
-    def checked(**kwargs):
-        return [
-            (row.raw.source_line, row.outcome, row.flags, row.error)
-            for row in iter_checked_rows(path, progress=False, **kwargs)
-        ]
+    def report(engine) -> dict:
+        policy = load_policy(None)
+        builder = ReportBuilder(policy)
+        shards.check_without_writing(stream.input_chunks(path), builder, check=CheckChunk(None, TokenizeSettings(), policy),
+                                     engine=engine, shard_bytes=4000, batch_size=1000, input_name=str(path),
+                                     progress=False)
+        built = build_report(builder, None, {"command": "validate"})
+        built.pop("generated_at", None)
+        return built
 
-    monkeypatch.setattr(stream, "CHUNK_BYTES", 1000)  # many chunks
-    assert checked(engine=CopyingEngine()) == checked(workers=2) == checked(workers=1)
+    monkeypatch.setattr(stream, "CHUNK_BYTES", 1000)  # many chunks, several groups
+    assert report(CopyingEngine()) == report(LocalEngine(2)) == report(LocalEngine(1))
 
 
 # Armed by the test below: sends this process SIGINT from inside an at-fork hook, where Python prints

@@ -145,7 +145,7 @@ def test_prepare_on_ray_workers_write_the_shards_and_the_driver_writes_no_row(
 
     from prefdata.io import writer as W
     from prefdata.prepare import prepare
-    from prefdata.prepare import shards as S
+    from prefdata.pipeline import shards as S
 
     raw = tmp_path / "pairs.jsonl"
     raw.write_text("\n".join(_rows() * 3) + "\n", encoding="utf-8")  # repeats: many duplicates

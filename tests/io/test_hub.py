@@ -76,7 +76,7 @@ def test_prepare_reads_a_hub_split_and_records_where_it_came_from(hub_repo, tiny
 def test_workers_read_a_hub_split_the_same_way(hub_repo, tiny_model_dir, monkeypatch):
     """The Hub's record chunks go through the workers' two passes too (one chunk per shard here)."""
     monkeypatch.setattr("prefdata.checks.stream.CHUNK_LINES", 2)
-    monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", 1)
+    monkeypatch.setattr("prefdata.pipeline.shards.SHARD_CHUNKS", 1)
     here = prepare("org/name:train_prefs", hub_repo / "here", tokenizer=tiny_model_dir, progress=False, workers=1)
     split = prepare("org/name:train_prefs", hub_repo / "split", tokenizer=tiny_model_dir, progress=False, workers=2)
     manifests = [json.loads((hub_repo / name / "manifest.json").read_text(encoding="utf-8")) for name in ("here", "split")]

@@ -197,7 +197,7 @@ def test_validate_pairs_scored_records_on_both_text_paths(raw) -> None:
     from prefdata.validate.command import validate
 
     reports = []
-    for workers in (1, 2):  # the text path (validate.merge) in this process, then in two workers
+    for workers in (1, 2):  # the passes in this process, then in two workers
         with contextlib.redirect_stdout(io.StringIO()):
             reports.append(validate(raw, format="json", progress=False, workers=workers, pairing="all-pairs",
                                     min_score_margin=0.5).report)

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from prefdata.core.errors import PrefdataError
 from prefdata.io.chunks import RangeChunk, RecordsChunk
 from prefdata.prepare import prepare
-from prefdata.prepare.shards import group_chunks, shard_bytes_for
+from prefdata.pipeline.shards import group_chunks, shard_bytes_for
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "pairs"
 
@@ -50,8 +50,8 @@ def _rows(n: int = 60) -> list[str]:
 def small_shards(monkeypatch) -> None:
     """~1 KiB chunks and shards of two chunks: a small input spreads over many shards."""
     monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 1024)
-    monkeypatch.setattr("prefdata.prepare.shards.SHARD_BYTES", 2048)
-    monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", 2)
+    monkeypatch.setattr("prefdata.pipeline.shards.SHARD_BYTES", 2048)
+    monkeypatch.setattr("prefdata.pipeline.shards.SHARD_CHUNKS", 2)
 
 
 def _out(path: Path) -> dict:
@@ -158,13 +158,13 @@ def test_the_out_is_the_same_for_any_rows_and_shard_size(
     rows, shard_chunks, tmp_path_factory, tiny_tokenizer_dir, monkeypatch
 ) -> None:
     monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 256)
-    monkeypatch.setattr("prefdata.prepare.shards.SHARD_BYTES", 1 << 30)
+    monkeypatch.setattr("prefdata.pipeline.shards.SHARD_BYTES", 1 << 30)
     tmp = tmp_path_factory.mktemp("prop")
     raw = tmp / "raw.jsonl"
     raw.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
     outcomes = []
     for chunks in (1 << 30, shard_chunks):  # one shard, then shards of `shard_chunks` chunks
-        monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", chunks)
+        monkeypatch.setattr("prefdata.pipeline.shards.SHARD_CHUNKS", chunks)
         try:
             prepare(raw, tmp / f"out-{chunks}", tokenizer=tiny_tokenizer_dir, workers=1, progress=False, batch_size=4)
             outcomes.append(_out(tmp / f"out-{chunks}"))

@@ -397,8 +397,8 @@ def test_selection_does_not_depend_on_how_out_was_written(outs, tmp_path, tiny_m
     """OUT written by the workers themselves, in several shards (the Ray engine's default path), and by
     the main process give the same NEW: select reads OUT's rows in order, whatever its files."""
     monkeypatch.setattr("prefdata.checks.stream.CHUNK_BYTES", 1024)  # small chunks and shards: many files
-    monkeypatch.setattr("prefdata.prepare.shards.SHARD_BYTES", 2048)
-    monkeypatch.setattr("prefdata.prepare.shards.SHARD_CHUNKS", 2)
+    monkeypatch.setattr("prefdata.pipeline.shards.SHARD_BYTES", 2048)
+    monkeypatch.setattr("prefdata.pipeline.shards.SHARD_CHUNKS", 2)
     sharded = tmp_path / "sharded"
     prepare(outs["plain"].parent / "raw", sharded, tokenizer=tiny_model_dir, progress=False, workers=2,
             batch_size=4)

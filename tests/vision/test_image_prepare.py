@@ -201,7 +201,7 @@ def test_kept_image_rows_are_written_by_bytes_as_well_as_by_count(tmp_path, llav
     """A write batch holds at most about WRITE_BATCH_BYTES of images (not 1,000 rows of them), and the
     dataset is the same as with one batch. One worker: the shard is written in this process, where
     the spy sees the batches."""
-    import prefdata.prepare.shard_stages as stages
+    import prefdata.pipeline.shard_stages as stages
     from prefdata.io.writer import DatasetWriter
 
     _images(tmp_path / "data" / "img", a=(64, 64), bb=(60, 40), ccc=(30, 50))

@@ -13,6 +13,6 @@ CHECK = Check(
         "removed by `prepare --balance-length`'s seeded subsample toward a target share of chosen-longer "
         "pairs"
     ),
-    raised_by=("prefdata.prepare.shard_stages:WriteShard._rows",),
+    raised_by=("prefdata.pipeline.shard_stages:WriteShard._rows",),
     note="prepare --balance-length: pairs its subsample removed (warn: only mark them)",
 )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import tempfile
 from collections import Counter
 from contextlib import closing
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from prefdata.engine.local import Engine
 from prefdata.io import writer as W
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
 from prefdata.io.ledger import Ledger, check_files
-from prefdata.prepare.shard_stages import (
+from prefdata.pipeline.shard_stages import (
     ChunkPlace, GroupScan, GroupUnit, RewritePart, ScanGroup, ShardUnit, ShardWritten, WriteShard,
 )
 from prefdata.report.builder import EXCERPT_ROWS, ReportBuilder
@@ -129,12 +130,28 @@ def write_with_workers(
     return written
 
 
+def check_without_writing(
+    chunks: Iterable[Chunk], report: ReportBuilder, *, check: CheckChunk, engine: Engine, shard_bytes: int,
+    batch_size: int, input_name: str, progress: bool,
+) -> None:
+    """Both passes with nothing written (`validate`): the second pass returns the report's compact
+    rows, flag counts and ledger but writes no Arrow shard and no dropped/quarantine line. The
+    group cache lives in a temporary directory, removed however the run ends."""
+    with tempfile.TemporaryDirectory(prefix="prefdata-validate-") as cache_dir:
+        groups, answers, _ = _first_pass(chunks, check, engine, Path(cache_dir), shard_bytes, batch_size, input_name,
+                                         progress)
+        stage = WriteShard(check.policy, cache_dir, batch_size, write=False)
+        for _shard in _shards(groups, answers, engine, stage, report, progress, np.zeros(0, dtype=np.int64)):
+            pass
+    report.add_near_duplicate_prompts(answers.near_duplicate_groups, report.location)
+
+
 def _first_pass(
     chunks: Iterable[Chunk], check: CheckChunk, engine: Engine, cache_dir: Path, shard_bytes: int, batch_size: int,
     input_name: str, progress: bool, balance: bool = False,
 ) -> tuple[list[_Group], PartitionedResult, tuple[np.ndarray, np.ndarray]]:
     """Check and cache every group; number its lines and rows; the dataset-wide answers; with
-    `balance`, every pair's row ordinal and class (prefdata.prepare.shard_stages.pair_classes)."""
+    `balance`, every pair's row ordinal and class (prefdata.pipeline.shard_stages.pair_classes)."""
     put = getattr(engine, "put", lambda value: value)  # Ray: digests go to the object store at once
     probe = ShapeProbe(input_name, batch_size)
     lines = LineNumbers()
@@ -191,7 +208,36 @@ def _second_pass(
     errors = kept = 0
     ledger = Ledger()
     shards: list[W.WrittenParts] = []
-    bar = progress_bar(progress, "writing")
+    stage = WriteShard(policy, str(tmp), batch_size)
+    for shard in _shards(groups, answers, engine, stage, report, progress, balance_rows):
+        dropped.append_file(*shard.dropped)
+        quarantine.append_file(*shard.quarantined)
+        content.update(shard.digests)
+        flag_counts.update(shard.flag_counts)
+        errors += shard.errors
+        ledger.merge(shard.ledger)
+        kept += shard.parts.rows
+        shards.append(shard.parts)
+    dropped.close()
+    quarantine.close()
+    joined = W.WrittenParts.joined(shards)
+    fingerprint = content.hexdigest()
+    schema, files = W.finish_dataset(tmp, joined, fingerprint, {**handoff, "content_hash": fingerprint},
+                                     rewrite=lambda jobs, final: _rewrite(engine, jobs, final))
+    accounting = ledger.accounting()
+    check_files(accounting, kept, dropped.count, quarantine.count)  # invariant 5
+    assert report.rows == accounting["rows_in"], (report.rows, accounting)
+    return Written(report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(joined.json_columns),
+                   joined.text_columns, files)
+
+
+def _shards(
+    groups: list[_Group], answers: PartitionedResult, engine: Engine, stage: WriteShard, report: ReportBuilder,
+    progress: bool, balance_rows: np.ndarray,
+) -> Iterator[ShardWritten]:
+    """The second pass: `stage` on each group, in input order; each shard's compact rows go into
+    `report` before it is yielded, and its cache file is removed."""
+    bar = progress_bar(progress, "writing" if stage.write else "reporting")
     # Units are made as the engine takes them: the report's sample cut-off is the one after the
     # shards before it (it only falls, so an early unit brings a few halves too many).
     units = (
@@ -205,35 +251,17 @@ def _second_pass(
         for group in groups
     )
     try:
-        with closing(engine.map_ordered(WriteShard(policy, str(tmp), batch_size), units)) as results:
+        with closing(engine.map_ordered(stage, units)) as results:
             for unit, shard in results:
                 # The cache goes once the shard is in hand: until then a retried unit can read it again.
                 Path(unit.cache).unlink(missing_ok=True)
                 _add_to_report(report, shard)
-                dropped.append_file(*shard.dropped)
-                quarantine.append_file(*shard.quarantined)
-                content.update(shard.digests)
-                flag_counts.update(shard.flag_counts)
-                errors += shard.errors
-                ledger.merge(shard.ledger)
-                kept += shard.parts.rows
-                shards.append(shard.parts)
                 if bar is not None:
                     bar.update(sum(len(chunk.lines) for chunk in shard.chunks))
+                yield shard
     finally:
         if bar is not None:
             bar.close()
-    dropped.close()
-    quarantine.close()
-    joined = W.WrittenParts.joined(shards)
-    fingerprint = content.hexdigest()
-    schema, files = W.finish_dataset(tmp, joined, fingerprint, {**handoff, "content_hash": fingerprint},
-                                     rewrite=lambda jobs, final: _rewrite(engine, jobs, final))
-    accounting = ledger.accounting()
-    check_files(accounting, kept, dropped.count, quarantine.count)  # invariant 5
-    assert report.rows == accounting["rows_in"], (report.rows, accounting)
-    return Written(report, accounting, flag_counts, errors, fingerprint, schema.names, sorted(joined.json_columns),
-                   joined.text_columns, files)
 
 
 def _rows_between(sorted_rows: np.ndarray, first: int, end: int) -> np.ndarray:

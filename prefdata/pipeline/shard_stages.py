@@ -1,4 +1,4 @@
-"""The two worker stages of `prepare` with worker writes (prefdata.prepare.shards drives them).
+"""The two worker stages of the two-pass pipeline (prefdata.pipeline.shards drives them).
 
 `ScanGroup` (first pass): check a group of consecutive chunks -- parse, normalize, tokenize, the
 pair's own flags -- keep the result in a cache file next to the output, and return only what the
@@ -172,31 +172,34 @@ class ShardWritten:
 
 @dataclass
 class WriteShard:
-    """Second-pass stage: `run(ShardUnit)` -> ShardWritten; the shard files go to `directory`."""
+    """Second-pass stage: `run(ShardUnit)` -> ShardWritten; the shard files go to `directory`.
+    `write=False` (validate): the same rows, flags, counts and report, and no file written."""
 
     policy: Policy
     directory: str
     batch_size: int
+    write: bool = True
 
     def setup(self) -> None:
         pass  # the tokenizer is not needed: the cache holds the tokenized rows
 
     def run(self, unit: ShardUnit) -> ShardWritten:
-        writer = DatasetWriter(Path(self.directory), prefix=f"shard-{unit.index:06d}")
-        digests = bytearray()
         result = ShardWritten(WrittenParts([], set(), set(), 0), b"", writer_pid=os.getpid())
-        pending = PendingRows(writer, self.batch_size)
-        lines = _GroupLines(unit.cache)
+        writer = DatasetWriter(Path(self.directory), prefix=f"shard-{unit.index:06d}") if self.write else None
+        pending = PendingRows(writer, self.batch_size) if writer is not None else None
+        digests = bytearray()
+        lines = _GroupLines(unit.cache, self.write)
         with open(unit.cache, "rb") as handle, lines:
             for place in unit.places:
                 checked: CheckedChunk = pickle.load(handle)
                 for row in self._rows(checked, place, unit, result, lines):
-                    if row.outcome == "kept":
+                    if row.outcome == "kept" and pending is not None:
                         out_row = output_row(row)
                         digests += row_digest(out_row)
                         pending.add(out_row)
-        pending.flush()
-        result.parts = writer.close()
+        if writer is not None and pending is not None:
+            pending.flush()
+            result.parts = writer.close()
         result.dropped, result.quarantined = lines.dropped, lines.quarantined
         result.digests = bytes(digests)
         return result
@@ -234,14 +237,14 @@ class WriteShard:
             if record.unpaired:  # scored completions that made no pair: a dropped.jsonl line with the reason
                 row = CheckedRow(record.raw, None, None, [], None, "unpaired", scored=record.scored)
                 outcome[position] = _UNPAIRED
-                lines.drop(jsonl_line(dropped_record(row)))
+                lines.drop(row)
                 result.ledger.add(row)
                 if report.excerpts is not None:
                     report.excerpts.append(excerpt(record.scored.prompt if record.scored is not None else ""))
                 continue
             if pair is None:
                 row = CheckedRow(record.raw, None, None, [], None, "quarantined", error=record.error)
-                lines.quarantine(jsonl_line(quarantine_record(row)))
+                lines.quarantine(row)
                 result.ledger.add(row)
                 report.details[position] = row
                 if report.excerpts is not None:
@@ -269,7 +272,7 @@ class WriteShard:
             if report.excerpts is not None:
                 report.excerpts.append(excerpt(pair.prompt))
             if row.outcome == "dropped":
-                lines.drop(jsonl_line(dropped_record(row)))
+                lines.drop(row)
             rows.append(row)
         report.images = images.facts()
         result.chunks.append(report)
@@ -297,27 +300,33 @@ class PendingRows:
 
 
 class _GroupLines:
-    """A group's dropped.jsonl and quarantine.jsonl lines, in files next to its cache."""
+    """A group's dropped.jsonl and quarantine.jsonl lines, in files next to its cache (`write`
+    False: only counted)."""
 
-    def __init__(self, cache: str) -> None:
-        self.dropped = (cache + ".dropped.jsonl", 0)
-        self.quarantined = (cache + ".quarantine.jsonl", 0)
+    def __init__(self, cache: str, write: bool = True) -> None:
+        self.write = write
+        self.dropped = (cache + ".dropped.jsonl" if write else "", 0)
+        self.quarantined = (cache + ".quarantine.jsonl" if write else "", 0)
 
     def __enter__(self) -> "_GroupLines":
-        self._dropped = open(self.dropped[0], "w", encoding="utf-8")
-        self._quarantined = open(self.quarantined[0], "w", encoding="utf-8")
+        if self.write:
+            self._dropped = open(self.dropped[0], "w", encoding="utf-8")
+            self._quarantined = open(self.quarantined[0], "w", encoding="utf-8")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._dropped.close()
-        self._quarantined.close()
+        if self.write:
+            self._dropped.close()
+            self._quarantined.close()
 
-    def drop(self, line: str) -> None:
-        self._dropped.write(line)
+    def drop(self, row: CheckedRow) -> None:
+        if self.write:
+            self._dropped.write(jsonl_line(dropped_record(row)))
         self.dropped = (self.dropped[0], self.dropped[1] + 1)
 
-    def quarantine(self, line: str) -> None:
-        self._quarantined.write(line)
+    def quarantine(self, row: CheckedRow) -> None:
+        if self.write:
+            self._quarantined.write(jsonl_line(quarantine_record(row)))
         self.quarantined = (self.quarantined[0], self.quarantined[1] + 1)
 
 
