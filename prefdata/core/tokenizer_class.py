@@ -68,7 +68,6 @@ def direct_tokenizer_class(path: str, trust_remote_code: bool = False, kwargs: d
     import transformers
     from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
-    import_models_package()
     base = name.removesuffix("Fast")
     model_type = _model_type(path)
     if model_type is _UNKNOWN:
@@ -88,6 +87,7 @@ def direct_tokenizer_class(path: str, trust_remote_code: bool = False, kwargs: d
     if (base == "LlamaTokenizer" and not hub_wrong
             and TokenizersBackend._tokenizer_json_has_byte_level(path, local_files_only=True)):
         return TokenizersBackend  # AutoTokenizer's rule: LlamaTokenizer hardcodes Metaspace
+    import_models_package()  # where the model-specific classes live
     found = getattr(transformers, base, None) or getattr(transformers, base + "Fast", None)
     if not isinstance(found, type):
         return None
