@@ -42,16 +42,13 @@ class PairDigests:
     signatures: np.ndarray  # (s, NUM_PERM) uint8: of the first prompt of each digest here that has a word
 
 
-def pair_digests(pairs: Sequence[Pair], keys: Sequence[tuple[int, int, int, int]] | None = None,
-                 prompts: bool = True) -> PairDigests:
-    """The digests of `pairs` (one chunk, in order); `keys`: their pair_digests_and_key, if known.
-    `prompts=False`: without the near-duplicate prompts' digests and signatures (a pass that only
-    reads the pair keys)."""
+def pair_digests(pairs: Sequence[Pair], keys: Sequence[tuple[int, int, int, int]] | None = None) -> PairDigests:
+    """The digests of `pairs` (one chunk, in order); `keys`: their pair_digests_and_key, if known."""
     if keys is None:
         keys = [pair_digests_and_key(pair) for pair in pairs]
     key_array = np.array(keys, dtype=np.uint64).reshape(-1, 4)
     swapped = [_xxh(_PACK3(hp, hr, hc)) if hc != hr else 0 for hp, hc, hr, _ in keys]
-    prompted = [i for i, pair in enumerate(pairs) if pair.prompt] if prompts else []
+    prompted = [i for i, pair in enumerate(pairs) if pair.prompt]
     prompts = [pairs[i].prompt for i in prompted]
     digests = np.array([prompt_digest(prompt) for prompt in prompts], dtype=np.uint64)
     # Only the first prompt of each digest here is hashed: a later copy needs no signature.

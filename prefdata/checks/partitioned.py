@@ -335,6 +335,7 @@ def partitioned_dataset_checks(blocks: list[Any], partitions: int, *, threshold:
     for band in range(num_perm // 4):
         prompts = shuffler.shuffle(BandSplit(band), accept, Draining(prompts), partitions, fetch=False)
     found: Carried = shuffler.shuffle(_carried_split, Carried.joined, Draining(prompts), 1)[0]
+    _trim_heap()  # what the rows' pass builds next (the report) can use the pages the shuffle freed
     edges = np.concatenate(found.edges) if found.edges else np.zeros((0, 2), np.int64)
     return PartitionedResult(
         duplicate_rows=np.sort(np.concatenate(found.duplicate_rows)) if found.duplicate_rows else np.zeros(0, np.int64),

@@ -4,10 +4,10 @@ The main process cuts the input into chunks (prefdata.io.chunks), the engine (pr
 worker processes, or this process for one worker; prefdata.engine.ray) checks each chunk
 (`ScanChunks`, prefdata.validate.scan), and the main process merges the compact results strictly in
 input order: the dataset-wide flags (prefdata.checks.partitioned: duplicate and conflicting pairs,
-first occurrence wins; MinHash -- answered by a first pass that computes only the digests), the
-policy and the report -- vectorized per chunk. The few rows the report describes one by one
-(flagged or quarantined) are re-read from the chunk in the main process. At most a few chunks are
-in flight, so memory stays flat apart from the digests the first pass keeps.
+first occurrence wins; MinHash -- answered once every chunk is scanned: the compact scans wait in a
+temporary file), the policy and the report -- vectorized per chunk. The few rows the report
+describes one by one (flagged or quarantined) are re-read from the chunk in the main process. At
+most a few chunks are in flight, so memory stays flat apart from the digests the checks keep.
 
 The report is the same for any number of workers, and byte for byte the one prepare's checked-row
 stream gives for the same rows (tests/test_content_hash_pin.py pins both); input errors are the
@@ -16,10 +16,12 @@ same one-line PrefdataErrors, raised at the same point.
 
 from __future__ import annotations
 
+import heapq
+import pickle
+import tempfile
 from contextlib import closing
-from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import numpy as np
 
@@ -67,28 +69,20 @@ def check_raw_text(
     `workers` processes check the chunks (0 or 1: this process alone); `batch_size` only matters
     where the sequential path's behaviour depends on it (when a leading run of records that are
     not preference data fails the input). `engine`: another Engine to run the chunks on (a Ray one).
-    A first pass computes the dataset-wide answers by hash partitioning (prefdata.checks.partitioned:
-    on Ray no process holds every row's digests)."""
+    The chunks are scanned once: their digests go to the dataset-wide checks (hash partitioning,
+    prefdata.checks.partitioned: on Ray no process holds every row's digests) and their compact
+    scans to a temporary file, read back in input order once the dataset-wide answers are in."""
     leak_index = build_leak_index(against) if against is not None else None
     engine = engine or LocalEngine(workers)
     pairing = pairing or PairingSettings()
     scan_settings = ScanSettings(policy, settings, leak_index, benchmarks, pairing)
     merger = _Merger(input_path, builder, policy, batch_size, progress, benchmarks, pairing)
-    first_pass = ScanChunks(replace(scan_settings, pair_checks=False))
-    merger.dataset = _partitioned_merge(engine, first_pass, input_path, policy.near_duplicate_prompt_threshold)
-    scan_settings = replace(scan_settings, prompt_digests=False)
-    with closing(merger):
-        # Units are made as the engine takes them: what the report wants from a chunk (the sample
-        # cut-off, excerpts) is known only once the chunks before it are merged -- or most of them:
-        # the cut-off only falls, so a chunk handed out early brings a few halves too many.
-        units = (
-            ScanUnit(chunk, builder.similarity.cutoff(), builder.rows < R.EXCERPT_ROWS)
-            for chunk in _input_chunks(input_path)
-        )
-        with closing(engine.map_ordered(ScanChunks(scan_settings), units)) as scans:
-            for unit, scan in scans:
-                merger.merge(unit.chunk, scan)
-        merger.check_end()
+    with closing(merger), tempfile.TemporaryFile(prefix="prefdata-scans-") as cache:
+        scanned = _scan_all(engine, ScanChunks(scan_settings), input_path, merger, cache)
+        cache.seek(0)
+        for _ in range(scanned):
+            merger.merge(*pickle.load(cache))
+        # The similarity sample is final: measure it in the workers while this process clusters.
         # The similarity sample is final: measure it in the workers while this process clusters.
         sampled = builder.similarity.unmeasured()
         batches = [[item.halves for item in sampled[i : i + 500]] for i in range(0, len(sampled), 500)]
@@ -99,17 +93,55 @@ def check_raw_text(
             item.measured(value)
 
 
-def _partitioned_merge(engine: Engine, stage: ScanChunks, input_path: str | Path, threshold: float) -> PartitionedMerge:
-    """The first pass: every chunk's digests (no halves, no excerpts), shuffled on
-    the engine where it can (Ray: in the object store), else partitioned in this process."""
+def _scan_all(engine: Engine, stage: ScanChunks, input_path: str | Path, merger: "_Merger", cache: Any) -> int:
+    """Scan every chunk on the engine: lines placed and the probe run in input order, the digests
+    kept for the dataset-wide checks (on Ray in the object store), each (chunk, scan) pickled to
+    `cache`; then the dataset-wide answers. Returns the number of chunks."""
     put = getattr(engine, "put", lambda value: value)
-    blocks, first = [], 0
-    units = (ScanUnit(chunk, 0, False) for chunk in _input_chunks(input_path))
+    blocks: list[Any] = []
+    keys = _SampleKeys(merger.builder.similarity.k)
+    rows = scanned = 0
+    # Units are made as the engine takes them: what the report will want from a chunk (the
+    # similarity sample's cut-off, excerpts) follows from the chunks scanned before it -- or most of
+    # them: the cut-off only falls, so a chunk handed out early brings a few halves too many.
+    units = (ScanUnit(chunk, keys.cutoff(), rows < R.EXCERPT_ROWS) for chunk in _input_chunks(input_path))
     with closing(engine.map_ordered(stage, units)) as scans:
-        for _, scan in scans:
-            blocks.append(put(block_from_digests(scan.pair_index + first, scan.digests)))
-            first += len(scan.lines)
-    return PartitionedMerge(threshold, partitioned_on(engine, blocks, threshold))
+        for unit, scan in scans:
+            merger.place(unit.chunk, scan)
+            blocks.append(put(block_from_digests(scan.pair_index + rows, scan.digests)))
+            keys.offer(scan.digests.pair_keys)
+            rows += len(scan.lines)
+            pickle.dump((unit.chunk, scan), cache, protocol=pickle.HIGHEST_PROTOCOL)
+            scanned += 1
+    merger.check_end()
+    threshold = merger.policy.near_duplicate_prompt_threshold
+    merger.dataset = PartitionedMerge(threshold, partitioned_on(engine, blocks, threshold))
+    return scanned
+
+
+class _SampleKeys:
+    """The similarity sample's keys (report.similarity.SimilaritySample: the k smallest distinct
+    pair keys, every pair offered in input order), to say which halves a chunk must bring."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.heap: list[int] = []  # -key: a max-heap
+        self.keys: set[int] = set()
+
+    def cutoff(self) -> int:
+        return -self.heap[0] if len(self.heap) >= self.k else 1 << 64
+
+    def offer(self, pair_keys: np.ndarray) -> None:
+        cutoff = self.cutoff()
+        below = pair_keys[pair_keys < np.uint64(cutoff)] if cutoff < 1 << 64 else pair_keys
+        for key in below.tolist():
+            if key in self.keys or (len(self.heap) >= self.k and -self.heap[0] <= key):
+                continue
+            self.keys.add(key)
+            if len(self.heap) < self.k:
+                heapq.heappush(self.heap, -key)
+            else:
+                self.keys.discard(-heapq.heapreplace(self.heap, -key))
 
 
 def _input_chunks(input_path: str | Path) -> Iterator[Chunk]:
@@ -143,10 +175,14 @@ class _Merger:
         self._open: tuple[str, BinaryIO] | None = None
         self.bar = progress_bar(progress)
 
-    def merge(self, chunk: Chunk, scan: ChunkScan) -> None:
-        n = len(scan.lines)
+    def place(self, chunk: Chunk, scan: ChunkScan) -> None:
+        """The chunk's lines placed in its file, its rows shown to the probe (in input order)."""
         scan.lines += self.lines.offset(chunk, scan.line_count)
         self._probe(chunk, scan)
+
+    def merge(self, chunk: Chunk, scan: ChunkScan) -> None:
+        """The placed chunk's dataset-wide flags (answered), the policy and the report."""
+        n = len(scan.lines)
         pairs = scan.pair_index
         first = self.builder.rows
         duplicate, conflicting = self.dataset.merge_chunk(chunk.source_file, scan.lines[pairs], first + pairs, scan.digests)

@@ -54,10 +54,6 @@ class ScanSettings:
     leak_index: PromptLeakIndex | None = None
     benchmarks: BenchmarkIndex | None = None  # --decontaminate-against
     pairing: PairingSettings = field(default_factory=PairingSettings)  # scored completions -> pairs
-    # The dataset-wide checks' first pass needs only the digests (no pair checks); the second pass
-    # needs no prompt digests or signatures (the first pass answered the near-duplicate prompts).
-    pair_checks: bool = True
-    prompt_digests: bool = True
 
 
 @dataclass
@@ -174,8 +170,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
             if pair.chosen_ids is not None:  # pre-tokenized: token checks on the truncated ids
                 tokenized = truncate_pair(pair.prompt_ids, pair.chosen_ids, pair.rejected_ids, tokenize, None)
                 tokens.append(token_row(tokenized))
-            found = pair_flags(pair, tokenized, policy, leak_index, settings.benchmarks) \
-                if settings.pair_checks else []
+            found = pair_flags(pair, tokenized, policy, leak_index, settings.benchmarks)
             mask = 0
             for flag in found:
                 mask |= bit[flag]
@@ -190,7 +185,7 @@ def scan_chunk(chunk: Chunk, settings: ScanSettings, sample_cutoff: int, want_ex
                 excerpts.append(excerpt(pair.prompt))
             position += 1
 
-    digests = pair_digests(pairs, keys, settings.prompt_digests)
+    digests = pair_digests(pairs, keys)
     below = (
         np.arange(len(pairs))
         if sample_cutoff >= 1 << 64
