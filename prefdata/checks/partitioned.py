@@ -362,32 +362,6 @@ def partitioned_on(engine: Any, blocks: list[Any], threshold: float) -> Partitio
     return partitioned_dataset_checks(blocks, LOCAL_PARTITIONS, threshold=threshold)
 
 
-class PartitionedMerge:
-    """The answers of a first pass, looked up by row ordinal as the rows come through again: this
-    process keeps only the flagged rows and the near-duplicate groups."""
-
-    def __init__(self, near_duplicate_threshold: float, result: PartitionedResult | None = None) -> None:
-        self.threshold = near_duplicate_threshold
-        self._result = result
-
-    @property
-    def result(self) -> PartitionedResult:
-        if self._result is None:
-            raise RuntimeError("PartitionedMerge used before its first pass computed the answers")
-        return self._result
-
-    @result.setter
-    def result(self, value: PartitionedResult) -> None:
-        self._result = value
-
-    def merge_chunk(self, source_file: str, lines: np.ndarray, ordinals: np.ndarray, digests: Any
-                    ) -> tuple[np.ndarray, np.ndarray]:
-        return self.result.flags_of(ordinals)
-
-    def near_duplicate_clusters(self) -> list[list[int]]:
-        return self.result.near_duplicate_groups
-
-
 def dataset_flags(duplicate: bool, conflicting: bool) -> list[str]:
     """The flag names of one pair's (duplicate_pair, conflicting_pair) answer."""
     if not (duplicate or conflicting):

@@ -29,7 +29,7 @@ from prefdata.checks.checker import build_leak_index
 from prefdata.checks.pair import apply_policy
 from prefdata.checks.policy import Policy
 from prefdata.checks.digests import block_from_digests
-from prefdata.checks.partitioned import PartitionedMerge, partitioned_on
+from prefdata.checks.partitioned import PartitionedResult, partitioned_on
 from prefdata.checks.stream import ShapeProbe, progress_bar
 from prefdata.core import flags as F
 from prefdata.core.records import CheckedRow
@@ -115,7 +115,7 @@ def _scan_all(engine: Engine, stage: ScanChunks, input_path: str | Path, merger:
             scanned += 1
     merger.check_end()
     threshold = merger.policy.near_duplicate_prompt_threshold
-    merger.dataset = PartitionedMerge(threshold, partitioned_on(engine, blocks, threshold))
+    merger.answers = partitioned_on(engine, blocks, threshold)
     return scanned
 
 
@@ -166,7 +166,7 @@ class _Merger:
         self.pairing = pairing or PairingSettings()
         self.builder = builder
         self.policy = policy
-        self.dataset = PartitionedMerge(policy.near_duplicate_prompt_threshold)  # answered by the first pass
+        self.answers: PartitionedResult | None = None  # the dataset-wide checks', once every chunk is scanned
         # The checked-row stream's probe: the input fails when its first batch holds nothing but
         # unknown shapes (then, or at the end of a shorter input: the same error either way).
         self.probe = ShapeProbe(input_path, batch_size)
@@ -185,7 +185,8 @@ class _Merger:
         n = len(scan.lines)
         pairs = scan.pair_index
         first = self.builder.rows
-        duplicate, conflicting = self.dataset.merge_chunk(chunk.source_file, scan.lines[pairs], first + pairs, scan.digests)
+        assert self.answers is not None, "merged before the dataset-wide answers"
+        duplicate, conflicting = self.answers.flags_of(first + pairs)
         masks = scan.flag_bits[pairs] | np.where(duplicate, _DUPLICATE, 0).astype(np.uint64)
         masks |= np.where(conflicting, _CONFLICTING, 0).astype(np.uint64)
         distinct, inverse = np.unique(masks, return_inverse=True)
@@ -276,7 +277,8 @@ class _Merger:
         self.probe.finish()
 
     def cluster_prompts(self) -> None:
-        self.builder.add_near_duplicate_prompts(self.dataset.near_duplicate_clusters(), self.builder.location)
+        assert self.answers is not None
+        self.builder.add_near_duplicate_prompts(self.answers.near_duplicate_groups, self.builder.location)
 
 
 _DROP_CODE = SEVERITY_CODES.index("drop")  # "drop" and "error" (the codes above it) drop the row

@@ -22,7 +22,7 @@ from prefdata.sets.decontaminate import BenchmarkIndex
 from prefdata.tokenize.select import select_pair_tokenizer
 
 if TYPE_CHECKING:
-    from prefdata.checks.partitioned import PartitionedMerge
+    from prefdata.checks.partitioned import PartitionedResult
 
 # Flags the stored rows keep from `prepare` because re-checking cannot recompute them without
 # re-tokenizing the original text (what was cut, how the template split the prompt) or the raw shape.
@@ -41,12 +41,12 @@ def check_prepared(
     input_path: Path, builder: ReportBuilder, policy: Policy, *, against: str | Path | None, progress: bool, batch_size: int,
     benchmarks: BenchmarkIndex | None = None, image_tokens: Callable[[list[Any]], list[int]] | None = None,
 ) -> None:
-    from prefdata.checks.partitioned import PartitionedMerge
-
-    merge = PartitionedMerge(policy.near_duplicate_prompt_threshold)
-    rows = iter_prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size, merge=merge,
-                              benchmarks=benchmarks, image_tokens=image_tokens)
-    accumulate(rows, builder, merge)
+    answers, rows = prepared_rows(input_path, policy=policy, against=against, progress=progress, batch_size=batch_size,
+                                  benchmarks=benchmarks, image_tokens=image_tokens)
+    for row in rows:
+        builder.add(row)
+    # The near-duplicate prompt groups are row ordinals, which builder.location() resolves.
+    builder.add_near_duplicate_prompts(answers.near_duplicate_groups, builder.location)
 
 
 def image_token_counter(processor: str | None, out: Path, trust_remote_code: bool) -> Callable[[list[Any]], list[int]] | None:
@@ -72,44 +72,48 @@ def image_token_counter(processor: str | None, out: Path, trust_remote_code: boo
     return vision.image_token_counts  # type: ignore[union-attr]
 
 
-def accumulate(rows: Iterator[Any], builder: ReportBuilder, merge: "PartitionedMerge") -> None:
-    """Feed every row to the report; then the near-duplicate prompts `merge` found among them (the
-    rows' ordinals are the report's: builder.location() resolves them)."""
-    for row in rows:
-        builder.add(row)
-    builder.add_near_duplicate_prompts(merge.near_duplicate_clusters(), builder.location)
-
-
-def iter_prepared_rows(
+def prepared_rows(
     out_dir: str | Path,
     *,
     policy: Policy,
     against: str | Path | None = None,
     progress: bool = True,
     batch_size: int = 1000,
-    merge: PartitionedMerge | None = None,
     benchmarks: BenchmarkIndex | None = None,
     image_tokens: Callable[[list[Any]], list[int]] | None = None,
-) -> Iterator[Any]:
-    """Re-check the rows stored in a prepared OUT/, streaming it in record batches (once `verify_out`
-    has checked that OUT reads nothing outside it and that its ledger matches its files).
+) -> tuple[PartitionedResult, Iterator[Any]]:
+    """(the dataset-wide answers, the re-checked rows) of a prepared OUT/, once `verify_out` has
+    checked that OUT reads nothing outside it and that its ledger matches its files.
+
+    The answers come from a first pass over the stored rows' digests (prefdata.checks.partitioned:
+    duplicate and conflicting pairs, near-duplicate prompt groups by row ordinal); the rows are
+    then streamed in record batches. Each row is rebuilt as Pair + TokenizedPair from its columns
+    and goes through the same checks as in `prepare`: text flags, token flags on the stored ids,
+    dataset-wide duplicates, prompt leaks, non-finite reference log-probs. Flags that need the
+    original tokenization are taken as stored.
 
     Image pairs: the stored images are read (their headers only: sizes, not pixels) and their bytes
     count in the duplicate checks as in `prepare`; `image_tokens` (a processor's
-    VisionPairTokenizer.image_token_counts) gives each image's tokens for the report.
-
-    Each row is rebuilt as Pair + TokenizedPair from its columns and goes through the same checks as
-    in `prepare`: text flags, token flags on the stored ids, dataset-wide duplicates, prompt leaks,
-    non-finite reference log-probs. Flags that need the original tokenization are taken as stored.
-    The dataset-wide checks take a first pass over the rows' digests (prefdata.checks.partitioned);
-    `merge` receives their answers (its near-duplicate prompt groups: by row ordinal)."""
-    from prefdata.checks.checker import PairChecker
-    from prefdata.checks.partitioned import PartitionedMerge, dataset_flags, partitioned_on
+    VisionPairTokenizer.image_token_counts) gives each image's tokens for the report."""
+    from prefdata.checks.partitioned import partitioned_on
 
     dataset, images = _open_out(out_dir)
-    merge = merge or PartitionedMerge(policy.near_duplicate_prompt_threshold)
-    merge.result = partitioned_on(None, _digest_blocks(out_dir, dataset, images, batch_size, policy),
-                                  policy.near_duplicate_prompt_threshold)
+    answers = partitioned_on(None, _digest_blocks(out_dir, dataset, images, batch_size, policy),
+                             policy.near_duplicate_prompt_threshold)
+    rows = _checked_rows(out_dir, dataset, images, answers, policy, against, progress, batch_size, benchmarks,
+                         image_tokens)
+    return answers, rows
+
+
+def _checked_rows(
+    out_dir: str | Path, dataset: Any, images: Any, answers: PartitionedResult, policy: Policy,
+    against: str | Path | None, progress: bool, batch_size: int, benchmarks: BenchmarkIndex | None,
+    image_tokens: Callable[[list[Any]], list[int]] | None,
+) -> Iterator[Any]:
+    """The second pass: every stored row re-checked, with its dataset-wide flags from `answers`."""
+    from prefdata.checks.checker import PairChecker
+    from prefdata.checks.partitioned import dataset_flags
+
     checker = PairChecker(policy, _leak_index(against) if against is not None else None, benchmarks)
     has_refs = "ref_chosen_logps" in dataset.column_names and "ref_rejected_logps" in dataset.column_names
     batches = _stored_batches(out_dir, dataset, images, batch_size, policy)
@@ -119,7 +123,7 @@ def iter_prepared_rows(
         batches = tqdm(batches, desc="checking", unit=" batches", total=math.ceil(len(dataset) / batch_size), disable=None)
     ordinal = 0  # the row's index: what near-duplicate prompt clusters report
     for batch, pairs in batches:
-        duplicate, conflicting = merge.result.flags_of(np.arange(ordinal, ordinal + len(pairs)))
+        duplicate, conflicting = answers.flags_of(np.arange(ordinal, ordinal + len(pairs)))
         for i, pair in enumerate(pairs):
             tokenized, extra = _stored_tokens(batch, i, has_refs)
             if pair.image_data:
