@@ -17,20 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.core.errors import PrefdataError
-from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
-from prefdata.io.manifest import require_pairs
-from prefdata.io.out_dir import abandon, load_out_dataset, prepare_output_dir, publish
 from prefdata.trainers.axolotl import TESTED_VERSION
 from prefdata.trainers.export_common import (
     REF_COLUMNS,
-    TRACE_COLUMNS,
-    check_places,
-    kept_line,
-    text_kind,
+    ExportSource,
+    header_lines,
+    open_out,
+    staged,
+    weight_note,
     write_pair_rows,
+    write_record,
 )
 
-DATA_NAME, CONFIG_NAME, RECORD_NAME = "train.jsonl", "axolotl.yaml", "export.json"
+DATA_NAME, CONFIG_NAME = "train.jsonl", "axolotl.yaml"
 REFS_NOTE = ("reference log-probs: axolotl 0.19.0 trains DPO with TRL 1.9's DPOTrainer, which cannot take precomputed "
              "ones from the data: with precompute_ref_log_probs: true it computes its own with the reference model "
              "before training, otherwise it runs the reference model on every batch")
@@ -57,32 +56,16 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
     out, target = Path(out_dir), Path(export_dir)
     if trainer_args:
         raise PrefdataError("--trainer-arg: export --trainer axolotl takes none (the config lines follow from OUT)")
-    check_places(out, target, overwrite)
-    manifest = require_pairs(out, "export")
-    table = load_out_dataset(out, "export").data.table
-    columns = set(table.column_names)
-    if "images" in columns:
-        raise PrefdataError(f"{out} holds image pairs; prefdata's axolotl export writes text pairs only")
-    kind = text_kind(table)
-    if kind == "mixed":
-        raise PrefdataError(f"{out} mixes string and conversational rows; one axolotl dataset entry reads one kind: "
-                            "prepare the two kinds into separate OUTs and export each")
-    config = manifest.get("config") or {}
-    as_messages = kind == "messages" or bool(config.get("chat_template"))
-    keep = [name for name in ("prompt", "chosen", "rejected", *TRACE_COLUMNS) if name in columns]
-    staging = prepare_output_dir(target, overwrite, inputs=[out])
-    try:
-        rows = write_pair_rows(table.select(keep), staging / DATA_NAME, as_messages and kind == "strings")
-        snippet = _snippet(target / DATA_NAME, as_messages, config.get("max_length"))
-        notes = _notes(manifest, columns, target / DATA_NAME, as_messages)
-        (staging / CONFIG_NAME).write_text(_config_text(out, snippet, notes, manifest), encoding="utf-8")
-        record = {"trainer": "axolotl", "tested_version": TESTED_VERSION, "source": str(out.resolve()),
-                  "content_hash": manifest.get("content_hash"), "rows": rows, "columns": keep, "notes": notes}
-        (staging / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        publish(staging, target)
-    except BaseException:
-        abandon(staging, target)
-        raise
+    source = open_out(out, target, overwrite, "prefdata's axolotl export writes text pairs only",
+                      "one axolotl dataset entry reads one kind")
+    as_messages = source.kind == "messages" or bool(source.config.get("chat_template"))
+    keep = source.keep()
+    with staged(source, target, overwrite) as staging:
+        rows = write_pair_rows(source.table.select(keep), staging / DATA_NAME, as_messages and source.kind == "strings")
+        snippet = _snippet(target / DATA_NAME, as_messages, source.config.get("max_length"))
+        notes = _notes(source, target / DATA_NAME, as_messages)
+        (staging / CONFIG_NAME).write_text(_config_text(source, snippet, notes), encoding="utf-8")
+        write_record(staging, source, "axolotl", TESTED_VERSION, rows, keep, {"notes": notes})
     return ExportResult(target, rows, as_messages, snippet, notes)
 
 
@@ -99,18 +82,16 @@ def _snippet(data: Path, as_messages: bool, max_length: Any) -> str:
     return "\n".join(lines)
 
 
-def _notes(manifest: dict[str, Any], columns: set[str], data: Path, as_messages: bool) -> list[str]:
+def _notes(source: ExportSource, data: Path, as_messages: bool) -> list[str]:
+    columns, tokenizer = source.columns, source.tokenizer
     refs = [name for name in REF_COLUMNS if name in columns]
     notes = [REFS_NOTE + ("; OUT's reference log-probs are therefore not written" if refs else "; OUT has none")]
     if {"chosen_loss_mask", "rejected_loss_mask"} & columns:
         notes.append("OUT has per-turn loss masks; axolotl trains every token of each response")
-    if {WEIGHT_COLUMN, OFFSET_COLUMN} & columns:
-        notes.append(f"OUT's {WEIGHT_COLUMN}/{OFFSET_COLUMN} columns are not written: axolotl's DPO loss reads neither")
+    notes += weight_note(columns, "axolotl", made_by="")
     if as_messages:
         notes.append("chat_template.default keeps only the last message of chosen/rejected, cuts each response out "
                      "of its render with str.find and rstrips it")
-    config = manifest.get("config") or {}
-    tokenizer = (manifest.get("tokenizer") or {}).get("path") or config.get("tokenizer")
     if tokenizer:
         notes.append(f"OUT was tokenized with {tokenizer}: train the model whose tokenizer that is (base_model)")
     notes.append(f"axolotl tokenizes, truncates and masks these rows its own way: `prefdata validate {data} "
@@ -119,9 +100,8 @@ def _notes(manifest: dict[str, Any], columns: set[str], data: Path, as_messages:
     return notes
 
 
-def _config_text(out: Path, snippet: str, notes: list[str], manifest: dict[str, Any]) -> str:
+def _config_text(source: ExportSource, snippet: str, notes: list[str]) -> str:
     return "\n".join([
-        f"# axolotl {TESTED_VERSION} config lines for the pairs prefdata kept in {out}",
-        kept_line(manifest, DATA_NAME),
+        *header_lines(f"axolotl {TESTED_VERSION} config lines", source.out, source.manifest, DATA_NAME),
         "# Paste into your axolotl config (base_model, training settings...), replacing its rl and datasets keys.",
         snippet, "", *(f"# note: {note}" for note in notes), ""])

@@ -18,16 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from prefdata.core.errors import PrefdataError
-from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
-from prefdata.io.manifest import require_pairs
-from prefdata.io.out_dir import abandon, load_out_dataset, prepare_output_dir, publish
-from prefdata.trainers.export_common import check_places, iter_rows, kept_line, text_kind, without_nulls
+from prefdata.trainers.export_common import (
+    REF_COLUMNS,
+    ExportSource,
+    header_lines,
+    iter_rows,
+    open_out,
+    staged,
+    weight_note,
+    without_nulls,
+    write_record,
+)
 from prefdata.trainers.llamafactory import TESTED_VERSION
 
-DATA_NAME, INFO_NAME, YAML_NAME, RECORD_NAME = "prefdata_dpo.jsonl", "dataset_info.json", "llamafactory.yaml", "export.json"
+DATA_NAME, INFO_NAME, YAML_NAME = "prefdata_dpo.jsonl", "dataset_info.json", "llamafactory.yaml"
 DATASET = "prefdata_dpo"  # the entry's name in dataset_info.json: the `dataset:` of the config
-REF_COLUMNS = ("ref_chosen_logps", "ref_rejected_logps")
-TRACE_COLUMNS = ("source_file", "source_line")
 REFS_NOTE = ("reference log-probs: LLaMA-Factory cannot read precomputed ones (its DPO trainer sets "
              "precompute_ref_log_probs = False; a request to read them is wontfix, #4810): it runs a reference model "
              "(ref_model, default the policy) on every batch")
@@ -71,35 +76,20 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
            overwrite: bool) -> ExportResult:
     """Write OUT's kept pairs into DIR as a LLaMA-Factory dataset_dir, with the config lines to read them."""
     out, target = Path(out_dir), Path(export_dir)
-    check_places(out, target, overwrite)
-    manifest = require_pairs(out, "export")  # finished, ledger matches its files, no symlink out of it
     given = _export_settings(trainer_args)
-    table = load_out_dataset(out, "export").data.table
-    columns = set(table.column_names)
-    if "images" in columns:
-        raise PrefdataError(f"{out} holds image pairs; export --trainer llamafactory writes text pairs only")
-    kind = text_kind(table)
-    if kind == "mixed":
-        raise PrefdataError(f"{out} mixes string and conversational rows; one LLaMA-Factory dataset has one format: "
-                            "prepare the two kinds into separate OUTs and export each")
-    conversational = kind == "messages"
-    keep = [name for name in ("prompt", "chosen", "rejected", *TRACE_COLUMNS, *REF_COLUMNS) if name in columns]
-    staging = prepare_output_dir(target, overwrite, inputs=[out])
-    try:
-        rows = _write_rows(table.select(keep), staging / DATA_NAME, conversational)
+    source = open_out(out, target, overwrite, "export --trainer llamafactory writes text pairs only",
+                      "one LLaMA-Factory dataset has one format")
+    conversational = source.kind == "messages"
+    keep = source.keep(REF_COLUMNS)
+    with staged(source, target, overwrite) as staging:
+        rows = _write_rows(source.table.select(keep), staging / DATA_NAME, conversational)
         entry = _entry(conversational)
         (staging / INFO_NAME).write_text(json.dumps({DATASET: entry}, indent=2) + "\n", encoding="utf-8")
-        config = _config(target, manifest, given)
-        notes = _notes(manifest, columns, given, target, conversational)
-        (staging / YAML_NAME).write_text(_yaml_text(out, config, notes, manifest), encoding="utf-8")
-        record = {"trainer": "llamafactory", "tested_version": TESTED_VERSION, "source": str(out.resolve()),
-                  "content_hash": manifest.get("content_hash"), "rows": rows, "columns": keep, "dataset_info": entry,
-                  "config": config, "notes": notes}
-        (staging / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        publish(staging, target)
-    except BaseException:
-        abandon(staging, target)
-        raise
+        config = _config(target, source, given)
+        notes = _notes(source, given, target, conversational)
+        (staging / YAML_NAME).write_text(_yaml_text(source, config, notes), encoding="utf-8")
+        write_record(staging, source, "llamafactory", TESTED_VERSION, rows, keep,
+                     {"dataset_info": entry, "config": config, "notes": notes})
     return ExportResult(target, rows, conversational, config, notes)
 
 
@@ -158,9 +148,8 @@ def _sharegpt_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _config(target: Path, manifest: dict[str, Any], given: dict[str, Any]) -> list[str]:
-    config = manifest.get("config") or {}
-    cutoff = given.get("cutoff_len") or config.get("max_length")
+def _config(target: Path, source: ExportSource, given: dict[str, Any]) -> list[str]:
+    cutoff = given.get("cutoff_len") or source.config.get("max_length")
     lines = ["stage: dpo", f"dataset: {DATASET}", f"dataset_dir: {target.resolve()}",
              f"template: {given['template']}" if given.get("template") else
              "template: TEMPLATE  # your model's LLaMA-Factory template name (qwen, llama3, mistral, ...)"]
@@ -169,10 +158,9 @@ def _config(target: Path, manifest: dict[str, Any], given: dict[str, Any]) -> li
     return lines
 
 
-def _notes(manifest: dict[str, Any], columns: set[str], given: dict[str, Any], target: Path,
-           conversational: bool) -> list[str]:
+def _notes(source: ExportSource, given: dict[str, Any], target: Path, conversational: bool) -> list[str]:
     """What LLaMA-Factory will not read, or will do otherwise than prefdata did, said plainly."""
-    config = manifest.get("config") or {}
+    columns, tokenizer = source.columns, source.tokenizer
     refs = [name for name in REF_COLUMNS if name in columns]
     notes = [REFS_NOTE + (f"; OUT's {' and '.join(refs)} are in {DATA_NAME} for other tools and are not used by "
                           "LLaMA-Factory" if refs else "; OUT has none")]
@@ -181,22 +169,18 @@ def _notes(manifest: dict[str, Any], columns: set[str], given: dict[str, Any], t
                  + ("" if conversational else "; OUT's rows are plain strings, which it wraps in that template"))
     if {"chosen_loss_mask", "rejected_loss_mask"} & columns:
         notes.append("OUT has per-turn loss masks; LLaMA-Factory trains every token of the one response")
-    if {WEIGHT_COLUMN, OFFSET_COLUMN} & columns:
-        notes.append(f"OUT's {WEIGHT_COLUMN}/{OFFSET_COLUMN} columns (prefdata select) are not written: LLaMA-Factory's "
-                     "DPO loss reads neither")
-    tokenizer = (manifest.get("tokenizer") or {}).get("path") or config.get("tokenizer")
+    notes += weight_note(columns, "LLaMA-Factory")
     template = given.get("template", "TEMPLATE")
-    cutoff = given.get("cutoff_len") or config.get("max_length") or 2048
+    cutoff = given.get("cutoff_len") or source.config.get("max_length") or 2048
     notes.append(f"what it will train on: `prefdata validate {target / DATA_NAME} --tokenizer {tokenizer or 'TOK'} "
                  f"--trainer llamafactory --trainer-arg template={template} --trainer-arg cutoff_len={cutoff} "
                  f"--trainer-arg dataset_info={target / INFO_NAME} --trainer-arg dataset={DATASET}`")
     return notes
 
 
-def _yaml_text(out: Path, config: list[str], notes: list[str], manifest: dict[str, Any]) -> str:
+def _yaml_text(source: ExportSource, config: list[str], notes: list[str]) -> str:
     return "\n".join([
-        f"# LLaMA-Factory {TESTED_VERSION} config lines for the pairs prefdata kept in {out}",
-        kept_line(manifest, DATA_NAME),
+        *header_lines(f"LLaMA-Factory {TESTED_VERSION} config lines", source.out, source.manifest, DATA_NAME),
         "# Add them to your training YAML (model_name_or_path, finetuning_type, output_dir, ... are yours),",
         "# then: llamafactory-cli train your_config.yaml",
         "", *config, "", *(f"# note: {note}" for note in notes), "",

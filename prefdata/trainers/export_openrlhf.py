@@ -9,26 +9,23 @@ Writing needs no OpenRLHF install; tests/trainers/test_export_openrlhf.py loads 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from prefdata.core.errors import PrefdataError
-from prefdata.core.schema import OFFSET_COLUMN, WEIGHT_COLUMN
-from prefdata.io.manifest import require_pairs
-from prefdata.io.out_dir import abandon, load_out_dataset, prepare_output_dir, publish
 from prefdata.trainers.export_common import (
     REF_COLUMNS,
-    TRACE_COLUMNS,
-    check_places,
-    kept_line,
-    text_kind,
+    ExportSource,
+    header_lines,
+    open_out,
+    staged,
+    weight_note,
     write_pair_rows,
+    write_record,
 )
 from prefdata.trainers.openrlhf import TESTED_VERSION, OpenRLHFSettings, parse_openrlhf_args
 
-DATA_NAME, ARGS_NAME, RECORD_NAME = "train.jsonl", "openrlhf_args.txt", "export.json"
+DATA_NAME, ARGS_NAME = "train.jsonl", "openrlhf_args.txt"
 TEMPLATE_NAME = "chat_template.jinja"  # --trainer-arg data.tokenizer_chat_template, for OpenRLHF's flag
 OPENRLHF_MAX_SAMPLES = 1_000_000  # train_dpo.py's --data.max_samples default: rows past it are never read
 REFS_NOTE = ("reference log-probs: OpenRLHF 0.11.2's DPO cannot read precomputed ones; its DPOTrainer runs a live "
@@ -55,43 +52,26 @@ def export(out_dir: str | Path, export_dir: str | Path, trainer_args: list[str] 
            overwrite: bool) -> ExportResult:
     """Write OUT's kept pairs into DIR in OpenRLHF's input format, with the train_dpo.py flags to read them."""
     out, target = Path(out_dir), Path(export_dir)
-    check_places(out, target, overwrite)
-    manifest = require_pairs(out, "export")  # finished, ledger matches its files, no symlink out of it
     given = _export_settings(trainer_args)
-    dataset = load_out_dataset(out, "export")
-    table = dataset.data.table
-    columns = set(table.column_names)
-    if "images" in columns:
-        raise PrefdataError(f"{out} holds image pairs; OpenRLHF's DPO trainer (train_dpo.py) reads text only")
-    kind = text_kind(table)
-    if kind == "mixed":
-        raise PrefdataError(f"{out} mixes string and conversational rows; OpenRLHF applies --data.apply_chat_template "
-                            "to every row or to none: prepare the two kinds into separate OUTs and export each")
-    config = manifest.get("config") or {}
+    source = open_out(out, target, overwrite, "OpenRLHF's DPO trainer (train_dpo.py) reads text only",
+                      "OpenRLHF applies --data.apply_chat_template to every row or to none")
+    config = source.config
     # prefdata rendered plain strings through the chat template (prepare --chat-template): as messages,
     # OpenRLHF renders them through it too (one user + one assistant turn, as prefdata did).
-    as_messages = kind == "messages" or bool(config.get("chat_template"))
+    as_messages = source.kind == "messages" or bool(config.get("chat_template"))
     settings = replace(given, prompt_key="prompt", chosen_key="chosen", rejected_key="rejected",
                        apply_chat_template=as_messages)
     if given.max_len == OpenRLHFSettings().max_len and not _max_len_given(trainer_args) and config.get("max_length"):
         settings = replace(settings, max_len=int(config["max_length"]))  # OUT's own limit, unless told otherwise
-    keep = [name for name in ("prompt", "chosen", "rejected", *TRACE_COLUMNS, *REF_COLUMNS) if name in columns]
-    staging = prepare_output_dir(target, overwrite, inputs=[out])
-    try:
-        rows = write_pair_rows(table.select(keep), staging / DATA_NAME, as_messages and kind == "strings")
+    keep = source.keep(REF_COLUMNS)
+    with staged(source, target, overwrite) as staging:
+        rows = write_pair_rows(source.table.select(keep), staging / DATA_NAME, as_messages and source.kind == "strings")
         if settings.tokenizer_chat_template:
             (staging / TEMPLATE_NAME).write_text(settings.tokenizer_chat_template, encoding="utf-8")
         flags = _flags(target / DATA_NAME, settings, rows)
-        notes = _notes(manifest, columns, settings, target / DATA_NAME)
-        (staging / ARGS_NAME).write_text(_args_text(out, flags, notes, manifest), encoding="utf-8")
-        record = {"trainer": "openrlhf", "tested_version": TESTED_VERSION, "source": str(out.resolve()),
-                  "content_hash": manifest.get("content_hash"), "rows": rows, "columns": keep,
-                  "flags": flags, "notes": notes}
-        (staging / RECORD_NAME).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        publish(staging, target)
-    except BaseException:
-        abandon(staging, target)
-        raise
+        notes = _notes(source, settings, target / DATA_NAME)
+        (staging / ARGS_NAME).write_text(_args_text(source, flags, notes), encoding="utf-8")
+        write_record(staging, source, "openrlhf", TESTED_VERSION, rows, keep, {"flags": flags, "notes": notes})
     return ExportResult(target, rows, as_messages, flags, notes)
 
 
@@ -126,18 +106,16 @@ def _flags(data: Path, settings: OpenRLHFSettings, rows: int) -> list[str]:
     return flags
 
 
-def _notes(manifest: dict[str, Any], columns: set[str], settings: OpenRLHFSettings, data: Path) -> list[str]:
+def _notes(source: ExportSource, settings: OpenRLHFSettings, data: Path) -> list[str]:
     """What OpenRLHF will not read, or will do otherwise than prefdata did, said plainly."""
-    config = manifest.get("config") or {}
+    config, columns, tokenizer = source.config, source.columns, source.tokenizer
     refs = [name for name in REF_COLUMNS if name in columns]
     notes = [REFS_NOTE + (f"; OUT's {' and '.join(refs)} are written as columns for other tools and are not used "
                           "by OpenRLHF" if refs else "; OUT has none")]
     if {"chosen_loss_mask", "rejected_loss_mask"} & columns:
         notes.append("OUT has per-turn loss masks (tool results, user turns out of the loss); OpenRLHF trains every "
                      "token after the prompt, those turns included")
-    if {WEIGHT_COLUMN, OFFSET_COLUMN} & columns:
-        notes.append(f"OUT's {WEIGHT_COLUMN}/{OFFSET_COLUMN} columns (prefdata select) are not written: OpenRLHF's "
-                     "DPO loss reads neither")
+    notes += weight_note(columns, "OpenRLHF")
     if config.get("chat_template_file") and not settings.tokenizer_chat_template:
         notes.append(f"OUT was rendered with --chat-template-file {config['chat_template_file']}; give OpenRLHF "
                      "the same template: --trainer-arg data.tokenizer_chat_template=... (or its "
@@ -145,7 +123,6 @@ def _notes(manifest: dict[str, Any], columns: set[str], settings: OpenRLHFSettin
     if config.get("template_kwargs"):
         notes.append(f"OUT was rendered with --template-kwargs {config['template_kwargs']}; OpenRLHF's "
                      "apply_chat_template takes no template variables, so it renders without them")
-    tokenizer = (manifest.get("tokenizer") or {}).get("path") or config.get("tokenizer")
     if tokenizer:
         notes.append(f"OUT was tokenized with {tokenizer}: train the model whose tokenizer that is "
                      "(--model.model_name_or_path)")
@@ -157,10 +134,9 @@ def _notes(manifest: dict[str, Any], columns: set[str], settings: OpenRLHFSettin
     return notes
 
 
-def _args_text(out: Path, flags: list[str], notes: list[str], manifest: dict[str, Any]) -> str:
+def _args_text(source: ExportSource, flags: list[str], notes: list[str]) -> str:
     return "\n".join([
-        f"# OpenRLHF {TESTED_VERSION} train_dpo.py flags for the pairs prefdata kept in {out}",
-        kept_line(manifest, DATA_NAME),
+        *header_lines(f"OpenRLHF {TESTED_VERSION} train_dpo.py flags", source.out, source.manifest, DATA_NAME),
         "# Add your model, ref and train flags: python -m openrlhf.cli.train_dpo <these> --model.model_name_or_path ...",
         "",
         " \\\n".join(flags),
