@@ -8,7 +8,7 @@ from typing import Any
 
 from prefdata.core.errors import PrefdataError
 from prefdata.core.records import RawRecord
-from prefdata.io.json_decode import _one_line
+from prefdata.io.json_decode import one_line
 
 BATCH_ROWS = 1000  # rows converted to Python at a time from Arrow/Parquet
 # ...or fewer, so that one slice holds about this much Arrow data: image rows carry their encoded
@@ -34,17 +34,17 @@ def _iter_batches(batches: Iterator[Any], name: str, label: str) -> Iterator[Raw
                     yield RawRecord(name, index, value=row)
     except Exception as exc:  # noqa: BLE001 - a corrupt page must not become a traceback
         yield RawRecord(
-            name, index + 1, error=f"unreadable {label} data after row {index} ({_one_line(exc)})"
+            name, index + 1, error=f"unreadable {label} data after row {index} ({one_line(exc)})"
         )
 
 
-def _iter_parquet(file: Path, name: str) -> Iterator[RawRecord]:
+def iter_parquet(file: Path, name: str) -> Iterator[RawRecord]:
     import pyarrow.parquet as pq
 
     try:
         parquet = pq.ParquetFile(file)
     except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a bad file
-        raise PrefdataError(f"{file}: cannot open as parquet ({_one_line(exc)})") from None
+        raise PrefdataError(f"{file}: cannot open as parquet ({one_line(exc)})") from None
     with parquet:
         # Parquet decodes a whole batch at once: size it from the first row group's data per row.
         meta = parquet.metadata
@@ -53,7 +53,7 @@ def _iter_parquet(file: Path, name: str) -> Iterator[RawRecord]:
         yield from _iter_batches(parquet.iter_batches(batch_size=batch_rows), name, "parquet")
 
 
-def _iter_arrow(file: Path, name: str) -> Iterator[RawRecord]:
+def iter_arrow(file: Path, name: str) -> Iterator[RawRecord]:
     """Arrow IPC: the stream format (what `save_to_disk` writes) or the file format."""
     import pyarrow as pa
 
@@ -67,6 +67,6 @@ def _iter_arrow(file: Path, name: str) -> Iterator[RawRecord]:
             file_reader = pa.ipc.open_file(source)
             batches = (file_reader.get_batch(i) for i in range(file_reader.num_record_batches))
     except Exception as exc:  # noqa: BLE001
-        raise PrefdataError(f"{file}: cannot open as Arrow ({_one_line(exc)})") from None
+        raise PrefdataError(f"{file}: cannot open as Arrow ({one_line(exc)})") from None
     with source:
         yield from _iter_batches(batches, name, "Arrow")

@@ -2,7 +2,7 @@
 (prefdata.engine.local runs their stages on them in worker processes).
 
 JSON lines (the common case) travel as the lines' bytes: the main process only splits the file into
-lines (`json_lines._read_lines`, so truncated gzip streams and overlong lines read the same), and the
+lines (`json_lines.read_lines`, so truncated gzip streams and overlong lines read the same), and the
 worker parses them. Every other input (JSON arrays, a single JSON document, Parquet, Arrow) is read
 by `readers` in the main process and travels as RawRecords. A chunk never spans two files.
 
@@ -24,9 +24,9 @@ from typing import BinaryIO, Union
 from prefdata.core.errors import PrefdataError
 from prefdata.core.records import RawRecord
 from prefdata.io.images import inline_image_bytes
-from prefdata.io.json_decode import _keys_big_floats, _open_binary, _string_colons
-from prefdata.io.json_lines import _broken_line, _Overlong, _read_lines, _Truncated, json_line_record
-from prefdata.io.readers import _iter_file, _kind, _parses, _sniff, list_input_files
+from prefdata.io.json_decode import keys_big_floats, open_binary, string_colons
+from prefdata.io.json_lines import Overlong, Truncated, broken_line, json_line_record, read_lines
+from prefdata.io.readers import input_kind, iter_file, list_input_files, parses_as_json, sniff_head
 
 try:
     from orjson import loads as _fast_loads
@@ -35,10 +35,10 @@ except ImportError:  # pragma: no cover - orjson is a dependency; without it eve
 
 CHUNK_LINES = 2048  # records per chunk of non-JSON-lines input (or lines, where the main process splits them)
 CHUNK_BYTES = 4 << 20  # bytes of JSON lines per chunk
-LONG_LINE = 16 << 20  # a line longer than this is read by the main process (json_lines._read_lines)
+LONG_LINE = 16 << 20  # a line longer than this is read by the main process (json_lines.read_lines)
 _LONG_DIGITS = re.compile(rb"\d{19}")  # where orjson may have read an integer beyond 64 bits as a float
 
-LineItem = Union[bytes, _Truncated, _Overlong]
+LineItem = Union[bytes, Truncated, Overlong]
 
 
 @dataclass
@@ -57,7 +57,7 @@ class RangeChunk:
 @dataclass
 class LinesChunk:
     """Consecutive lines of a JSON-lines file: `items[i]` is line `first_line + i` (or a marker
-    for a broken stream or an overlong line, as `json_lines._read_lines` yields them)."""
+    for a broken stream or an overlong line, as `json_lines.read_lines` yields them)."""
 
     source_file: str
     first_line: int
@@ -114,7 +114,7 @@ def iter_chunks(
         if not _is_json_lines(file):
             batch: list[RawRecord] = []
             size = 0  # encoded image bytes in the batch: image rows make smaller chunks
-            for record in _iter_file(file, name):
+            for record in iter_file(file, name):
                 batch.append(record)
                 size += inline_image_bytes(record.value)
                 if len(batch) >= max_lines or size >= max_bytes:
@@ -122,7 +122,7 @@ def iter_chunks(
                     batch, size = [], 0
             if batch:
                 yield RecordsChunk(name, batch)
-        elif _kind(file).endswith(".gz") or not file.is_file():  # type: ignore[union-attr]
+        elif input_kind(file).endswith(".gz") or not file.is_file():  # type: ignore[union-attr]
             # Compressed (or not a regular file): no byte ranges; the main process splits the lines.
             yield from _line_chunks(file, name, 0, max_lines, max_bytes)
         else:
@@ -130,23 +130,23 @@ def iter_chunks(
 
 
 def _is_json_lines(file: Path) -> bool:
-    """Whether `readers._iter_file` reads `file` as JSON lines (the same decision, same errors)."""
-    kind = _kind(file)
+    """Whether `readers.iter_file` reads `file` as JSON lines (the same decision, same errors)."""
+    kind = input_kind(file)
     if kind in (".parquet", ".arrow") or kind is None:
         return False
     gz, array_name = kind.endswith(".gz"), kind != ".jsonl"
-    head = _sniff(file, gz, array_name)
+    head = sniff_head(file, gz, array_name)
     if head.startswith(b"["):
-        return not (array_name or not _parses(head))
+        return not (array_name or not parses_as_json(head))
     if array_name and head and not head.startswith(b"{"):
         raise PrefdataError(f"{file}: not a JSON array or JSON lines of objects")
-    return not (array_name and head.startswith(b"{") and not _parses(head))
+    return not (array_name and head.startswith(b"{") and not parses_as_json(head))
 
 
 def _range_chunks(file: Path, name: str, max_lines: int, max_bytes: int) -> Iterator[Chunk]:
     """Chunks of about `max_bytes` ending at a newline. A line longer than LONG_LINE switches the
-    rest of the file to the main process's line reader (json_lines._read_lines knows overlong lines)."""
-    with _open_binary(file, False) as fh:
+    rest of the file to the main process's line reader (json_lines.read_lines knows overlong lines)."""
+    with open_binary(file, False) as fh:
         size = fh.seek(0, 2)
         start = 0
         while start < size:
@@ -191,16 +191,16 @@ def _count_newlines(fh: BinaryIO, end: int) -> int:
 
 
 def _line_chunks(file: Path, name: str, skip: int, max_lines: int, max_bytes: int) -> Iterator[LinesChunk]:
-    """Lines from `json_lines._read_lines`, after the first `skip`, shipped as bytes."""
-    with _open_binary(file, _kind(file).endswith(".gz")) as fh:  # type: ignore[union-attr]
+    """Lines from `json_lines.read_lines`, after the first `skip`, shipped as bytes."""
+    with open_binary(file, input_kind(file).endswith(".gz")) as fh:  # type: ignore[union-attr]
         first, items, size = 1, [], 0
-        for item in _read_lines(fh):
+        for item in read_lines(fh):
             if first + len(items) <= skip:
                 first += 1
                 continue
             items.append(item)
             size += len(item) if type(item) is bytes else 0
-            if isinstance(item, _Truncated):
+            if isinstance(item, Truncated):
                 break  # the reader stops at a broken stream
             if len(items) >= max_lines or size >= max_bytes:
                 yield LinesChunk(name, first, items)
@@ -220,7 +220,7 @@ def range_data(chunk: RangeChunk) -> bytes:
 
 
 def line_count(data: bytes) -> int:
-    """Lines in a RangeChunk's data, as `json_lines._read_lines` counts them (blank ones included)."""
+    """Lines in a RangeChunk's data, as `json_lines.read_lines` counts them (blank ones included)."""
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
@@ -335,10 +335,10 @@ class LineNumbers:
 
 
 def line_record(name: str, line_no: int, item: LineItem, *, fast: bool, file_start: bool) -> RawRecord | None:
-    """The record on one line (None for a blank line): `json_lines._iter_json_lines`, one line.
+    """The record on one line (None for a blank line): `json_lines.iter_json_lines`, one line.
     `file_start`: this is the file's first line (where a BOM is dropped)."""
     if type(item) is not bytes:
-        return _broken_line(name, line_no, item)  # type: ignore[arg-type]
+        return broken_line(name, line_no, item)  # type: ignore[arg-type]
     line = item
     if file_start and line.startswith(codecs.BOM_UTF8):
         line = line[3:]
@@ -372,7 +372,7 @@ def _fast_value(data: bytes, view: bytes | memoryview, start: int, end: int) -> 
         return None
     for item in value.values():
         if type(item) is not str:
-            keys, big_floats = _keys_big_floats(value)
+            keys, big_floats = keys_big_floats(value)
             break
     else:  # a flat object of strings, the common row: no walk needed
         keys, big_floats = len(value), False
@@ -383,6 +383,6 @@ def _fast_value(data: bytes, view: bytes | memoryview, start: int, end: int) -> 
         escaped = 0
         if data.find(b"\\u003", start, end) >= 0:
             escaped = data.count(b"\\u003a", start, end) + data.count(b"\\u003A", start, end)
-        if colons - _string_colons(value) + escaped != keys:
+        if colons - string_colons(value) + escaped != keys:
             return None
     return value

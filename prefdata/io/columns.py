@@ -64,11 +64,11 @@ def messages_type(fields: Any = (), parts: bool = False) -> pa.DataType:
     ]))
 
 
-def _has_parts(kind: pa.DataType) -> bool:
+def has_parts(kind: pa.DataType) -> bool:
     return any(f.name == "content" and f.type == CONTENT_PARTS_TYPE for f in kind.value_type)
 
 
-def _content_parts(values: list[Any]) -> list[Any] | None:
+def content_parts(values: list[Any]) -> list[Any] | None:
     """A messages column's values with every content as a list of parts, when some message has
     image parts; else None (the common case: one pass of type checks, nothing copied)."""
     if not any(type(m.get("content")) is list for messages in values for m in messages or ()):
@@ -96,17 +96,17 @@ def _message_fields(values: list[Any]) -> set[str]:
     return found & MESSAGE_FIELD_TYPES.keys()
 
 
-def _is_messages_type(kind: pa.DataType) -> bool:
+def is_messages_type(kind: pa.DataType) -> bool:
     return pa.types.is_list(kind) and pa.types.is_struct(kind.value_type)
 
 
-def _wider_messages_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    return messages_type({f.name for f in a.value_type} | {f.name for f in b.value_type}, _has_parts(a) or _has_parts(b))
+def wider_messages_type(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    return messages_type({f.name for f in a.value_type} | {f.name for f in b.value_type}, has_parts(a) or has_parts(b))
 
 
 TEXT_COLUMNS = ("prompt", "chosen", "rejected")
 MESSAGE_COLUMNS = {name: f"{name}_messages" for name in TEXT_COLUMNS}  # used by mixed datasets only
-_MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
+MESSAGE_NAMES = frozenset(MESSAGE_COLUMNS.values())
 _ID_COLUMNS = frozenset({"prompt_ids", "chosen_ids", "rejected_ids"})
 _LOSS_START_COLUMNS = frozenset({"chosen_loss_start", "rejected_loss_start"})  # --loss-on answer
 # Per-token loss masks of completions holding turns the model did not write (null on the other rows).
@@ -129,14 +129,14 @@ def _ids_array(values: list[Any]) -> pa.Array | None:
     return pa.Array.from_buffers(ID_TYPE, len(values), [None, pa.py_buffer(offsets)], children=[items])
 
 
-def _column_array(name: str, values: list[Any]) -> pa.Array:
+def column_array(name: str, values: list[Any]) -> pa.Array:
     """Arrow array for a column; values Arrow cannot type consistently are kept as JSON text."""
     if name in _ID_COLUMNS:
         fast = _ids_array(values)
         if fast is not None:
             return fast
-    if (name in TEXT_COLUMNS and values and all(type(v) is list for v in values)) or name in _MESSAGE_NAMES:
-        parts = _content_parts(values)
+    if (name in TEXT_COLUMNS and values and all(type(v) is list for v in values)) or name in MESSAGE_NAMES:
+        parts = content_parts(values)
         if parts is not None:
             return pa.array(parts, type=messages_type(_message_fields(parts), parts=True))
         return pa.array(values, type=messages_type(_message_fields(values)))
@@ -155,10 +155,10 @@ def _column_array(name: str, values: list[Any]) -> pa.Array:
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
-        return _json_array(values)
+        return json_text_array(values)
 
 
-def _json_array(values: list[Any]) -> pa.Array:
+def json_text_array(values: list[Any]) -> pa.Array:
     return _typed_array(
         [None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True, default=str) for v in values],
         pa.string(),
@@ -267,7 +267,7 @@ def _strings(values: list[Any], count: int, bitmap: pa.Buffer | None, nulls: int
                                  null_count=nulls)
 
 
-def _split_messages(row: dict[str, Any]) -> dict[str, Any]:
+def split_messages(row: dict[str, Any]) -> dict[str, Any]:
     """A mixed dataset's row: text columns as strings, messages (if any) in the *_messages columns."""
     if type(row.get("prompt")) is not list:
         return row
@@ -278,5 +278,5 @@ def _split_messages(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _all_strings(values: list[Any]) -> bool:
+def all_strings(values: list[Any]) -> bool:
     return all(v is None or isinstance(v, str) for v in values)

@@ -19,14 +19,14 @@ from prefdata.core.numbers import loss_input_problem
 from prefdata.core.records import Message, Pair, RawRecord
 from prefdata.io.images import IMAGE_COLUMNS, image_refs
 from prefdata.io.messages import (
-    _completion_messages,
-    _completion_text,
-    _messages,
-    _render,
-    _require_assistant,
-    _tools,
-    _type_error,
+    completion_messages,
+    completion_text,
+    read_messages,
+    read_tools,
+    render_messages,
+    require_assistant,
     text_of,
+    type_error,
 )
 from prefdata.io.trajectory import (
     check_completion_length,
@@ -90,7 +90,7 @@ def normalize_record(raw: RawRecord) -> Pair:
     for key in ("chosen", "rejected"):
         value = row[key]
         if type(value) not in (str, list):
-            raise RecordError(_type_error(key, value, "a string or a list of messages"))
+            raise RecordError(type_error(key, value, "a string or a list of messages"))
     raise RecordError("fields 'chosen' and 'rejected' mix a string and a list of messages")
 
 
@@ -133,7 +133,7 @@ def _string(row: dict[str, Any], key: str) -> str:
     if type(value) is not str:
         if key not in row:
             raise RecordError(_missing_field(row, key))
-        raise RecordError(_type_error(key, value, "a string"))
+        raise RecordError(type_error(key, value, "a string"))
     return value
 
 
@@ -156,8 +156,8 @@ def _message_pair(
     fields: tuple[str, str] = ("chosen", "rejected"),
     tools: list[Any] | None = None,
 ) -> Pair:
-    _require_assistant(chosen, fields[0])
-    _require_assistant(rejected, fields[1])
+    require_assistant(chosen, fields[0])
+    require_assistant(rejected, fields[1])
     # Tool results must answer a call. Shapes whose chosen/rejected hold the whole conversation name
     # each message by its place there; the others by its place in the prompt or the completion.
     whole = shape in ("conversational_implicit", "llamafactory_v1")
@@ -167,17 +167,17 @@ def _message_pair(
     lead = shared_lead(chosen, rejected)
     if lead:
         prompt, chosen, rejected = prompt + chosen[:lead], chosen[lead:], rejected[lead:]
-        _require_assistant(chosen, fields[0])
-        _require_assistant(rejected, fields[1])
+        require_assistant(chosen, fields[0])
+        require_assistant(rejected, fields[1])
     check_completion_length(chosen, fields[0])
     check_completion_length(rejected, fields[1])
     pair = Pair(
-        tools=tools if tools is not None else _tools(row.get("tools")),
+        tools=tools if tools is not None else read_tools(row.get("tools")),
         source_file=raw.source_file,
         source_line=raw.source_line,
-        prompt=_render(prompt),
-        chosen=_completion_text(chosen),
-        rejected=_completion_text(rejected),
+        prompt=render_messages(prompt),
+        chosen=completion_text(chosen),
+        rejected=completion_text(rejected),
         prompt_messages=prompt,
         chosen_messages=chosen,
         rejected_messages=rejected,
@@ -213,7 +213,7 @@ def _take_images(pair: Pair) -> Pair:
 def _explicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     prompt = row["prompt"]
     if type(prompt) is not str:
-        raise RecordError(_type_error("prompt", prompt, "a string or a list of messages"))
+        raise RecordError(type_error("prompt", prompt, "a string or a list of messages"))
     return _take_images(Pair(
         source_file=raw.source_file,
         source_line=raw.source_line,
@@ -222,7 +222,7 @@ def _explicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
         rejected=row["rejected"],
         extra=_extra(row, _CONSUMED["explicit"]),
         shape="explicit",
-        tools=_tools(row.get("tools")),
+        tools=read_tools(row.get("tools")),
     ))
 
 
@@ -232,7 +232,7 @@ def _alpaca(raw: RawRecord, row: dict[str, Any]) -> Pair:
     if extra_input is None:
         extra_input = ""
     if type(extra_input) is not str:
-        raise RecordError(_type_error("input", extra_input, "a string"))
+        raise RecordError(type_error("input", extra_input, "a string"))
     prompt = f"{instruction}\n{extra_input}" if extra_input else instruction
     return Pair(
         source_file=raw.source_file,
@@ -242,7 +242,7 @@ def _alpaca(raw: RawRecord, row: dict[str, Any]) -> Pair:
         rejected=row["rejected"],
         extra=_extra(row, _CONSUMED["alpaca"]),
         shape="alpaca",
-        tools=_tools(row.get("tools")),
+        tools=read_tools(row.get("tools")),
     )
 
 
@@ -293,7 +293,7 @@ def _hh(raw: RawRecord, row: dict[str, Any], chosen: str, rejected: str) -> Pair
         rejected=rejected_part,
         extra=_extra(row, _CONSUMED["explicit"]),
         shape="hh",
-        tools=_tools(row.get("tools")),
+        tools=read_tools(row.get("tools")),
     )
     if multi_turn:
         pair.flags.append(flags.MULTI_TURN_COMPLETION)
@@ -305,9 +305,9 @@ def _hh(raw: RawRecord, row: dict[str, Any], chosen: str, rejected: str) -> Pair
 
 
 def _conversational(raw: RawRecord, row: dict[str, Any]) -> Pair:
-    prompt = _messages(row["prompt"], "prompt")
-    chosen = _completion_messages(row["chosen"], "chosen")
-    rejected = _completion_messages(row["rejected"], "rejected")
+    prompt = read_messages(row["prompt"], "prompt")
+    chosen = completion_messages(row["chosen"], "chosen")
+    rejected = completion_messages(row["rejected"], "rejected")
     # Some exports repeat the prompt at the start of each completion list: keep it once.
     n = len(prompt)
     if len(chosen) > n and len(rejected) > n and chosen[:n] == prompt and rejected[:n] == prompt:
@@ -324,8 +324,8 @@ def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
     user turn is flagged: io.trajectory); a `prompt` string column (UltraFeedback-binarized) is not
     used for splitting, only as the user turn when the two lists hold nothing but completions.
     """
-    chosen = _messages(row["chosen"], "chosen")
-    rejected = _messages(row["rejected"], "rejected")
+    chosen = read_messages(row["chosen"], "chosen")
+    rejected = read_messages(row["rejected"], "rejected")
     shared = split_point(chosen, rejected)  # the prompt: every message up to the first that differs
     prompt_text = row.get("prompt")
     if shared == 0:
@@ -338,7 +338,7 @@ def _conversational_implicit(raw: RawRecord, row: dict[str, Any]) -> Pair:
             "fields 'chosen' and 'rejected' share no leading prompt messages to split at"
         )
     if prompt_text is not None and type(prompt_text) is not str:
-        raise RecordError(_type_error("prompt", prompt_text, "a string or a list of messages"))
+        raise RecordError(type_error("prompt", prompt_text, "a string or a list of messages"))
     prompt = chosen[:shared]
     chosen, rejected = chosen[shared:], rejected[shared:]
     return _message_pair(
@@ -355,8 +355,8 @@ def _llamafactory_v1(raw: RawRecord, row: dict[str, Any]) -> Pair:
     if "rejected_messages" not in row:
         raise RecordError("missing field 'rejected_messages'")
     tools: list[Any] = []
-    chosen = _messages(row["chosen_messages"], "chosen_messages", tools_out=tools)
-    rejected = _messages(row["rejected_messages"], "rejected_messages", tools_out=[])
+    chosen = read_messages(row["chosen_messages"], "chosen_messages", tools_out=tools)
+    rejected = read_messages(row["rejected_messages"], "rejected_messages", tools_out=[])
     shared = split_point(chosen, rejected)  # the prompt: every message up to the first that differs
     if shared == 0:
         raise RecordError(
@@ -365,7 +365,7 @@ def _llamafactory_v1(raw: RawRecord, row: dict[str, Any]) -> Pair:
     pair = _message_pair(
         raw, row, "llamafactory_v1", _CONSUMED["llamafactory_v1"], chosen[:shared], chosen[shared:],
         rejected[shared:], fields=("chosen_messages", "rejected_messages"),
-        tools=(_tools(row.get("tools")) or []) + tools or None,
+        tools=(read_tools(row.get("tools")) or []) + tools or None,
     )
     weights = {
         half: [item.get("loss_weight") if type(item) is dict else None for item in row[f"{half}_messages"]]
@@ -377,17 +377,17 @@ def _llamafactory_v1(raw: RawRecord, row: dict[str, Any]) -> Pair:
 
 
 def _sharegpt(raw: RawRecord, row: dict[str, Any]) -> Pair:
-    prompt = _messages(row["conversations"], "conversations")
+    prompt = read_messages(row["conversations"], "conversations")
     system = row.get("system")
     if system is not None and type(system) is not str:
-        raise RecordError(_type_error("system", system, "a string"))
+        raise RecordError(type_error("system", system, "a string"))
     if system:
         prompt = [{"role": "system", "content": system}, *prompt]
     for key in ("chosen", "rejected"):
         if key not in row:
             raise RecordError(_missing_field(row, key))
-    chosen = _messages(row["chosen"], "chosen", single_ok=True)
-    rejected = _messages(row["rejected"], "rejected", single_ok=True)
+    chosen = read_messages(row["chosen"], "chosen", single_ok=True)
+    rejected = read_messages(row["rejected"], "rejected", single_ok=True)
     return _message_pair(raw, row, "sharegpt", _CONSUMED["sharegpt"], prompt, chosen, rejected)
 
 
@@ -397,12 +397,12 @@ def _openai(raw: RawRecord, row: dict[str, Any]) -> Pair:
             raise RecordError(_missing_field(row, key))
     source = row["input"]
     if type(source) is not dict:
-        raise RecordError(_type_error("input", source, "an object with 'messages'"))
+        raise RecordError(type_error("input", source, "an object with 'messages'"))
     if "messages" not in source:
         raise RecordError("missing field 'input.messages'")
-    prompt = _messages(source["messages"], "input.messages")
-    chosen = _messages(row["preferred_output"], "preferred_output", single_ok=True)
-    rejected = _messages(row["non_preferred_output"], "non_preferred_output", single_ok=True)
+    prompt = read_messages(source["messages"], "input.messages")
+    chosen = read_messages(row["preferred_output"], "preferred_output", single_ok=True)
+    rejected = read_messages(row["non_preferred_output"], "non_preferred_output", single_ok=True)
     return _message_pair(
         raw,
         row,
@@ -420,7 +420,7 @@ def _ids(row: dict[str, Any], key: str) -> list[int]:
     if type(value) is not list:
         if key not in row:
             raise RecordError(_missing_field(row, key))
-        raise RecordError(_type_error(key, value, "a list of token ids"))
+        raise RecordError(type_error(key, value, "a list of token ids"))
     for i, token in enumerate(value):
         if type(token) is not int or not 0 <= token <= MAX_TOKEN_ID:
             raise RecordError(f"field '{key}[{i}]' is not a token id (non-negative int): {token!r:.40}")
@@ -472,7 +472,7 @@ def _loss_masks(row: dict[str, Any], ids: dict[str, list[int]]) -> dict[str, lis
     for half in ("chosen", "rejected"):
         key, value = f"{half}_loss_mask", row[f"{half}_loss_mask"]
         if type(value) is not list:
-            raise RecordError(_type_error(key, value, "a list of 0/1, one per completion id"))
+            raise RecordError(type_error(key, value, "a list of 0/1, one per completion id"))
         for v in value:
             if type(v) not in (int, bool) or v not in (0, 1):
                 raise RecordError(f"field '{key}' holds {v!r:.40}: a loss mask holds 0 or 1 per completion id")

@@ -16,37 +16,37 @@ from typing import Any, BinaryIO
 from prefdata.core.errors import PrefdataError
 from prefdata.core.records import RawRecord
 from prefdata.io.json_decode import (
-    _DECODER,
-    _GZIP_ERRORS,
+    GZIP_ERRORS,
+    JSON_DECODER,
     MAX_RECORD_BYTES,
-    _clip,
-    _decode_error,
-    _msg,
-    _one_line,
-    _open_binary,
-    _record,
+    clip_text,
+    decode_error,
+    decode_message,
+    decoded_record,
+    one_line,
+    open_binary,
 )
 
 ARRAY_CHUNK = 1 << 20  # bytes read at a time from a JSON array file
 
 
-def _iter_json_document(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
+def iter_json_document(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
     """A `.json` file holding one (pretty-printed) object: one record."""
     if not gz and file.stat().st_size > MAX_RECORD_BYTES:
         raise PrefdataError(f"{file}: a single JSON object larger than 256 MiB; use JSON lines")
-    with _open_binary(file, gz) as fh:
+    with open_binary(file, gz) as fh:
         try:
             data = fh.read(MAX_RECORD_BYTES + 1)
-        except _GZIP_ERRORS as exc:
-            yield RawRecord(name, 1, error=f"truncated or corrupt gzip stream ({_one_line(exc)})")
+        except GZIP_ERRORS as exc:
+            yield RawRecord(name, 1, error=f"truncated or corrupt gzip stream ({one_line(exc)})")
             return
     text = data.removeprefix(codecs.BOM_UTF8).decode("utf-8", "replace")
     try:
-        value = _DECODER.decode(text)
+        value = JSON_DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
-        yield RawRecord(name, 1, error=_decode_error(exc), raw_text=_clip(text))
+        yield RawRecord(name, 1, error=decode_error(exc), raw_text=clip_text(text))
         return
-    yield _record(name, 1, value, text)
+    yield decoded_record(name, 1, value, text)
 
 
 
@@ -89,8 +89,8 @@ class _ArrayStream:
         while got < at_least:
             try:
                 part = self.fh.read1(at_least - got)
-            except _GZIP_ERRORS as exc:
-                self.gzip_error = _one_line(exc)
+            except GZIP_ERRORS as exc:
+                self.gzip_error = one_line(exc)
                 break
             if not part:
                 break
@@ -147,7 +147,7 @@ class _ArrayStream:
         want = ARRAY_CHUNK
         while True:
             try:
-                value, end = _DECODER.raw_decode(self.buf, self.pos)
+                value, end = JSON_DECODER.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as exc:
                 near_end = exc.pos >= len(self.buf) - 16 or exc.msg.startswith("Unterminated")
                 if near_end and not self.eof and len(self.buf) - self.pos < MAX_RECORD_BYTES:
@@ -213,10 +213,10 @@ class _ArrayStream:
             pos = match.end() + 1  # skip the escaped character
 
 
-def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
+def iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
     """Each item as a record at the line where it starts (so annotations and reports point at the
     item, as they do for JSON lines); a problem outside any item at the line where it is."""
-    with _open_binary(file, gz) as fh:
+    with open_binary(file, gz) as fh:
         stream = _ArrayStream(fh)
         if not stream.skip_ws():
             return  # empty file
@@ -259,10 +259,10 @@ def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                 if stream.eof and end >= len(stream.buf) and stream.gzip_error:
                     error = f"truncated or corrupt gzip stream ({stream.gzip_error})"
                 elif isinstance(result, json.JSONDecodeError):
-                    error = f"invalid JSON: {_msg(result)} at {stream.where(result.pos)}"
+                    error = f"invalid JSON: {decode_message(result)} at {stream.where(result.pos)}"
                 else:
-                    error = _decode_error(result) + f" at {stream.where(start)}"
-                yield RawRecord(name, line, error=error, raw_text=_clip(text.strip()))
+                    error = decode_error(result) + f" at {stream.where(start)}"
+                yield RawRecord(name, line, error=error, raw_text=clip_text(text.strip()))
                 if end >= len(stream.buf) and stream.eof:
                     return  # the bad item runs to the end of input: one record for the tail
                 stream.pos = end
@@ -276,10 +276,10 @@ def _iter_json_array(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
                         name,
                         line,
                         error=f"invalid UTF-8 at {stream.where(start + bad)}",
-                        raw_text=_clip(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")),
+                        raw_text=clip_text(text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")),
                     )
                 else:
-                    yield _record(name, line, value, text)
+                    yield decoded_record(name, line, value, text)
                 stream.pos = end
             if not stream.skip_ws():
                 continue  # reported as truncated at the top of the loop

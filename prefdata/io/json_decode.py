@@ -24,7 +24,7 @@ MAX_RECORD_BYTES = 256 * 1024 * 1024  # a longer line/item is a broken file, not
 # against a tool's schema all recurse, and would end the run with RecursionError instead.
 MAX_NESTING = 100
 TOO_DEEP = f"nesting too deep (more than {MAX_NESTING} levels of arrays and objects)"
-_GZIP_ERRORS = (EOFError, zlib.error, OSError)  # gzip.BadGzipFile is an OSError
+GZIP_ERRORS = (EOFError, zlib.error, OSError)  # gzip.BadGzipFile is an OSError
 
 class _DuplicateKey(ValueError):
     pass
@@ -42,7 +42,7 @@ def _pairs_to_dict(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs_to_dict)
+JSON_DECODER = json.JSONDecoder(object_pairs_hook=_pairs_to_dict)
 
 try:  # a fast parser for the common case; the stdlib decoder above stays the reference
     from orjson import loads as _fast_loads
@@ -53,11 +53,11 @@ _BIG_INT = re.compile(r"\d{19}")  # orjson turns integers beyond 64 bits into fl
 
 
 # orjson reads an integer beyond 64 bits as a float, at least 2**63 in magnitude; smaller floats
-# cannot have been such an integer, so only these make `_decode_line` look for long digit runs.
+# cannot have been such an integer, so only these make `decode_line` look for long digit runs.
 _BIG_FLOAT = 9.2e18
 
 
-def _keys_big_floats(value: Any) -> tuple[int, bool]:
+def keys_big_floats(value: Any) -> tuple[int, bool]:
     """(keys of every object, whether any float of magnitude >= _BIG_FLOAT) of a decoded value."""
     keys = 0
     big = False
@@ -99,7 +99,7 @@ def nesting_exceeds(value: Any, text: str | None = None, limit: int = MAX_NESTIN
     return False
 
 
-def _string_colons(value: Any) -> int:
+def string_colons(value: Any) -> int:
     """':' characters inside every string (keys included) of a decoded value."""
     colons = 0
     stack = [value]
@@ -117,8 +117,8 @@ def _string_colons(value: Any) -> int:
     return colons
 
 
-def _decode_line(text: str) -> Any:
-    """`_DECODER.decode(text)`, through orjson when it is certain to give the same value.
+def decode_line(text: str) -> Any:
+    """`JSON_DECODER.decode(text)`, through orjson when it is certain to give the same value.
 
     orjson keeps the last of duplicated keys silently; every ':' in valid JSON outside strings
     separates a key from its value, so the ':' in the text minus those in the decoded strings
@@ -132,25 +132,25 @@ def _decode_line(text: str) -> Any:
         try:
             value = _fast_loads(text)
         except ValueError:
-            return _DECODER.decode(text)
-        keys, big_floats = _keys_big_floats(value)
+            return JSON_DECODER.decode(text)
+        keys, big_floats = keys_big_floats(value)
         if big_floats and _BIG_INT.search(text):
-            return _DECODER.decode(text)
+            return JSON_DECODER.decode(text)
         colons = text.count(":")
         if colons == keys:  # no ':' in any string: nothing else to count
             return value
         escaped = text.count("\\u003a") + text.count("\\u003A") if "\\u003" in text else 0
-        if colons - _string_colons(value) + escaped == keys:
+        if colons - string_colons(value) + escaped == keys:
             return value
-    return _DECODER.decode(text)
+    return JSON_DECODER.decode(text)
 
 
-def _one_line(exc: BaseException | str) -> str:
+def one_line(exc: BaseException | str) -> str:
     text = str(exc).strip() or type(exc).__name__
     return " ".join(text.split())
 
 
-def _clip(text: str) -> str:
+def clip_text(text: str) -> str:
     if len(text) <= MAX_RAW_TEXT:
         return text
     return text[:MAX_RAW_TEXT] + f"...[truncated, {len(text) - MAX_RAW_TEXT} more characters]"
@@ -183,35 +183,35 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def _record(name: str, line: int, value: Any, text: str) -> RawRecord:
+def decoded_record(name: str, line: int, value: Any, text: str) -> RawRecord:
     """A decoded value with its full source text; anything but an object is a record error."""
     if type(value) is dict:
         if nesting_exceeds(value, text):
-            return RawRecord(name, line, error=f"invalid JSON: {TOO_DEEP}", raw_text=_clip(text))
+            return RawRecord(name, line, error=f"invalid JSON: {TOO_DEEP}", raw_text=clip_text(text))
         if "\\u" in text and _SURROGATE_ESCAPE.search(text) and _has_lone_surrogate(value):
             error = "invalid JSON string: lone surrogate escape (\\uD800-\\uDFFF)"
-            return RawRecord(name, line, error=error, raw_text=_clip(text))
-        return RawRecord(name, line, value=value, raw_text=_clip(text))
+            return RawRecord(name, line, error=error, raw_text=clip_text(text))
+        return RawRecord(name, line, value=value, raw_text=clip_text(text))
     return RawRecord(
-        name, line, error=f"record is {_type_name(value)}, not a JSON object", raw_text=_clip(text)
+        name, line, error=f"record is {_type_name(value)}, not a JSON object", raw_text=clip_text(text)
     )
 
 
-def _msg(exc: json.JSONDecodeError) -> str:
+def decode_message(exc: json.JSONDecodeError) -> str:
     return exc.msg.removesuffix(" at")  # "Unterminated string starting at" + our " at ..."
 
 
-def _decode_error(exc: Exception) -> str:
+def decode_error(exc: Exception) -> str:
     if isinstance(exc, json.JSONDecodeError):
-        return f"invalid JSON: {_msg(exc)} at column {exc.colno}"
+        return f"invalid JSON: {decode_message(exc)} at column {exc.colno}"
     if isinstance(exc, RecursionError):
         return f"invalid JSON: {TOO_DEEP}"
-    return f"invalid JSON: {_one_line(exc)}"
+    return f"invalid JSON: {one_line(exc)}"
 
 
-def _open_binary(file: Path, gz: bool) -> BinaryIO:
+def open_binary(file: Path, gz: bool) -> BinaryIO:
     try:
         return gzip.open(file, "rb") if gz else open(file, "rb")  # noqa: SIM115
     except OSError as exc:
-        raise PrefdataError(f"{file}: cannot open ({_one_line(exc)})") from None
+        raise PrefdataError(f"{file}: cannot open ({one_line(exc)})") from None
 

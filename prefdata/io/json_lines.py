@@ -14,33 +14,33 @@ from typing import BinaryIO, NamedTuple
 
 from prefdata.core.records import RawRecord
 from prefdata.io.json_decode import (
-    _GZIP_ERRORS,
+    GZIP_ERRORS,
     MAX_RAW_TEXT,
     MAX_RECORD_BYTES,
-    _clip,
-    _decode_error,
-    _decode_line,
-    _one_line,
-    _open_binary,
-    _record,
+    clip_text,
+    decode_error,
+    decode_line,
+    decoded_record,
+    one_line,
+    open_binary,
 )
 
 READ_CHUNK = 1 << 20  # bytes read at a time
 NUL = b"\x00"
 
 
-class _Truncated(NamedTuple):
-    """End marker from `_read_lines`: the stream broke; `partial` is the unfinished line."""
+class Truncated(NamedTuple):
+    """End marker from `read_lines`: the stream broke; `partial` is the unfinished line."""
 
     reason: str
     partial: bytes
 
 
-class _Overlong(NamedTuple):
+class Overlong(NamedTuple):
     start: bytes
 
 
-def _read_lines(fh: BinaryIO) -> Iterator[bytes | _Truncated | _Overlong]:
+def read_lines(fh: BinaryIO) -> Iterator[bytes | Truncated | Overlong]:
     """Lines without their newline, read in chunks with read1.
 
     read1 hands over everything a truncated gzip stream decoded before it failed (readline would
@@ -51,8 +51,8 @@ def _read_lines(fh: BinaryIO) -> Iterator[bytes | _Truncated | _Overlong]:
     while True:
         try:
             chunk = fh.read1(READ_CHUNK)
-        except _GZIP_ERRORS as exc:
-            yield _Truncated(f"truncated or corrupt gzip stream ({_one_line(exc)})", carry)
+        except GZIP_ERRORS as exc:
+            yield Truncated(f"truncated or corrupt gzip stream ({one_line(exc)})", carry)
             return
         if not chunk:
             if carry and not skipping:
@@ -66,20 +66,20 @@ def _read_lines(fh: BinaryIO) -> Iterator[bytes | _Truncated | _Overlong]:
                 continue
             yield line
         if len(carry) > MAX_RECORD_BYTES and not skipping:
-            yield _Overlong(carry[:MAX_RAW_TEXT])
+            yield Overlong(carry[:MAX_RAW_TEXT])
             skipping = True
         if skipping:
             carry = b""
 
 
-def _iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
-    with _open_binary(file, gz) as fh:
+def iter_json_lines(file: Path, name: str, gz: bool) -> Iterator[RawRecord]:
+    with open_binary(file, gz) as fh:
         line_no = 0
-        for line in _read_lines(fh):
+        for line in read_lines(fh):
             line_no += 1
             if type(line) is not bytes:
-                yield _broken_line(name, line_no, line)
-                if isinstance(line, _Truncated):
+                yield broken_line(name, line_no, line)
+                if isinstance(line, Truncated):
                     return
                 continue
             if line_no == 1 and line.startswith(codecs.BOM_UTF8):
@@ -97,7 +97,7 @@ def json_line_record(name: str, line_no: int, line: bytes) -> RawRecord:
             name,
             line_no,
             error=f"NUL byte at column {line.index(NUL) + 1}",
-            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
+            raw_text=clip_text(line.decode("utf-8", "replace").rstrip("\r")),
         )
     try:
         text = line.decode("utf-8")
@@ -106,23 +106,23 @@ def json_line_record(name: str, line_no: int, line: bytes) -> RawRecord:
             name,
             line_no,
             error=f"invalid UTF-8 at byte {exc.start + 1} of the line",
-            raw_text=_clip(line.decode("utf-8", "replace").rstrip("\r")),
+            raw_text=clip_text(line.decode("utf-8", "replace").rstrip("\r")),
         )
     text = text.rstrip("\r")
     try:
-        value = _decode_line(text)
+        value = decode_line(text)
     except (ValueError, RecursionError) as exc:
-        return RawRecord(name, line_no, error=_decode_error(exc), raw_text=_clip(text))
-    return _record(name, line_no, value, text)
+        return RawRecord(name, line_no, error=decode_error(exc), raw_text=clip_text(text))
+    return decoded_record(name, line_no, value, text)
 
 
-def _broken_line(name: str, line_no: int, marker: _Truncated | _Overlong) -> RawRecord:
-    if isinstance(marker, _Truncated):
+def broken_line(name: str, line_no: int, marker: Truncated | Overlong) -> RawRecord:
+    if isinstance(marker, Truncated):
         text = marker.partial.decode("utf-8", "replace")
-        return RawRecord(name, line_no, error=marker.reason, raw_text=_clip(text) or None)
+        return RawRecord(name, line_no, error=marker.reason, raw_text=clip_text(text) or None)
     return RawRecord(
         name,
         line_no,
         error=f"record longer than {MAX_RECORD_BYTES // (1024 * 1024)} MiB",
-        raw_text=_clip(marker.start.decode("utf-8", "replace")),
+        raw_text=clip_text(marker.start.decode("utf-8", "replace")),
     )

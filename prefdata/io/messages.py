@@ -36,7 +36,7 @@ ROLE_ALIASES: dict[str, str] = {
 }
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -52,8 +52,8 @@ def _type_name(value: Any) -> str:
     return type(value).__name__
 
 
-def _type_error(field: str, value: Any, expected: str) -> str:
-    return f"field {field!r} must be {expected}, got {_type_name(value)}"
+def type_error(field: str, value: Any, expected: str) -> str:
+    return f"field {field!r} must be {expected}, got {type_name(value)}"
 
 
 def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None) -> str | list[dict[str, str]]:
@@ -71,7 +71,7 @@ def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None)
             where = f"{field}[{i}]"
             kind = part.get("type", "text") if type(part) is dict else None
             if kind is None:
-                raise RecordError(f"field {where!r}: unsupported content part {_type_name(part)!r}")
+                raise RecordError(f"field {where!r}: unsupported content part {type_name(part)!r}")
             if kind in _PART_FIELDS and extras is not None:
                 extras.setdefault(_PART_FIELDS[kind], []).append(_part_text(part, where))
                 continue
@@ -91,7 +91,7 @@ def _content(value: Any, field: str, extras: dict[str, list[str]] | None = None)
         return "".join(texts)
     if value is None:
         raise RecordError(f"field {field!r} is null")
-    raise RecordError(_type_error(field, value, "a string"))
+    raise RecordError(type_error(field, value, "a string"))
 
 
 # LLaMA-Factory v1 content parts that are not text, and the message field each one fills.
@@ -101,7 +101,7 @@ _PART_FIELDS = {"reasoning": "reasoning_content", "tool_calls": "tool_calls", "t
 def _part_text(part: dict[str, Any], where: str) -> str:
     text = part.get("text", part.get("value"))
     if type(text) is not str:
-        raise RecordError(_type_error(f"{where}.text", text, "a string"))
+        raise RecordError(type_error(f"{where}.text", text, "a string"))
     return text
 
 
@@ -129,18 +129,18 @@ def _tool_calls(value: Any, field: str) -> list[dict[str, Any]]:
     value = _json_value(value, field)
     calls = [value] if type(value) is dict else value
     if type(calls) is not list:
-        raise RecordError(_type_error(field, value, "a list of tool calls"))
+        raise RecordError(type_error(field, value, "a list of tool calls"))
     out: list[dict[str, Any]] = []
     for i, call in enumerate(calls):
         where = f"{field}[{i}]"
         if type(call) is not dict:
-            raise RecordError(_type_error(where, call, "a tool call object"))
+            raise RecordError(type_error(where, call, "a tool call object"))
         function = call.get("function", call)
         if type(function) is not dict:
-            raise RecordError(_type_error(f"{where}.function", function, "an object"))
+            raise RecordError(type_error(f"{where}.function", function, "an object"))
         name = function.get("name")
         if type(name) is not str:
-            raise RecordError(_type_error(f"{where}.function.name", name, "a string"))
+            raise RecordError(type_error(f"{where}.function.name", name, "a string"))
         arguments = function.get("arguments", function.get("parameters"))
         if type(arguments) is not str:
             arguments = "{}" if arguments is None else json.dumps(arguments, ensure_ascii=False)
@@ -153,7 +153,7 @@ def _tool_calls(value: Any, field: str) -> list[dict[str, Any]]:
     return out
 
 
-def _tools(value: Any, field: str = "tools") -> list[Any] | None:
+def read_tools(value: Any, field: str = "tools") -> list[Any] | None:
     """A row's tool schemas (a list, or JSON text of one), as the template's `tools` argument."""
     if value is None:
         return None
@@ -161,7 +161,7 @@ def _tools(value: Any, field: str = "tools") -> list[Any] | None:
     if type(value) is dict:
         value = [value]
     if type(value) is not list or any(type(tool) is not dict for tool in value):
-        raise RecordError(_type_error(field, value, "a list of tool schemas"))
+        raise RecordError(type_error(field, value, "a list of tool schemas"))
     return value or None
 
 
@@ -172,12 +172,12 @@ def _message(item: Any, field: str, tools_out: list[Any] | None = None) -> Messa
     `reasoning_content`; inline `<think>` stays in the content as written (prefdata.core.reasoning
     finds it). An assistant turn that only calls tools may have no content."""
     if type(item) is not dict:
-        raise RecordError(_type_error(field, item, "a message object"))
+        raise RecordError(type_error(field, item, "a message object"))
     role = item.get("role", item.get("from"))
     if role is None:
         raise RecordError(f"field {field!r}: message has no role")
     if type(role) is not str:
-        raise RecordError(_type_error(f"{field}.role", role, "a string"))
+        raise RecordError(type_error(f"{field}.role", role, "a string"))
     mapped = ROLE_ALIASES.get(role) or ROLE_ALIASES.get(role.strip().lower())
     if mapped is None:
         raise RecordError(f"field {field!r}: unknown role {role[:40]!r}")
@@ -198,7 +198,7 @@ def _message(item: Any, field: str, tools_out: list[Any] | None = None) -> Messa
         reasoning = "".join(parts["reasoning_content"])
     if reasoning is not None:
         if type(reasoning) is not str:
-            raise RecordError(_type_error(f"{field}.reasoning_content", reasoning, "a string"))
+            raise RecordError(type_error(f"{field}.reasoning_content", reasoning, "a string"))
         message["reasoning_content"] = reasoning
     calls = [call for text in parts.get("tool_calls", []) for call in _tool_calls(text, f"{field}.tool_calls")]
     if raw_calls:
@@ -210,31 +210,31 @@ def _message(item: Any, field: str, tools_out: list[Any] | None = None) -> Messa
             message[name] = item[name]
     if tools_out is not None:
         for text in parts.get("tools", []):
-            tools_out.extend(_tools(text, f"{field}.tools") or [])
+            tools_out.extend(read_tools(text, f"{field}.tools") or [])
     return message
 
 
-def _messages(value: Any, field: str, single_ok: bool = False, tools_out: list[Any] | None = None) -> list[Message]:
+def read_messages(value: Any, field: str, single_ok: bool = False, tools_out: list[Any] | None = None) -> list[Message]:
     """Validated messages (records.Message) with normalized roles."""
     if single_ok and type(value) is dict:
         return [_message(value, field, tools_out)]
     if type(value) is not list:
         if value is None:
             raise RecordError(f"field {field!r} is null")
-        raise RecordError(_type_error(field, value, "a list of messages"))
+        raise RecordError(type_error(field, value, "a list of messages"))
     if not value:
         raise RecordError(f"field {field!r} is an empty list of messages")
     return [_message(item, f"{field}[{i}]", tools_out) for i, item in enumerate(value)]
 
 
-def _completion_messages(value: Any, field: str) -> list[Message]:
+def completion_messages(value: Any, field: str) -> list[Message]:
     """A completion next to a message-list prompt: messages, one message, or a plain string."""
     if type(value) is str:
         return [{"role": "assistant", "content": value}]
-    return _messages(value, field, single_ok=True)
+    return read_messages(value, field, single_ok=True)
 
 
-def _require_assistant(messages: list[Message], field: str) -> None:
+def require_assistant(messages: list[Message], field: str) -> None:
     for message in messages:
         if message["role"] == "assistant":
             return
@@ -258,14 +258,14 @@ def message_text(message: Message) -> str:
     return content
 
 
-def _render(messages: list[Message]) -> str:
+def render_messages(messages: list[Message]) -> str:
     return "\n\n".join(f"{m['role']}: {message_text(m)}" for m in messages)
 
 
-def _completion_text(messages: list[Message]) -> str:
+def completion_text(messages: list[Message]) -> str:
     if len(messages) == 1 and messages[0]["role"] == "assistant":
         return message_text(messages[0])
-    return _render(messages)
+    return render_messages(messages)
 
 
 def text_of(value: Any, completion: bool) -> str:
@@ -273,5 +273,5 @@ def text_of(value: Any, completion: bool) -> str:
     text-level checks (what `normalize_record` puts in `Pair.prompt`/`chosen`/`rejected`)."""
     if type(value) is list:
         messages = [m for m in value if type(m) is dict]
-        return _completion_text(messages) if completion else _render(messages)
+        return completion_text(messages) if completion else render_messages(messages)
     return value if type(value) is str else ""

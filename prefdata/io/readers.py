@@ -24,10 +24,10 @@ from pathlib import Path
 
 from prefdata.core.errors import PrefdataError
 from prefdata.core.records import RawRecord
-from prefdata.io.arrow import _iter_arrow, _iter_parquet
-from prefdata.io.json_array import _iter_json_array, _iter_json_document
-from prefdata.io.json_decode import _GZIP_ERRORS, MAX_RECORD_BYTES, _one_line, _open_binary
-from prefdata.io.json_lines import _iter_json_lines
+from prefdata.io.arrow import iter_arrow, iter_parquet
+from prefdata.io.json_array import iter_json_array, iter_json_document
+from prefdata.io.json_decode import GZIP_ERRORS, MAX_RECORD_BYTES, one_line, open_binary
+from prefdata.io.json_lines import iter_json_lines
 from prefdata.io.out_paths import name_parts
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ _DATASET_META = frozenset({"state.json", "dataset_info.json", "dataset_dict.json
 # Discovery
 
 
-def _kind(path: Path) -> str | None:
+def input_kind(path: Path) -> str | None:
     name = path.name.lower()
     for suffix in SUFFIXES:
         if name.endswith(suffix):
@@ -58,7 +58,7 @@ def _dataset_arrow_files(path: Path) -> list[Path]:
         state = json.loads((path / "state.json").read_text(encoding="utf-8"))
         names = [entry["filename"] for entry in state["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PrefdataError(f"{path}: unreadable datasets state.json ({_one_line(exc)})") from None
+        raise PrefdataError(f"{path}: unreadable datasets state.json ({one_line(exc)})") from None
     files = [path.joinpath(*name_parts(path, str(name))) for name in names]  # `../x.arrow` would read elsewhere
     for file in files:
         if not file.is_file():
@@ -70,7 +70,7 @@ def _dataset_dict_files(path: Path) -> list[Path]:
     try:
         splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise PrefdataError(f"{path}: unreadable dataset_dict.json ({_one_line(exc)})") from None
+        raise PrefdataError(f"{path}: unreadable dataset_dict.json ({one_line(exc)})") from None
     files: list[Path] = []
     for split in splits:
         files.extend(_walk(path / str(split)))
@@ -93,7 +93,7 @@ def _walk(directory: Path, seen: set[Path] | None = None) -> list[Path]:
             continue
         if entry.is_dir():
             files.extend(_walk(entry, seen))
-        elif _kind(entry) is not None and entry.name not in _DATASET_META:
+        elif input_kind(entry) is not None and entry.name not in _DATASET_META:
             files.append(entry)
         else:
             if entry not in _SKIPPED:  # a run lists its input more than once (checks, then reading)
@@ -123,7 +123,7 @@ def list_input_files(path: str | Path) -> list[Path]:
                 f"{path}: directory has no supported data files ({', '.join(SUFFIXES)})"
             )
         return files
-    if _kind(root) is None:
+    if input_kind(root) is None:
         raise PrefdataError(
             f"{path}: unsupported file type (expected one of {', '.join(SUFFIXES)})"
         )
@@ -143,7 +143,7 @@ def iter_raw_records(path: str | Path) -> Iterator[RawRecord]:
     count = 0
     for file in files:
         name = str(path) if single else file.relative_to(root).as_posix()
-        for record in _iter_file(file, name):
+        for record in iter_file(file, name):
             count += 1
             yield record
     if count == 0:
@@ -151,17 +151,17 @@ def iter_raw_records(path: str | Path) -> Iterator[RawRecord]:
         raise PrefdataError(f"{path}: {what} (nothing to read)")
 
 
-def _iter_file(file: Path, name: str) -> Iterator[RawRecord]:
-    kind = _kind(file)
+def iter_file(file: Path, name: str) -> Iterator[RawRecord]:
+    kind = input_kind(file)
     if kind == ".parquet":
-        yield from _iter_parquet(file, name)
+        yield from iter_parquet(file, name)
     elif kind == ".arrow":
-        yield from _iter_arrow(file, name)
+        yield from iter_arrow(file, name)
     else:
         yield from _iter_json_file(file, name, gz=kind.endswith(".gz"), array_name=kind != ".jsonl")
 
 
-def _sniff(file: Path, gz: bool, array_name: bool) -> bytes:
+def sniff_head(file: Path, gz: bool, array_name: bool) -> bytes:
     """The start of the first non-blank line (BOM stripped): JSON lines or a JSON array?
 
     Only a `.json` starting with '{' and a `.jsonl` starting with '[' need the whole first line
@@ -169,7 +169,7 @@ def _sniff(file: Path, gz: bool, array_name: bool) -> bytes:
     record is never read whole here. read1 lets a truncated gzip stream show its beginning.
     """
     data = b""
-    with _open_binary(file, gz) as fh:
+    with open_binary(file, gz) as fh:
         while len(data) < MAX_RECORD_BYTES:
             try:
                 part = fh.read1(1 << 16)
@@ -177,7 +177,7 @@ def _sniff(file: Path, gz: bool, array_name: bool) -> bytes:
                 if not data:
                     raise PrefdataError(f"{file}: not a gzip file") from None
                 break
-            except _GZIP_ERRORS:
+            except GZIP_ERRORS:
                 break  # truncated or corrupt: the readers report it as a record error
             if not part:
                 break
@@ -193,22 +193,22 @@ def _sniff(file: Path, gz: bool, array_name: bool) -> bytes:
 
 
 def _iter_json_file(file: Path, name: str, gz: bool, array_name: bool) -> Iterator[RawRecord]:
-    head = _sniff(file, gz, array_name)
+    head = sniff_head(file, gz, array_name)
     if head.startswith(b"["):
         # `.json` starting with '[' is an array; so is a `.jsonl` whose first line is not a
         # complete value (a pretty-printed array misnamed).
-        if array_name or not _parses(head):
-            yield from _iter_json_array(file, name, gz)
+        if array_name or not parses_as_json(head):
+            yield from iter_json_array(file, name, gz)
             return
     elif array_name and head and not head.startswith(b"{"):
         raise PrefdataError(f"{file}: not a JSON array or JSON lines of objects")
-    elif array_name and head.startswith(b"{") and not _parses(head):
-        yield from _iter_json_document(file, name, gz)  # one pretty-printed object
+    elif array_name and head.startswith(b"{") and not parses_as_json(head):
+        yield from iter_json_document(file, name, gz)  # one pretty-printed object
         return
-    yield from _iter_json_lines(file, name, gz)
+    yield from iter_json_lines(file, name, gz)
 
 
-def _parses(line: bytes) -> bool:
+def parses_as_json(line: bytes) -> bool:
     try:
         json.loads(line)
     except (ValueError, RecursionError):

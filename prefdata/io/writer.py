@@ -20,17 +20,17 @@ from prefdata.io.columns import (
     CORE_SCHEMA,
     IMAGES_TYPE,
     MESSAGE_COLUMNS,
+    MESSAGE_NAMES,
     MESSAGES_TYPE,
     TEXT_COLUMNS,
-    _all_strings,
-    _column_array,
-    _content_parts,
-    _has_parts,
-    _is_messages_type,
-    _json_array,
-    _MESSAGE_NAMES,
-    _split_messages,
-    _wider_messages_type,
+    all_strings,
+    column_array,
+    content_parts,
+    has_parts,
+    is_messages_type,
+    json_text_array,
+    split_messages,
+    wider_messages_type,
 )
 from prefdata.io.handoff import describe
 from prefdata.io.messages import text_of
@@ -104,7 +104,7 @@ class DatasetWriter:
         kinds = {"messages" if type(row.get("prompt")) is list else "strings" for row in rows}
         self.text_kinds |= kinds
         if len(self.text_kinds) > 1:
-            rows = [_split_messages(row) for row in rows]
+            rows = [split_messages(row) for row in rows]
         names = list(CORE_SCHEMA.names)
         extra = sorted({key for row in rows for key in row} - CORE_COLUMNS)
         names.extend(extra)
@@ -112,8 +112,8 @@ class DatasetWriter:
         arrays = []
         for name in names:
             values = [row.get(name) for row in rows]
-            array = _json_array(values) if name in self.json_columns else _column_array(name, values)
-            if array.type == pa.string() and name not in CORE_COLUMNS and not _all_strings(values):
+            array = json_text_array(values) if name in self.json_columns else column_array(name, values)
+            if array.type == pa.string() and name not in CORE_COLUMNS and not all_strings(values):
                 self.json_columns.add(name)
             arrays.append(array)
         table = pa.Table.from_arrays(arrays, names=names)
@@ -254,20 +254,20 @@ def _final_schema(parts: list[Part], written: WrittenParts) -> pa.Schema:
     mixed = len(written.text_kinds) > 1
     for _path, schema, _rows, _encoded in parts:
         for field in schema:
-            if field.name in TEXT_COLUMNS or field.name in _MESSAGE_NAMES:
+            if field.name in TEXT_COLUMNS or field.name in MESSAGE_NAMES:
                 kind = field.type
                 if field.name in TEXT_COLUMNS and mixed:
                     kind = pa.string()
                     message_name = MESSAGE_COLUMNS[field.name]
-                    if _is_messages_type(field.type):  # a messages part: its type decides *_messages
+                    if is_messages_type(field.type):  # a messages part: its type decides *_messages
                         known = fields.get(message_name)
-                        wide = field.type if known is None else _wider_messages_type(known.type, field.type)
+                        wide = field.type if known is None else wider_messages_type(known.type, field.type)
                         fields[message_name] = pa.field(message_name, wide)
                     else:
                         fields.setdefault(message_name, pa.field(message_name, MESSAGES_TYPE))
                 known = fields.get(field.name)
-                if known is not None and _is_messages_type(known.type) and _is_messages_type(kind):
-                    kind = _wider_messages_type(known.type, kind)
+                if known is not None and is_messages_type(known.type) and is_messages_type(kind):
+                    kind = wider_messages_type(known.type, kind)
                 fields[field.name] = pa.field(field.name, kind)
                 continue
             if field.name in written.json_columns:
@@ -313,7 +313,7 @@ def rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -
             for field in schema:
                 if field.name not in batch.schema.names:
                     base = field.name.removesuffix("_messages")
-                    if MESSAGE_COLUMNS.get(base) == field.name and _is_messages_type(batch.schema.field(base).type):
+                    if MESSAGE_COLUMNS.get(base) == field.name and is_messages_type(batch.schema.field(base).type):
                         columns.append(_cast(batch.column(base), field.type))  # a messages part of a mixed dataset
                     else:
                         columns.append(pa.nulls(batch.num_rows, field.type))
@@ -323,10 +323,10 @@ def rewrite_part(src: Path, dst: Path, schema: pa.Schema, to_encode: set[str]) -
                     # messages in a mixed dataset
                     column = pa.array([text_of(v, field.name != "prompt") for v in column.to_pylist()], pa.string())
                 elif field.name in to_encode:
-                    column = _json_array(column.to_pylist())
-                elif column.type != field.type and _is_messages_type(field.type) and _has_parts(field.type):
+                    column = json_text_array(column.to_pylist())
+                elif column.type != field.type and is_messages_type(field.type) and has_parts(field.type):
                     # string contents in a dataset with image pairs: one text part each
-                    column = pa.array(_content_parts(column.to_pylist()) or column.to_pylist(), field.type)
+                    column = pa.array(content_parts(column.to_pylist()) or column.to_pylist(), field.type)
                 elif column.type != field.type:
                     column = _cast(column, field.type)
                 columns.append(column)

@@ -20,7 +20,7 @@ def _bucket(value: int) -> int:
     return (value >> shift) << shift
 
 
-def _nice_width(span: float, bins: int) -> float:
+def nice_width(span: float, bins: int) -> float:
     raw = max(span / bins, 1e-12)
     exponent = math.floor(math.log10(raw))
     for factor in (1, 2, 2.5, 5, 10):
@@ -89,7 +89,7 @@ class IntDistribution:
         # A few huge outliers would squash every other bar into one: cap the range at p99 then,
         # and count what lies beyond in `overflow`.
         upper = hi if hi <= 2 * max(p99, 1) else p99
-        width = max(1.0, _nice_width(upper + 1, bins))
+        width = max(1.0, nice_width(upper + 1, bins))
         width = float(math.ceil(width))
         nbins = max(1, math.ceil((upper + 1) / width))
         counts = [0] * nbins

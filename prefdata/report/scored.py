@@ -17,7 +17,7 @@ from collections import Counter
 from typing import Any
 
 from prefdata.core.records import ScoredSummary
-from prefdata.report.distributions import QUANTILES, IntDistribution, _nice_width
+from prefdata.report.distributions import QUANTILES, IntDistribution, nice_width
 
 MARGIN_BINS = 12
 EXAMPLES_PER_REASON = 10
@@ -99,7 +99,7 @@ def margin_distribution(values: array | list[float], bins: int = MARGIN_BINS) ->
     if not n:
         return {"count": 0, "non_finite": non_finite} if non_finite else {"count": 0}
     lo, hi = ordered[0], ordered[-1]
-    width = _nice_width(hi, bins) if hi > 0 else 1.0
+    width = nice_width(hi, bins) if hi > 0 else 1.0
     nbins = max(1, math.ceil(hi / width - 1e-9))  # the largest margin falls in the last bin, edge included
     edges = [i * width for i in range(nbins + 1)]
     if edges[-1] > sys.float_info.max:  # margins near 1.8e308: a round width would end past any float

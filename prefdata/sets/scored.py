@@ -40,13 +40,13 @@ from prefdata.core.numbers import finite_float, loss_input_problem
 from prefdata.core.records import Message, Pair, RawRecord, ScoredSummary
 from prefdata.io.formats import normalize_record
 from prefdata.io.messages import (
-    _completion_text,
-    _messages,
-    _render,
-    _require_assistant,
-    _tools,
-    _type_error,
-    _type_name,
+    completion_text,
+    read_messages,
+    read_tools,
+    render_messages,
+    require_assistant,
+    type_error,
+    type_name,
 )
 from prefdata.sets.pairing import PairingSettings, choose_pairs
 
@@ -98,7 +98,7 @@ def _scored_pairs(raw: RawRecord, row: dict[str, Any], pairing: PairingSettings)
         for i, c in enumerate(completions):
             if c.messages is None:
                 c.messages = [{"role": "assistant", "content": c.text}]
-            _require_assistant(c.messages, f"{list_key}[{i}]")
+            require_assistant(c.messages, f"{list_key}[{i}]")
     # Higher is better inside pairing: a rank counts as its negative.
     scores = [None if c.score is None else (-c.score if scale == "rank" else c.score) for c in completions]
     group_id = _group_id(prompt_text, completions, scale)
@@ -123,7 +123,7 @@ def _scored_pairs(raw: RawRecord, row: dict[str, Any], pairing: PairingSettings)
     for key in ("weight", "offset"):  # they reach the loss: what float32 training cannot hold costs the record
         if key in extra and (problem := loss_input_problem(key, extra[key])):
             raise RecordError(problem)
-    tools = _tools(row.get("tools"))
+    tools = read_tools(row.get("tools"))
     names = ("rank_chosen", "rank_rejected") if scale == "rank" else ("reward_chosen", "reward_rejected")
     pairs = []
     for c, r in choice.pairs:
@@ -163,9 +163,9 @@ def _prompt(row: dict[str, Any]) -> tuple[str, str, list[Message] | None]:
                 return key, f"{value}\n{row['input']}", None  # alpaca's instruction + input, as formats does
             return key, value, None
         if type(value) is list:
-            messages = _messages(value, key)
-            return key, _render(messages), messages
-        raise RecordError(_type_error(key, value, "a string or a list of messages"))
+            messages = read_messages(value, key)
+            return key, render_messages(messages), messages
+        raise RecordError(type_error(key, value, "a string or a list of messages"))
     raise RecordError("scored completions without a prompt (expected 'prompt', 'instruction', 'messages' or 'context')")
 
 
@@ -211,13 +211,13 @@ def _completion_body(item: Any, where: str) -> tuple[str, list[Message] | None]:
     if type(item) is str:
         return item, None
     if type(item) is list:
-        messages = _messages(item, where)
-        return _completion_text(messages), messages
+        messages = read_messages(item, where)
+        return completion_text(messages), messages
     if type(item) is not dict:
-        raise RecordError(_type_error(where, item, "a string, a list of messages or an object"))
+        raise RecordError(type_error(where, item, "a string, a list of messages or an object"))
     if "role" in item:  # one message
-        messages = _messages([item], where)
-        return _completion_text(messages), messages
+        messages = read_messages([item], where)
+        return completion_text(messages), messages
     for key in TEXT_KEYS:
         if key in item:
             body = item[key]
@@ -274,7 +274,7 @@ def _number(value: Any, where: str) -> float | None:
     if value is None or type(value) is bool:
         if value is None:
             return None
-        raise RecordError(_type_error(where, value, "a number"))
+        raise RecordError(type_error(where, value, "a number"))
     if type(value) in (int, float):
         return finite_float(value)  # NaN, Infinity, a 400-digit integer: no score
     if type(value) is str:
@@ -286,7 +286,7 @@ def _number(value: Any, where: str) -> float | None:
         except ValueError:
             raise RecordError(f"field {where!r} is not a number: {value[:40]!r}") from None
         return number if math.isfinite(number) else None
-    raise RecordError(f"field {where!r} must be a number, got {_type_name(value)}")
+    raise RecordError(f"field {where!r} must be a number, got {type_name(value)}")
 
 
 def _group_id(prompt: str, completions: list[_Completion], scale: str) -> str:

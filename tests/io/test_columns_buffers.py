@@ -10,7 +10,7 @@ from array import array
 import pyarrow as pa
 import pytest
 
-from prefdata.io.columns import ID_TYPE, _column_array, _from_buffers, _json_array, _plain_type, messages_type
+from prefdata.io.columns import ID_TYPE, _from_buffers, _plain_type, column_array, json_text_array, messages_type
 
 CASES = {
     "strings": (["a", "ünï 🙂", "", None, "x" * 100], pa.string()),
@@ -58,7 +58,7 @@ def test_built_from_buffers_equals_pa_array_byte_for_byte(name):
 ])
 def test_pass_through_columns_get_the_type_pa_array_infers(values):
     assert _plain_type(values) == pa.array(values).type
-    assert _column_array("extra", values).equals(pa.array(values))
+    assert column_array("extra", values).equals(pa.array(values))
 
 
 @pytest.mark.parametrize("values", [
@@ -68,8 +68,8 @@ def test_values_pa_array_must_decide_are_left_to_it(values):
     try:
         expected = pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        expected = _json_array(values)
-    assert _column_array("extra", values).equals(expected)
+        expected = json_text_array(values)
+    assert column_array("extra", values).equals(expected)
 
 
 def test_values_of_another_python_type_go_through_pa_array():
@@ -79,9 +79,9 @@ def test_values_of_another_python_type_go_through_pa_array():
     assert _from_buffers(["\ud800"], pa.string()) is None  # a lone surrogate: pa.array's error, as before
     assert _from_buffers([{"role": "user", "extra": 1}], messages_type().value_type) is None
     with pytest.raises((pa.ArrowInvalid, pa.ArrowTypeError)):
-        _column_array("source_line", ["not a number"])
+        column_array("source_line", ["not a number"])
 
 
 def test_ids_sent_as_arrays_build_the_same_column():
     values = [array("i", [1, 2, 3]), array("i"), array("i", [2**31 - 1])]
-    assert _column_array("prompt_ids", values).equals(pa.array([list(v) for v in values], type=ID_TYPE))
+    assert column_array("prompt_ids", values).equals(pa.array([list(v) for v in values], type=ID_TYPE))

@@ -448,10 +448,10 @@ _json_values = st.recursive(
 def test_fast_decoding_equals_the_stdlib_decoder(value) -> None:
     """Integers beyond 64 bits (which orjson would turn into floats), floats, ':' inside strings:
     the fast path returns the same value, of the same types, as the reference decoder."""
-    from prefdata.io.json_decode import _DECODER, _decode_line
+    from prefdata.io.json_decode import JSON_DECODER, decode_line
 
     text = json.dumps(value)
-    fast, reference = _decode_line(text), _DECODER.decode(text)
+    fast, reference = decode_line(text), JSON_DECODER.decode(text)
     assert fast == reference
     assert json.dumps(fast) == json.dumps(reference)  # same types too (int stays int, not float)
 
