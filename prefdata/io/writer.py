@@ -45,20 +45,12 @@ def jsonl_line(record: dict[str, Any]) -> str:
 
 
 class JsonlWriter:
-    """Appends one JSON object per line (dropped.jsonl, quarantine.jsonl)."""
+    """dropped.jsonl / quarantine.jsonl, joined from the workers' parts (lines made by `jsonl_line`)."""
 
     def __init__(self, path: Path):
         self.path = path
         self._handle = open(path, "w", encoding="utf-8")
         self.count = 0
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.write_line(jsonl_line(record))
-
-    def write_line(self, line: str) -> None:
-        """A line made by `jsonl_line` (e.g. in a worker process)."""
-        self._handle.write(line)
-        self.count += 1
 
     def append_file(self, path: str | Path, lines: int) -> None:
         """Append a file of `lines` lines made by `jsonl_line` (a worker's part), then delete it."""
@@ -76,7 +68,7 @@ class DatasetWriter:
     """Streams rows into Arrow IPC stream files in the `datasets.save_to_disk` layout.
 
     Pass-through columns are typed per batch; when a later batch needs a wider type, the parts
-    written so far are cast to the unified schema at `finish()` (one streaming pass, rare).
+    written so far are cast to the unified schema by `finish_dataset` (one streaming pass, rare).
     A column whose types cannot be unified is stored as JSON text and listed in `json_columns`.
 
     Text columns: string rows are strings, conversational rows TRL's message lists. An Arrow column
@@ -96,7 +88,6 @@ class DatasetWriter:
         self.json_columns: set[str] = set()
         self.rows = 0
         self.text_kinds: set[str] = set()  # "strings" / "messages" seen so far
-        self.shards: list[dict[str, Any]] = []  # set by finish(): the data files and their rows
 
     def write_rows(self, rows: list[dict[str, Any]]) -> None:
         if not rows:
@@ -118,8 +109,8 @@ class DatasetWriter:
             arrays.append(array)
         table = pa.Table.from_arrays(arrays, names=names)
         if len(self.json_columns) != json_before:
-            # A column turned JSON here: the open part holds it unencoded and is re-encoded at
-            # finish(), so these rows (encoded already) start a part of their own.
+            # A column turned JSON here: the open part holds it unencoded and is re-encoded by
+            # finish_dataset, so these rows (encoded already) start a part of their own.
             self._close_part()
         self._write_table(table)
         self.rows += len(rows)
@@ -150,21 +141,10 @@ class DatasetWriter:
         self._schema = None
         self._rows_in_part = 0
 
-    @property
-    def text_columns(self) -> str:
-        """How the text columns are stored: "strings", "messages" or "mixed"."""
-        return text_columns_of(self.text_kinds)
-
     def close(self) -> "WrittenParts":
         """Close the open part; what was written, for `finish_dataset` (here or in another process)."""
         self._close_part()
         return WrittenParts(list(self.parts), self.json_columns, self.text_kinds, self.rows)
-
-    def finish(self, fingerprint: str, settings: dict[str, Any] | None = None) -> pa.Schema:
-        """Close files, unify schemas, and write datasets' state.json and dataset_info.json (see
-        `finish_dataset`)."""
-        schema, self.shards = finish_dataset(self.directory, self.close(), fingerprint, settings)
-        return schema
 
 
 Part = tuple[Path, pa.Schema, int, frozenset[str]]  # (file, schema, rows, columns JSON-encoded in it)
@@ -203,21 +183,15 @@ class WrittenParts:
 Rewrite = Callable[[list[tuple[Path, Path, set[str]]], pa.Schema], None]
 
 
-def rewrite_here(jobs: list[tuple[Path, Path, set[str]]], schema: pa.Schema) -> None:
-    """Rewrite each (part, final file, columns to JSON-encode) to `schema`, in this process."""
-    for src, dst, to_encode in jobs:
-        rewrite_part(src, dst, schema, to_encode)
-
-
 def finish_dataset(
-    directory: Path, written: WrittenParts, fingerprint: str, settings: dict[str, Any] | None = None,
-    rewrite: Rewrite = rewrite_here,
+    directory: Path, written: WrittenParts, fingerprint: str, settings: dict[str, Any] | None, rewrite: Rewrite,
 ) -> tuple[pa.Schema, list[dict[str, Any]]]:
     """Unify the parts' schemas, name them data-XXXXX-of-YYYYY.arrow in order, and write datasets'
     state.json and dataset_info.json into `directory`.
 
-    A part whose schema or JSON encoding differs from the final one is rewritten (by `rewrite`,
-    which may hand the parts to workers); the others are only renamed. `fingerprint` (a content
+    A part whose schema or JSON encoding differs from the final one is rewritten by `rewrite`, given
+    the (part, final file, columns to JSON-encode) jobs and the schema (the pipeline hands them to its
+    workers, which run `rewrite_part`); the others are only renamed. `fingerprint` (a content
     hash) becomes the datasets fingerprint, so caches keyed on it never confuse two different
     outputs written to the same OUT. `settings` travel in the DatasetInfo (prefdata.io.handoff),
     with `text_columns` added. `written.json_columns` gains the columns that could not be unified.

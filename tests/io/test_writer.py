@@ -1,4 +1,7 @@
-"""OUT/ writing: datasets compatibility, pass-through typing, and the never-delete-foreign-data rule."""
+"""OUT/ writing: datasets compatibility, pass-through typing, and the never-delete-foreign-data rule.
+
+Rows go through the pipeline's write path: DatasetWriter.write_rows, close, then finish_dataset, whose
+rewrites of parts typed narrower run rewrite_part (the pipeline's RewritePart stage, here in this process)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,15 @@ from datasets import load_from_disk
 
 from prefdata.core.errors import PrefdataError
 from prefdata.io.out_dir import MARKER, abandon, prepare_output_dir, publish
-from prefdata.io.writer import DatasetWriter
+from prefdata.io.writer import DatasetWriter, finish_dataset, rewrite_part
+
+
+def _finish(writer: DatasetWriter) -> None:
+    def rewrite(jobs, schema):
+        for src, dst, to_encode in jobs:
+            rewrite_part(src, dst, schema, to_encode)
+
+    finish_dataset(writer.directory, writer.close(), "abc", None, rewrite)
 
 
 def _row(i: int, **extra):
@@ -26,7 +37,7 @@ def test_rows_load_back_with_datasets(tmp_path):
     writer = DatasetWriter(tmp_path)
     writer.write_rows([_row(i, score=float(i)) for i in range(5)])
     writer.write_rows([_row(i, score=float(i)) for i in range(5, 7)])
-    writer.finish("abc")
+    _finish(writer)
     ds = load_from_disk(str(tmp_path))
     assert len(ds) == 7
     assert ds[6]["chosen_ids"] == [3, 6]
@@ -39,7 +50,7 @@ def test_pass_through_types_widen_across_batches(tmp_path):
     writer.write_rows([_row(0, meta=None, n=1)])  # null-typed first
     writer.write_rows([_row(1, meta={"a": 1}, n=2)])
     writer.write_rows([_row(2, extra_col="late")])  # a column that appears later
-    writer.finish("abc")
+    _finish(writer)
     ds = load_from_disk(str(tmp_path))
     assert ds["meta"] == [None, {"a": 1}, None]
     assert ds["n"] == [1, 2, None]
@@ -51,7 +62,7 @@ def test_inconsistent_pass_through_becomes_json_text(tmp_path):
     writer.write_rows([_row(0, score=1), _row(1, score="high")])  # mixed within a batch
     writer.write_rows([_row(2, label=5)])
     writer.write_rows([_row(3, label="five")])  # conflicting across batches
-    writer.finish("abc")
+    _finish(writer)
     ds = load_from_disk(str(tmp_path))
     assert [json.loads(v) for v in ds["score"][:2]] == [1, "high"]
     assert ds["label"][2:] == ["5", '"five"']
@@ -65,7 +76,7 @@ def test_a_column_that_turns_json_later_is_encoded_exactly_once(tmp_path):
     writer.write_rows([_row(0, meta="early")])
     writer.write_rows([_row(1, meta="mid"), _row(2, meta={"a": [1]})])
     writer.write_rows([_row(3, meta="late")])
-    writer.finish("abc")
+    _finish(writer)
     ds = load_from_disk(str(tmp_path))
     assert [json.loads(v) for v in ds["meta"]] == ["early", "mid", {"a": [1]}, "late"]
     assert writer.json_columns == {"meta"}
@@ -73,7 +84,7 @@ def test_a_column_that_turns_json_later_is_encoded_exactly_once(tmp_path):
 
 def test_empty_dataset_is_still_loadable(tmp_path):
     writer = DatasetWriter(tmp_path)
-    writer.finish("abc")
+    _finish(writer)
     ds = load_from_disk(str(tmp_path))
     assert len(ds) == 0
     assert "chosen_ids" in ds.column_names
@@ -123,7 +134,6 @@ def test_abandon_removes_what_this_run_created(tmp_path):
     assert not out.exists()
 
 
-
 def test_ids_sent_as_arrays_are_stored_like_lists(tmp_path):
     """prepare's workers send ids as array('i'); they are stored exactly as the same ids given as
     lists, including empty id lists and a batch that mixes both kinds (the general path)."""
@@ -136,7 +146,7 @@ def test_ids_sent_as_arrays_are_stored_like_lists(tmp_path):
     writer = DatasetWriter(tmp_path)
     writer.write_rows([as_arrays(r) for r in rows])
     writer.write_rows([as_arrays(rows[0]), rows[1]])
-    writer.finish("abc")
+    _finish(writer)
     ds = load_from_disk(str(tmp_path))
     for key in ("prompt_ids", "chosen_ids", "rejected_ids"):
         assert ds[key] == [r[key] for r in rows + rows[:2]]
