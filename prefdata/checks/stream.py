@@ -23,6 +23,24 @@ CHUNK_BYTES = 256 << 10
 CHUNK_LINES = 128  # records per chunk where the main process reads them (gzip, JSON arrays, Parquet)
 
 
+def workers_for(raw_path: str | Path | MixPlan, workers: int | None, engine: str) -> int:
+    """The worker count a run uses: the one given; else, on the local engine, every core
+    (engine.local.default_workers) -- but one for an input that is a single file of at most one chunk
+    (CHUNK_BYTES), where forking a worker that holds the tokenizer costs more than the rows do
+    (0.1-0.16 s of a 50-row validate); on Ray 0, one actor per cluster CPU."""
+    if workers is not None:
+        return workers
+    if engine != "local":
+        return 0
+    from prefdata.engine.local import default_workers
+
+    if not isinstance(raw_path, MixPlan):
+        path = Path(raw_path)
+        if path.is_file() and path.stat().st_size <= CHUNK_BYTES:
+            return 1
+    return default_workers()
+
+
 def progress_bar(enabled: bool, what: str = "checking") -> Any:
     """A rows progress bar (None when disabled) for prepare's and validate's passes."""
     if not enabled:

@@ -17,9 +17,8 @@ from typing import Any
 from prefdata import FORMAT_VERSION, __version__
 from prefdata.checks.policy import Policy, load_policy
 from prefdata.checks.stage import CheckChunk
-from prefdata.checks.stream import plan_input_mix
+from prefdata.checks.stream import plan_input_mix, workers_for
 from prefdata.core.errors import PrefdataError
-from prefdata.engine.local import default_workers
 from prefdata.engine.select import check_engine, select_engine
 from prefdata.io.hub import HubSource, hub_input, parse_hub_id
 from prefdata.io.images import ImageAccess, image_access
@@ -133,11 +132,12 @@ class _Run:
 def _plan(raw: str | Path, out: str | Path, s: PrepareSettings) -> _Run:
     """The arguments checked (the first problem is the one reported) and what they load."""
     check_engine(s.engine)
-    workers = _check_numbers(s.batch_size, s.workers, s.engine)
+    _check_numbers(s.batch_size, s.workers)
     balance_length = check_target(s.balance_length) if s.balance_length is not None else None
     raw_path, out_path = Path(raw), Path(out)
     mix = plan_input_mix(raw_path) if is_mix_file(raw_path) else None  # RAW may be a mix file
     hub = None if mix else parse_hub_id(raw)  # RAW may be a Hub dataset id with a split
+    workers = workers_for(mix or raw_path, s.workers, s.engine)
     input_files = [] if hub else _input_files(raw_path, out_path, mix)
     # Writing OUT replaces what it holds: no file this run reads may live there (--overwrite would delete it).
     refuse_inputs_inside(out_path, [raw_path, *input_files, s.policy, s.tokenizer, s.processor, s.chat_template_file,
@@ -332,15 +332,12 @@ def _handoff(config: dict[str, Any], pair_tokenizer: PairTokenizer) -> dict[str,
     }
 
 
-def _check_numbers(batch_size: int, workers: int | None, engine: str = "local") -> int:
-    """The number of workers to use, after checking the numbers given."""
+def _check_numbers(batch_size: int, workers: int | None) -> None:
+    """The numbers given, checked."""
     if batch_size < 1:
         raise PrefdataError("--batch-size must be at least 1")
-    if workers is None:
-        return default_workers() if engine == "local" else 0  # 0: one Ray actor per cluster CPU
-    if workers < 1:
+    if workers is not None and workers < 1:
         raise PrefdataError("--workers must be at least 1")
-    return workers
 
 
 def _image_access(raw_path: Path, hub: HubSource | None, mix: MixPlan | None, allowed_image_root: Any,

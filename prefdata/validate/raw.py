@@ -36,12 +36,10 @@ def check_raw(
     (`_check_with_passes`) through `pair_tokenizer` (--tokenizer or --processor) when given.
     `run`: validate's settings (against, progress, batch size, workers, engine); on
     Ray, `workers` is the number of actors (0: one per cluster CPU). `settings`: how rows are tokenized."""
-    from prefdata.engine.local import default_workers
+    from prefdata.checks.stream import workers_for
     from prefdata.engine.select import select_engine
 
-    workers = run.workers
-    if workers is None:
-        workers = 0 if run.engine == "ray" else default_workers()
+    workers = workers_for(input_path, run.workers, run.engine)
     runner = select_engine(run.engine, workers, run.ray_address)
     # A mixture's samples are the passes' (its chunks carry the sample the stage applies).
     if pair_tokenizer is None and not isinstance(input_path, MixPlan):
