@@ -61,7 +61,7 @@ class PrepareSettings(Progress, TrainerOptions, EngineOptions, DecontaminateOpti
     batch_size: int = setting(1000, "records per processing batch", group=RUN, metavar="N", parse=positive_int)
     workers: int | None = setting(None, "processes that tokenize (with --engine ray: Ray actors)", group=RUN,
                                   metavar="N", parse=positive_int,
-                                  default_text="all cores, at most 8; with --engine ray one per cluster CPU")
+                                  default_text="all cores, at most 8 (one for a single file of at most 256 KiB); with --engine ray one per cluster CPU")
 
 
 @dataclass(kw_only=True)
@@ -93,7 +93,8 @@ class ValidateSettings(Progress, TrainerOptions, EngineOptions, DecontaminateOpt
         group=TEMPLATE, metavar="YYYY-MM-DD", default_text=DEFAULT_TEMPLATE_DATE)
     batch_size: int = setting(1000, "records per processing batch", group=RUN, flag=False, parse=positive_int)
     workers: int | None = setting(None, "processes that check raw input (with --engine ray: Ray actors)", group=RUN,
-                                  metavar="N", parse=positive_int, default_text="all cores, at most 8")
+                                  metavar="N", parse=positive_int,
+                                  default_text="all cores, at most 8 (one for a single file of at most 256 KiB)")
 
 
 @dataclass(kw_only=True)
