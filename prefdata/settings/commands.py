@@ -18,7 +18,7 @@ from pathlib import Path
 from prefdata.core.trainer_names import EXPORT_TRAINERS
 from prefdata.settings.declare import Settings, setting
 from prefdata.settings.flag_values import (
-    finite_float, line_ref, offset_scale, OFFSET_SCALE_LIMIT, positive_int, share, share_or_count,
+    finite_float, line_ref, non_negative_int, offset_scale, OFFSET_SCALE_LIMIT, positive_int, share, share_or_count,
 )
 from prefdata.settings.options import (
     BALANCE, CHECKS, DecontaminateOptions, EngineOptions, GenerationOptions, IO, LOSS, LOSS_COLUMNS, MODEL,
@@ -164,7 +164,9 @@ class TrainSettings(Progress):
     lr_schedule: str = setting("cosine", "learning rate after warmup: cosine or linear decay to 0 at the last step, "
                                "or constant", group=OPTIM, choices=("cosine", "linear", "constant"))
     max_grad_norm: float | None = setting(1.0, "gradient clipping norm", group=OPTIM, parse=finite_float)
-    save_every: int | None = setting(500, "checkpoint every N steps", group=SCHEDULE, metavar="N", parse=positive_int)
+    # 0 as train(save_every=0) always took it: no periodic checkpoints (the loop saves when save_every is truthy)
+    save_every: int | None = setting(500, "checkpoint every N steps; 0: none (the final model is still saved)",
+                                     group=SCHEDULE, metavar="N", parse=non_negative_int)
     stall_steps: int = setting(20, "steps at ln 2 before the stall warning", group=SCHEDULE, metavar="N",
                                parse=positive_int)
     seed: int = setting(0, "seed for shuffling and initialization", group=RUN, parse=int)

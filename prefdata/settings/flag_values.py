@@ -18,6 +18,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
 def line_ref(text: str) -> int | str:
     """`show --line`: N, or FILE:N as every report prints a location (`explicit.jsonl:2`)."""
     head, colon, tail = str(text).strip().rpartition(":")
