@@ -152,8 +152,9 @@ class TrainSettings(Progress):
     grad_accum: int = setting(1, "micro-batches per optimizer step", group=OPTIM, metavar="N", parse=positive_int)
     eval_dir: str | Path | None = setting(None, "a prepared eval split to evaluate on", group=SCHEDULE, flag="--eval",
                                           metavar="OUT_EVAL")
-    eval_every: int | None = setting(None, "also evaluate every N steps", group=SCHEDULE, metavar="N",
-                                     parse=positive_int)
+    # 0 as train(eval_every=0) always took it: no evaluation between steps (the loop evaluates when eval_every is truthy)
+    eval_every: int | None = setting(None, "also evaluate every N steps; 0: only at the end", group=SCHEDULE, metavar="N",
+                                     parse=non_negative_int)
     simpo_gamma: float = setting(0.5, "SimPO target margin", group=LOSS, parse=finite_float)
     ld_alpha: float | None = setting(
         None, "length-desensitized DPO (LD-DPO, TRL's ld_alpha), in [0, 1]: the log-probs of each half's tokens "

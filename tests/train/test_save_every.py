@@ -52,3 +52,21 @@ def test_save_every_0_writes_no_checkpoint_but_the_final_model(small_out, tiny_m
     # the same run saving every step keeps a checkpoint: the flag is what decides
     assert cli.main([*argv, "--output", str(tmp_path / "every"), "--save-every", "1"]) == 0
     assert [p.name for p in (tmp_path / "every" / CHECKPOINT_DIR).iterdir()] == ["step-00000001"]
+
+
+def test_cli_eval_every_0_reaches_train_as_0_and_a_negative_is_one_line(monkeypatch, capsys) -> None:
+    """`--eval-every 0` is what `train(eval_every=0)` always meant: no evaluation between steps."""
+    captured = {}
+
+    def fake_train(out_dir, **settings):
+        captured.update(settings)
+        raise PrefdataError("stop here")
+
+    monkeypatch.setattr("prefdata.train.recipe.train", fake_train)
+    assert cli.main(["train", "OUT", "--model", "m", "--output", "o", "--eval", "E", "--eval-every", "0"]) == 2
+    assert captured["eval_every"] == 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        cli.main(["train", "OUT", "--model", "m", "--output", "o", "--eval-every", "-2"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert info.value.code == 2 and len(err) == 1 and "expected an integer >= 0, got -2" in err[0], err
