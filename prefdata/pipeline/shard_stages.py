@@ -39,6 +39,7 @@ from prefdata.io.rows import dropped_record, output_row, quarantine_record, row_
 from prefdata.io.writer import DatasetWriter, WrittenParts, jsonl_line, rewrite_part
 from prefdata.report.compact import EXCERPT_CHARS, OUTCOMES, SEVERITY_CODES, excerpt, sample_halves, token_row
 from prefdata.report.images import ImageFacts, ImageFactsCollector
+from prefdata.report.similarity import SIMILARITY_SAMPLE
 from prefdata.sets.balance import CHOSEN_LONGER, NOT_CHOSEN_LONGER, OWN_DROP
 
 # Kept rows are written every `batch_size` rows, or sooner once their images reach this many bytes:
@@ -135,6 +136,7 @@ class ShardUnit:
     want_excerpts: bool  # the report still keeps prompt excerpts
     # The group's rows --balance-length removes (ordinals, ascending): flagged length_balance.
     balance_rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sample_k: int = SIMILARITY_SAMPLE  # the similarity sample's size (report.similarity.SimilaritySample.k)
 
 
 @dataclass
@@ -152,7 +154,9 @@ class ChunkReport:
     details: dict[int, CheckedRow]  # flagged and quarantined records, by position
     halves: dict[int, Any]
     excerpts: list[str] | None
-    tokens: list[tuple[int, ...]]  # report.compact.token_row of each tokenized pair, in order
+    # report.compact.token_row of each tokenized pair, in order: a list while the chunk is read,
+    # then a (k, 6) int64 array (a tuple of Python ints per pair would cross to the main process).
+    tokens: list[tuple[int, ...]] | np.ndarray
     scored: list[tuple[int, ScoredSummary]] = field(default_factory=list)  # (position, summary), as CompactRows
     images: ImageFacts | None = None  # of its pairs with images, as CompactRows
 
@@ -202,6 +206,7 @@ class WriteShard:
             result.parts = writer.close()
         result.dropped, result.quarantined = lines.dropped, lines.quarantined
         result.digests = bytes(digests)
+        _keep_sample_halves(result.chunks, unit.sample_k)
         return result
 
     def _rows(self, checked: CheckedChunk, place: ChunkPlace, unit: ShardUnit, result: ShardWritten,
@@ -275,6 +280,7 @@ class WriteShard:
                 lines.drop(row)
             rows.append(row)
         report.images = images.facts()
+        report.tokens = np.array(report.tokens, dtype=np.int64).reshape(-1, 6)
         result.chunks.append(report)
         return rows
 
@@ -328,6 +334,25 @@ class _GroupLines:
         if self.write:
             self._quarantined.write(jsonl_line(quarantine_record(row)))
         self.quarantined = (self.quarantined[0], self.quarantined[1] + 1)
+
+
+def _keep_sample_halves(chunks: list[ChunkReport], k: int) -> None:
+    """Drop the halves of pairs that cannot be in the report's final similarity sample: the k
+    smallest distinct pair keys of the whole input are each among the k smallest of the group
+    they are first seen in. The first units leave before the sample has a cut-off, and without
+    this each would bring every pair's halves to the main process at once."""
+    if not chunks:
+        return
+    distinct = np.unique(np.concatenate([np.asarray(c.pair_keys, dtype=np.uint64) for c in chunks]))
+    if len(distinct) <= k:
+        return
+    bound = distinct[k - 1]
+    for chunk in chunks:
+        if not chunk.halves:
+            continue
+        positions = np.fromiter(chunk.halves, dtype=np.int64, count=len(chunk.halves))
+        keys = np.asarray(chunk.pair_keys, dtype=np.uint64)[np.searchsorted(chunk.pair_index, positions)]
+        chunk.halves = {p: chunk.halves[p] for p in positions[keys <= bound].tolist()}
 
 
 def _for_report(row: CheckedRow) -> CheckedRow:

@@ -246,7 +246,7 @@ def _shards(
             _rows_between(answers.duplicate_rows, group.first_row, group.end_row),
             _rows_between(answers.conflicting_rows, group.first_row, group.end_row),
             report.similarity.cutoff(), group.first_row < EXCERPT_ROWS,
-            _rows_between(balance_rows, group.first_row, group.end_row),
+            _rows_between(balance_rows, group.first_row, group.end_row), report.similarity.k,
         )
         for group in groups
     )
@@ -275,7 +275,7 @@ def _add_to_report(report: ReportBuilder, shard: ShardWritten) -> None:
             pair_index=chunk.pair_index, prompt_keys=chunk.prompt_keys, pair_keys=chunk.pair_keys,
             lengths=chunk.lengths, detailed=sorted(chunk.details), detail=chunk.details.__getitem__,
             halves=chunk.halves, excerpts=chunk.excerpts,
-            tokens=np.array(chunk.tokens, dtype=np.int64).reshape(-1, 6), scored=chunk.scored, images=chunk.images,
+            tokens=np.asarray(chunk.tokens, dtype=np.int64).reshape(-1, 6), scored=chunk.scored, images=chunk.images,
         ))
 
 

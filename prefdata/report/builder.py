@@ -22,6 +22,7 @@ from prefdata.report.compact import (
     OUTCOMES,
     SEVERITY_CODES,
     CompactRows,
+    FlaggedRows,
     TokenLengths,
     excerpt,
     report_keys,
@@ -83,7 +84,7 @@ class ReportBuilder:
         self.severities: Counter[str] = Counter()
         self.flag_counts: Counter[str] = Counter()
         self.flag_examples: dict[str, list[dict[str, Any]]] = {}
-        self.flagged: list[tuple[Any, ...]] = []  # see report.sections._flagged_rows for the fields
+        self.flagged = FlaggedRows()  # see report.sections._flagged_rows for the fields
         self.flagged_total = 0
         self.flagged_rows_any = 0  # rows with at least one flag (for max_flagged_share)
         # Rows by their worst severity (error, then drop, then warn), each row counted once: the
@@ -253,7 +254,9 @@ class ReportBuilder:
         for at in below.tolist():
             key = int(keys[at])
             if sample.wants(key):
-                halves = rows.halves[int(pairs[at])]
+                halves = rows.halves.get(int(pairs[at]))
+                if halves is None:  # left out by the sender: it cannot be in the final sample
+                    continue
                 if type(halves) is float:
                     sample.put_measured(key, halves)
                 else:
@@ -324,7 +327,6 @@ class ReportBuilder:
         self.flagged_total += 1
         if len(self.flagged) >= MAX_FLAGGED_ROWS:
             return
-        # A tuple, not a dict: a large dirty dataset keeps many of these until build().
         detail = row.error if row.pair is None else excerpt(row.pair.prompt, 60)
         file_id = self.files[row.raw.source_file]
         digest = digest or row_hash(row)

@@ -3,8 +3,9 @@ lengths, and CompactRows, the array form of a run of rows checked elsewhere (e.g
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import xxhash
 
@@ -97,7 +98,8 @@ class CompactRows:
     detail: Callable[[int], "CheckedRow"]  # the full row at a position
     # The similarity sample's candidates: position -> the halves it compares, or their similarity
     # when they are longer than LazySimilarity.DEFER_CHARS (measured at once anyway). Must hold every
-    # pair whose key is below the sample's current cut-off (`SimilaritySample.cutoff()`).
+    # pair whose key is below the sample's current cut-off (`SimilaritySample.cutoff()`) and that
+    # can be in the final sample (a pair missing here is skipped).
     halves: dict[int, tuple[Any, Any] | float] = field(default_factory=dict)
     excerpts: list[str] | None = None  # excerpt(prompt) per row ("" when quarantined), while needed
     # One row per tokenized pair, in order: its `token_row` (the TokenLengths fields), shape (k, 6).
@@ -118,3 +120,71 @@ def sample_halves(pair: Pair) -> tuple[Any, Any] | float:
     if len(halves[0]) + len(halves[1]) > LazySimilarity.DEFER_CHARS:
         return similarity(*halves)
     return halves
+
+
+class FlaggedRows:
+    """ReportBuilder.flagged: (digest, file id, line, flags, severity, outcome, detail) per flagged
+    row, in order (report.sections._flagged_rows reads them), held in flat arrays.
+
+    A large dirty dataset keeps up to MAX_FLAGGED_ROWS of these until the report is built: as
+    tuples of Python strings they cost ~350 bytes a row, and, made while each shard's rows from the
+    workers were alive, they pinned those rows' freed memory. Here: the digest as 8 bytes, the
+    (flags, severity, outcome) triple as a code, the detail as UTF-8 bytes. A row that does not fit
+    (a digest that is not 16 hex digits, a line that is not an int) is kept as its tuple."""
+
+    def __init__(self) -> None:
+        self._digest = array("Q")
+        self._file = array("I")
+        self._line = array("q")
+        self._verdict = array("I")
+        self._verdicts: dict[tuple[Any, ...], int] = {}
+        self._verdict_list: list[tuple[Any, ...]] = []
+        self._text = bytearray()
+        self._ends = array("Q")
+        self._none_details: set[int] = set()
+        self._odd: dict[int, tuple[Any, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._digest)
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        digest, file_id, line, flags, severity, outcome, detail = row
+        index = len(self._digest)
+        fits = (type(digest) is str and len(digest) == 16 and digest == digest.lower() and _is_hex(digest)
+                and type(line) is int and -(1 << 63) <= line < 1 << 63 and type(file_id) is int
+                and 0 <= file_id < 1 << 32 and (detail is None or type(detail) is str))
+        if not fits:
+            self._odd[index] = row
+            digest, file_id, line, detail = "0" * 16, 0, 0, None
+        verdict = (tuple(flags), severity, outcome)
+        code = self._verdicts.get(verdict)
+        if code is None:
+            code = self._verdicts[verdict] = len(self._verdict_list)
+            self._verdict_list.append(verdict)
+        self._digest.append(int(digest, 16))
+        self._file.append(file_id)
+        self._line.append(line)
+        self._verdict.append(code)
+        if detail is None:
+            self._none_details.add(index)
+        else:
+            self._text += detail.encode("utf-8", "surrogatepass")
+        self._ends.append(len(self._text))
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        start = 0
+        for index in range(len(self._digest)):
+            end = self._ends[index]
+            odd = self._odd.get(index)
+            if odd is not None:
+                yield odd
+            else:
+                flags, severity, outcome = self._verdict_list[self._verdict[index]]
+                detail = None if index in self._none_details else self._text[start:end].decode("utf-8", "surrogatepass")
+                yield (f"{self._digest[index]:016x}", self._file[index], self._line[index], flags, severity, outcome,
+                       detail)
+            start = end
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
