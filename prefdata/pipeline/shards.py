@@ -52,7 +52,7 @@ from prefdata.sets.balance import plan_balance
 # worker gets several shards.
 SHARD_BYTES = 64 << 20
 SHARD_CHUNKS = 256
-GROUPS_PER_WORKER = 4
+GROUPS_PER_WORKER = 16
 CACHE_DIR = ".groups"  # inside the staging directory; removed as the shards are written
 
 

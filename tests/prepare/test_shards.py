@@ -181,7 +181,7 @@ def test_groups_keep_input_order_within_their_limits() -> None:
     records = [RecordsChunk("f", []) for _ in range(5)]
     assert [len(g.chunks) for g in group_chunks(records, max_bytes=1, max_chunks=2)] == [2, 2, 1]
     # Small inputs still give every worker several shards; large ones stop at SHARD_BYTES.
-    assert shard_bytes_for(8 << 20, workers=2, chunk_bytes=256 << 10) == 1 << 20
+    assert shard_bytes_for(32 << 20, workers=2, chunk_bytes=256 << 10) == 1 << 20  # 16 groups a worker
     assert shard_bytes_for(1 << 40, workers=2, chunk_bytes=256 << 10) == 64 << 20
     assert shard_bytes_for(1000, workers=8, chunk_bytes=256 << 10) == 256 << 10
 
