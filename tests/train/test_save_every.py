@@ -20,14 +20,20 @@ def small_out(tmp_path_factory, tiny_model_dir) -> Path:
     return make_out(tmp_path_factory.mktemp("save-every"), tiny_model_dir, pairs)
 
 
-def test_cli_save_every_0_reaches_train_as_0(monkeypatch) -> None:
-    captured = {}
+@pytest.fixture
+def captured(monkeypatch) -> dict:
+    """The settings the CLI hands to train(), which stops there."""
+    settings_seen: dict = {}
 
     def fake_train(out_dir, **settings):
-        captured.update(settings)
+        settings_seen.update(settings)
         raise PrefdataError("stop here")
 
     monkeypatch.setattr("prefdata.train.recipe.train", fake_train)
+    return settings_seen
+
+
+def test_cli_save_every_0_reaches_train_as_0(captured) -> None:
     assert cli.main(["train", "OUT", "--model", "m", "--output", "o", "--save-every", "0"]) == 2
     assert captured["save_every"] == 0
 
@@ -54,15 +60,8 @@ def test_save_every_0_writes_no_checkpoint_but_the_final_model(small_out, tiny_m
     assert [p.name for p in (tmp_path / "every" / CHECKPOINT_DIR).iterdir()] == ["step-00000001"]
 
 
-def test_cli_eval_every_0_reaches_train_as_0_and_a_negative_is_one_line(monkeypatch, capsys) -> None:
+def test_cli_eval_every_0_reaches_train_as_0_and_a_negative_is_one_line(captured, capsys) -> None:
     """`--eval-every 0` is what `train(eval_every=0)` always meant: no evaluation between steps."""
-    captured = {}
-
-    def fake_train(out_dir, **settings):
-        captured.update(settings)
-        raise PrefdataError("stop here")
-
-    monkeypatch.setattr("prefdata.train.recipe.train", fake_train)
     assert cli.main(["train", "OUT", "--model", "m", "--output", "o", "--eval", "E", "--eval-every", "0"]) == 2
     assert captured["eval_every"] == 0
     capsys.readouterr()
