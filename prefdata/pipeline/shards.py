@@ -35,7 +35,7 @@ from prefdata.checks.digests import shift_rows
 from prefdata.checks.partitioned import PartitionedResult, partitioned_on
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk
-from prefdata.checks.stream import ShapeProbe, progress_bar
+from prefdata.checks.stream import CHUNK_BYTES, ShapeProbe, progress_bar
 from prefdata.engine.local import Engine
 from prefdata.io import writer as W
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
@@ -86,6 +86,14 @@ def shard_bytes_for(input_bytes: int, workers: int, chunk_bytes: int) -> int:
     """Input bytes per shard: at most SHARD_BYTES, and small enough that each of `workers` gets
     GROUPS_PER_WORKER shards (a small input still spreads over every worker)."""
     return max(chunk_bytes, min(SHARD_BYTES, input_bytes // max(1, GROUPS_PER_WORKER * workers)))
+
+
+def shard_bytes_of(input_bytes: int | None, engine: Any) -> int:
+    """Input bytes per shard for a run on `engine` (shard_bytes_for); `input_bytes` None: a Hub
+    split, whose record chunks are grouped by count (SHARD_CHUNKS)."""
+    if input_bytes is None:
+        return SHARD_BYTES
+    return shard_bytes_for(input_bytes, getattr(engine, "workers", 1), CHUNK_BYTES)
 
 
 def group_chunks(chunks: Iterable[Chunk], max_bytes: int, max_chunks: int | None = None) -> Iterator[GroupUnit]:

@@ -259,10 +259,8 @@ def _write_shards(run: _Run, tmp: Path, s: PrepareSettings, report: ReportBuilde
     from prefdata.pipeline import shards
 
     runner = select_engine(s.engine, run.workers, s.ray_address) or LocalEngine(run.workers)
-    shard_bytes = shards.SHARD_BYTES  # a Hub split: its record chunks are grouped by count
-    if not run.hub:
-        input_bytes = sum(path.stat().st_size for path in run.input_files)
-        shard_bytes = shards.shard_bytes_for(input_bytes, getattr(runner, "workers", 1), stream.CHUNK_BYTES)
+    input_bytes = None if run.hub else sum(path.stat().st_size for path in run.input_files)
+    shard_bytes = shards.shard_bytes_of(input_bytes, runner)
     raw_path = run.input
     return shards.write_with_workers(
         stream.input_chunks(raw_path), tmp,

@@ -65,7 +65,7 @@ def _check_with_passes(
     second fills `builder`. `runner`: a Ray engine, or None for local worker processes."""
     from prefdata.checks.checker import build_leak_index
     from prefdata.checks.stage import CheckChunk
-    from prefdata.checks.stream import CHUNK_BYTES, input_chunks
+    from prefdata.checks.stream import input_chunks
     from prefdata.engine.local import LocalEngine
     from prefdata.pipeline import shards
     from prefdata.sets.pairing import PairingSettings
@@ -73,9 +73,7 @@ def _check_with_passes(
     engine = runner or LocalEngine(workers)
     leak_index = build_leak_index(run.against) if run.against is not None else None
     check = CheckChunk(pair_tokenizer, settings, policy, leak_index, benchmarks, pairing or PairingSettings())
-    input_bytes = _input_bytes(input_path)
-    shard_bytes = shards.SHARD_BYTES if input_bytes is None else shards.shard_bytes_for(
-        input_bytes, getattr(engine, "workers", 1), CHUNK_BYTES)
+    shard_bytes = shards.shard_bytes_of(_input_bytes(input_path), engine)
     name = input_path.mix.path if isinstance(input_path, MixPlan) else input_path
     shards.check_without_writing(input_chunks(input_path), builder, check=check, engine=engine,
                                  shard_bytes=shard_bytes, batch_size=run.batch_size, input_name=str(name),
