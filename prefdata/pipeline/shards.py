@@ -35,7 +35,8 @@ from prefdata.checks.digests import shift_rows
 from prefdata.checks.partitioned import PartitionedResult, partitioned_on
 from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk
-from prefdata.checks.stream import CHUNK_BYTES, ShapeProbe, progress_bar
+from prefdata.checks import stream
+from prefdata.checks.stream import ShapeProbe, progress_bar
 from prefdata.engine.local import Engine
 from prefdata.io import writer as W
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
@@ -93,7 +94,8 @@ def shard_bytes_of(input_bytes: int | None, engine: Any) -> int:
     split, whose record chunks are grouped by count (SHARD_CHUNKS)."""
     if input_bytes is None:
         return SHARD_BYTES
-    return shard_bytes_for(input_bytes, getattr(engine, "workers", 1), CHUNK_BYTES)
+    # stream.CHUNK_BYTES read at call time: the chunks are cut with its value then
+    return shard_bytes_for(input_bytes, getattr(engine, "workers", 1), stream.CHUNK_BYTES)
 
 
 def group_chunks(chunks: Iterable[Chunk], max_bytes: int, max_chunks: int | None = None) -> Iterator[GroupUnit]:
