@@ -34,6 +34,7 @@ import numpy as np
 from prefdata.checks.digests import DigestBlock, stored_keys
 from prefdata.checks.minhash import _mix, accept_threshold, jaccard_estimate
 from prefdata.core import flags as F
+from prefdata.core.memory import trim_heap
 
 _U64 = np.uint64
 BANDS = 16  # of 4 signature bytes each (one uint32 key per band)
@@ -277,29 +278,8 @@ class InProcessShuffle:
             mine, parts[i] = parts[i], []
             results.append(reduce(mine))
             del mine
-            _trim_heap()
+            trim_heap()
         return results
-
-
-def _trim_heap() -> None:
-    """Give the heap's free pages back to the system (glibc). The parts are thousands of small
-    arrays: freed, they leave holes the reducers' larger results do not reuse, and the process
-    would hold the parts' memory beside the results (~0.05 KB a pair at 200k pairs)."""
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
-
-
-def _glibc() -> Any:
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:  # not glibc (macOS, musl): nothing to trim
-        return None
-
-
-_LIBC = _glibc()
 
 
 @dataclass
@@ -335,7 +315,7 @@ def partitioned_dataset_checks(blocks: list[Any], partitions: int, *, threshold:
     for band in range(num_perm // 4):
         prompts = shuffler.shuffle(BandSplit(band), accept, Draining(prompts), partitions, fetch=False)
     found: Carried = shuffler.shuffle(_carried_split, Carried.joined, Draining(prompts), 1)[0]
-    _trim_heap()  # what the rows' pass builds next (the report) can use the pages the shuffle freed
+    trim_heap()  # what the rows' pass builds next (the report) can use the pages the shuffle freed
     edges = np.concatenate(found.edges) if found.edges else np.zeros((0, 2), np.int64)
     return PartitionedResult(
         duplicate_rows=np.sort(np.concatenate(found.duplicate_rows)) if found.duplicate_rows else np.zeros(0, np.int64),

@@ -124,7 +124,8 @@ def _ids_array(values: list[Any]) -> pa.Array | None:
     # One buffer of the final size, each row copied in once (bytes.join sizes it first; growing a
     # buffer by extend() reallocates, and for one huge row, a 10 MB reasoning trace of 9 M ids, held
     # two copies at once). One C call instead of a numpy slice assignment per row: ~6x faster.
-    flat = np.frombuffer(b"".join(values), dtype=np.int32)
+    # A row written alone (PendingRows does so for a huge one) is wrapped as it is: no copy at all.
+    flat = np.frombuffer(values[0] if len(values) == 1 else b"".join(values), dtype=np.int32)
     items = pa.Array.from_buffers(pa.int32(), len(flat), [None, pa.py_buffer(flat)])
     return pa.Array.from_buffers(ID_TYPE, len(values), [None, pa.py_buffer(offsets)], children=[items])
 

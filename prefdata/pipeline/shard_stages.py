@@ -45,6 +45,7 @@ from prefdata.sets.balance import CHOSEN_LONGER, NOT_CHOSEN_LONGER, OWN_DROP
 # Kept rows are written every `batch_size` rows, or sooner once their images reach this many bytes:
 # image rows carry their encoded images (RLAIF-V's ~100 KB-1 MB), so 1,000 of them could be a GB.
 WRITE_BATCH_BYTES = 64 << 20
+ALONE_IDS = 1 << 20  # ids in a row that PendingRows writes alone
 
 _QUARANTINED = OUTCOMES.index("quarantined")
 _UNPAIRED = OUTCOMES.index("unpaired")
@@ -295,12 +296,21 @@ class PendingRows:
         self.image_bytes = 0
 
     def add(self, row: dict[str, Any]) -> None:
+        if sum(len(row[key]) for key in ("prompt_ids", "chosen_ids", "rejected_ids")) >= ALONE_IDS:
+            # A huge row (a 10 MB reasoning trace: 9 M ids) goes in a batch of its own, so its ids
+            # become the Arrow column without a copy (io.columns): the peak is one copy, not two.
+            self.flush()
+            self.rows.append(row)
+            self.flush()
+            return
         self.rows.append(row)
         self.image_bytes += sum(len(image["bytes"] or b"") for image in row.get("images") or ())
         if len(self.rows) >= self.batch_size or self.image_bytes >= WRITE_BATCH_BYTES:
             self.flush()
 
     def flush(self) -> None:
+        if not self.rows:
+            return
         self.writer.write_rows(self.rows)
         self.rows, self.image_bytes = [], 0
 

@@ -37,6 +37,7 @@ from prefdata.checks.policy import Policy
 from prefdata.checks.stage import CheckChunk
 from prefdata.checks import stream
 from prefdata.checks.stream import ShapeProbe, progress_bar
+from prefdata.core.memory import trim_heap
 from prefdata.engine.local import Engine
 from prefdata.io import writer as W
 from prefdata.io.chunks import Chunk, LineNumbers, RangeChunk
@@ -268,6 +269,8 @@ def _shards(
                 _add_to_report(report, shard)
                 if bar is not None:
                     bar.update(sum(len(chunk.lines) for chunk in shard.chunks))
+                del shard.chunks[:]  # the report holds what it needs of them
+                trim_heap()  # the unpickled shard's holes: else the heap keeps growing by each one's size
                 yield shard
     finally:
         if bar is not None:
