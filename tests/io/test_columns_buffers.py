@@ -85,3 +85,40 @@ def test_values_of_another_python_type_go_through_pa_array():
 def test_ids_sent_as_arrays_build_the_same_column():
     values = [array("i", [1, 2, 3]), array("i"), array("i", [2**31 - 1])]
     assert column_array("prompt_ids", values).equals(pa.array([list(v) for v in values], type=ID_TYPE))
+
+
+def test_a_row_written_alone_keeps_its_ids_without_a_copy_and_in_order(tmp_path, monkeypatch) -> None:
+    """A huge row (a 10 MB reasoning trace is 9 M ids) is written in a batch of its own, and its ids
+    become the Arrow column in place: the write holds one copy of them, not two. The rows, their
+    order and the ids are what batching them together gives."""
+    import datasets
+
+    from prefdata.io.writer import DatasetWriter, finish_dataset, rewrite_part
+    from prefdata.pipeline import shard_stages
+
+    huge = array("i", range(50))
+    column = column_array("chosen_ids", [huge])
+    assert column.values.buffers()[1].address == huge.buffer_info()[0]  # the row's own memory
+
+    monkeypatch.setattr(shard_stages, "ALONE_IDS", 40)
+    batches: list[int] = []
+
+    def row(i: int, n: int) -> dict:
+        return {"prompt": f"p{i}", "chosen": "c", "rejected": "r", "prompt_ids": array("i", [i]),
+                "chosen_ids": array("i", range(n)), "rejected_ids": array("i", [2]), "flags": [],
+                "source_file": "f", "source_line": i + 1}
+
+    rows = [row(0, 3), row(1, 3), row(2, 50), row(3, 3)]
+    writer = DatasetWriter(tmp_path, prefix="shard")
+    real = writer.write_rows
+    monkeypatch.setattr(writer, "write_rows", lambda batch: (batches.append(len(batch)), real(batch)))
+    pending = shard_stages.PendingRows(writer, batch_size=8)
+    for r in rows:
+        pending.add(r)
+    pending.flush()
+    assert batches == [2, 1, 1]  # the rows before it, the huge row alone, the rows after it
+    finish_dataset(tmp_path, writer.close(), "x", None,
+                   lambda jobs, schema: [rewrite_part(src, dst, schema, enc) for src, dst, enc in jobs])
+    stored = datasets.load_from_disk(str(tmp_path))
+    assert [list(r["chosen_ids"]) for r in stored] == [list(r["chosen_ids"]) for r in rows]
+    assert stored["prompt"] == ["p0", "p1", "p2", "p3"]
