@@ -175,13 +175,14 @@ def _eval_reward(policy: Path, prompts_file: Path, scorer, samples: int, max_new
 
 
 def learn_prefdata(case: dict, out: Path, reward: dict, args: argparse.Namespace,
-                   seed: int) -> tuple[float, list[float], float]:
+                   seed: int, per_round: int | None = None) -> tuple[float, list[float], float]:
     """(seconds of the whole run, each round's mean sampled reward, seconds of its rounds by their
-    own clock, rounds.jsonl's `seconds`: the loop without the run's set-up)."""
+    own clock, rounds.jsonl's `seconds`: the loop without the run's set-up). `per_round` prompts a
+    round (None: all of them, R rounds)."""
     from prefdata.online.rounds import run_online
 
     started = time.perf_counter()
-    per_round = args.prompts_per_round or args.prompts
+    per_round = per_round or args.prompts
     rounds = args.rounds * args.prompts // per_round  # the same prompts and steps whatever the round size
     result = run_online(
         case["prompts"], model=case["policy"], output=out, rounds=rounds, prompts_per_round=per_round,
@@ -291,8 +292,6 @@ def _smollm2_case(work: Path, n: int) -> dict:
 
 
 def learn_section(args: argparse.Namespace) -> None:
-    import statistics
-
     from prefdata.online.rewards import RewardModelScorer
     from prefdata.tiny.learning_case import build_learning_case, first_half_share
     from prefdata.tiny.reward import build_tiny_reward_model
@@ -321,32 +320,37 @@ def learn_section(args: argparse.Namespace) -> None:
             build_tiny_reward_model(work / "rm", hidden_size=args.hidden, num_layers=args.layers)
             rm = RewardModelScorer(work / "rm", device="cpu", batch_size=64)
             cases.append(("reward model (tiny Llama RM)", {"reward_model": str(work / "rm")}, rm))
+        # prefdata's variants: one per --prompts-per-round value, each against the same TRL run per seed.
+        variants = {_variant(k, args): k for k in (args.prompts_per_round or [None])}
         for name, reward, scorer in cases:
-            gains: dict[str, list[float]] = {"prefdata": [], "TRL": [], "TRL defaults": []}
-            times: dict[str, list[float]] = {"prefdata": [], "TRL": [], "TRL defaults": []}
-            loops: dict[str, list[float]] = {"prefdata": [], "TRL": []}
+            gains: dict[str, list[float]] = {"TRL": [], "TRL defaults": [], **{v: [] for v in variants}}
+            times: dict[str, list[float]] = {"TRL": [], "TRL defaults": [], **{v: [] for v in variants}}
+            loops: dict[str, list[float]] = {"TRL": [], **{v: [] for v in variants}}
             for seed in args.seeds:
                 start = _eval_reward(case["policy"], case["prompts"], scorer, args.eval_samples, args.max_new_tokens,
                                      1000 + seed, args.gen_batch)
-                ours_s, ours_curve, ours_loop = learn_prefdata(case, work / f"p-{name[:4]}-{seed}", reward, args, seed)
-                theirs_s, theirs_curve, theirs_loop = learn_trl(case, work / f"t-{name[:4]}-{seed}", reward, args, seed)
-                ours = _eval_reward(work / f"p-{name[:4]}-{seed}" / "policy", case["prompts"], scorer,
-                                    args.eval_samples, args.max_new_tokens, 1000 + seed, args.gen_batch)
-                theirs = _eval_reward(work / f"t-{name[:4]}-{seed}" / "final", case["prompts"], scorer,
-                                      args.eval_samples, args.max_new_tokens, 1000 + seed, args.gen_batch)
-                print(f"  {name}, seed {seed}: reward of each round's fresh samples")
-                print("    prefdata: " + " -> ".join(f"{v:.4f}" for v in ours_curve))
-                print("    TRL:      " + " -> ".join(f"{v:.4f}" for v in theirs_curve))
-                print(f"    evaluation ({args.eval_samples} fresh samples per prompt): start {start:.4f}; prefdata {ours:.4f} "
-                      f"(gain {ours - start:+.4f}); TRL {theirs:.4f} (gain {theirs - start:+.4f})")
-                print(f"    time: prefdata {ours_s:.1f}s, TRL {theirs_s:.1f}s; training loops by their own clocks: "
-                      f"prefdata {ours_loop:.1f}s, TRL {theirs_loop:.1f}s")
-                loops["prefdata"].append(ours_loop)
-                loops["TRL"].append(theirs_loop)
-                gains["prefdata"].append(ours - start)
-                gains["TRL"].append(theirs - start)
-                times["prefdata"].append(ours_s)
+                curves = {}
+                for label, per_round in variants.items():
+                    out = work / f"p-{name[:4]}-{seed}-{per_round}"
+                    seconds, curves[label], loop = learn_prefdata(case, out, reward, args, seed, per_round)
+                    gains[label].append(_eval_reward(out / "policy", case["prompts"], scorer, args.eval_samples,
+                                                     args.max_new_tokens, 1000 + seed, args.gen_batch) - start)
+                    times[label].append(seconds)
+                    loops[label].append(loop)
+                theirs_s, curves["TRL"], theirs_loop = learn_trl(case, work / f"t-{name[:4]}-{seed}", reward, args, seed)
+                gains["TRL"].append(_eval_reward(work / f"t-{name[:4]}-{seed}" / "final", case["prompts"], scorer,
+                                                 args.eval_samples, args.max_new_tokens, 1000 + seed, args.gen_batch)
+                                    - start)
                 times["TRL"].append(theirs_s)
+                loops["TRL"].append(theirs_loop)
+                print(f"  {name}, seed {seed}: reward of each round's fresh samples")
+                for label, curve in curves.items():
+                    print(f"    {label}: " + " -> ".join(f"{v:.4f}" for v in curve))
+                print(f"    evaluation ({args.eval_samples} fresh samples per prompt): start {start:.4f}; "
+                      + "; ".join(f"{label} gain {gains[label][-1]:+.4f}" for label in (*variants, "TRL")))
+                print("    time (whole run; training loop by its own clock): "
+                      + "; ".join(f"{label} {times[label][-1]:.1f}s ({loops[label][-1]:.1f}s)" for label in (*variants, "TRL")),
+                      flush=True)
                 if args.trl_defaults:
                     out = work / f"d-{name[:4]}-{seed}"
                     default_s, _, _ = learn_trl(case, out, reward, args, seed, trl_defaults=True)
@@ -356,28 +360,45 @@ def learn_section(args: argparse.Namespace) -> None:
                           f"(gain {default - start:+.4f}), {default_s:.1f}s")
                     gains["TRL defaults"].append(default - start)
                     times["TRL defaults"].append(default_s)
-            g_ours, g_theirs = statistics.fmean(gains["prefdata"]), statistics.fmean(gains["TRL"])
-            per_prompt = {k: statistics.fmean(v) / (args.prompts * args.rounds) for k, v in times.items() if v}
-            ratio = "n/a (TRL gained nothing)" if g_theirs <= 0 else f"{g_ours / g_theirs:.2f}x"
-            if args.trl_defaults:
-                g_default = statistics.fmean(gains["TRL defaults"])
-                t_default = per_prompt["TRL defaults"]
-                print(f"  {name}, TRL at its defaults: mean gain {g_default:+.4f}, {t_default * 1000:.0f} ms per prompt "
-                      f"(prefdata {per_prompt['prefdata'] * 1000:.0f} ms: {t_default / per_prompt['prefdata']:.2f}x)")
-            spread = {k: (max(v) - min(v)) if v else 0.0 for k, v in gains.items()}
-            # Paired by seed (same start policy and evaluation draws): is the difference beyond the noise?
-            diffs = [a - b for a, b in zip(gains["prefdata"], gains["TRL"])]
-            sem = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-            print(f"  CELL lr {args.lr:g} | {name} | prefdata {g_ours:+.4f} (spread {spread['prefdata']:.4f}) | "
-                  f"TRL {g_theirs:+.4f} (spread {spread['TRL']:.4f}) | ratio {ratio} | "
-                  f"difference {statistics.fmean(diffs):+.4f} ± {sem:.4f} (standard error over seeds) | "
-                  f"{per_prompt['prefdata'] * 1000:.0f} / {per_prompt['TRL'] * 1000:.0f} ms per prompt")
-            print(f"  {name}: mean gain over {len(args.seeds)} seed(s): prefdata {g_ours:+.4f}, TRL {g_theirs:+.4f}; "
-                  f"gain ratio prefdata/TRL = {ratio}; time per prompt: prefdata {per_prompt['prefdata'] * 1000:.0f} ms, "
-                  f"TRL {per_prompt['TRL'] * 1000:.0f} ms ({per_prompt['TRL'] / per_prompt['prefdata']:.2f}x faster); "
-                  f"training loops by their own clocks: {statistics.fmean(loops['prefdata']) / (args.prompts * args.rounds) * 1000:.0f} "
-                  f"vs {statistics.fmean(loops['TRL']) / (args.prompts * args.rounds) * 1000:.0f} ms per prompt "
-                  f"({statistics.fmean(loops['TRL']) / statistics.fmean(loops['prefdata']):.2f}x faster)")
+            for label in variants:
+                _print_cell(args, name, label, gains, times, loops)
+
+
+def _variant(per_round: int | None, args: argparse.Namespace) -> str:
+    """A prefdata variant's label: its round size in prompts."""
+    if per_round is None or per_round == args.prompts:
+        return f"prefdata (rounds of all {args.prompts} prompts)"
+    if per_round == args.batch_pairs:
+        return f"prefdata (fully online: rounds of {per_round} prompts)"
+    return f"prefdata (rounds of {per_round} prompts)"
+
+
+def _print_cell(args: argparse.Namespace, name: str, label: str, gains: dict[str, list[float]],
+                times: dict[str, list[float]], loops: dict[str, list[float]]) -> None:
+    """One table cell: a prefdata variant's gains and time per prompt against TRL's, paired by seed."""
+    import statistics
+
+    prompts_run = args.prompts * args.rounds
+    g_ours, g_theirs = statistics.fmean(gains[label]), statistics.fmean(gains["TRL"])
+    per_prompt = {k: statistics.fmean(v) / prompts_run for k, v in times.items() if v}
+    ratio = "n/a (TRL gained nothing)" if g_theirs <= 0 else f"{g_ours / g_theirs:.2f}x"
+    if args.trl_defaults:
+        t_default = per_prompt["TRL defaults"]
+        print(f"  {name}, TRL at its defaults: mean gain {statistics.fmean(gains['TRL defaults']):+.4f}, "
+              f"{t_default * 1000:.0f} ms per prompt ({label} {per_prompt[label] * 1000:.0f} ms: "
+              f"{t_default / per_prompt[label]:.2f}x)")
+    spread = {k: (max(v) - min(v)) if v else 0.0 for k, v in gains.items()}
+    # Paired by seed (same start policy and evaluation draws): is the difference beyond the noise?
+    diffs = [a - b for a, b in zip(gains[label], gains["TRL"])]
+    sem = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
+    print(f"  CELL lr {args.lr:g} | {name} | {label} {g_ours:+.4f} (spread {spread[label]:.4f}) | "
+          f"TRL {g_theirs:+.4f} (spread {spread['TRL']:.4f}) | ratio {ratio} | "
+          f"difference {statistics.fmean(diffs):+.4f} ± {sem:.4f} (standard error over seeds) | "
+          f"{per_prompt[label] * 1000:.0f} / {per_prompt['TRL'] * 1000:.0f} ms per prompt "
+          f"({per_prompt['TRL'] / per_prompt[label]:.2f}x); training loops by their own clocks "
+          f"{statistics.fmean(loops[label]) / prompts_run * 1000:.0f} / "
+          f"{statistics.fmean(loops['TRL']) / prompts_run * 1000:.0f} ms per prompt "
+          f"({statistics.fmean(loops['TRL']) / statistics.fmean(loops[label]):.2f}x)", flush=True)
 
 
 def main() -> int:
@@ -413,8 +434,10 @@ def main() -> int:
     parser.add_argument("--smollm2", action="store_true",
                         help="--learn: the real-model case: SmolLM2-135M-Instruct (`make smollm2`) on UltraFeedback "
                              "prompts with the a-m rule reward (--case rule only)")
-    parser.add_argument("--prompts-per-round", type=int, default=None,
-                        help="--learn: prefdata's prompts per round (default all: R rounds; --batch-pairs: fully online)")
+    parser.add_argument("--prompts-per-round", type=int, nargs="+", default=None, metavar="K",
+                        help="--learn: prefdata's prompts per round; several values run one prefdata variant each "
+                             "against the same TRL run (default: all prompts, R rounds; with --smollm2, --batch-pairs: "
+                             "fully online, prefdata online's own default)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads or max(1, torch.get_num_threads()))
     if args.learn:
@@ -428,6 +451,8 @@ def main() -> int:
         for key, value in learn_defaults.items():
             if key not in typed:
                 setattr(args, key, value)
+        if args.smollm2 and "prompts_per_round" not in typed:
+            args.prompts_per_round = [args.batch_pairs]  # prefdata online's default, TRL's schedule
         quiet = {"TRANSFORMERS_VERBOSITY": "error", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
                  "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
         os.environ.update({k: v for k, v in quiet.items() if k not in os.environ})

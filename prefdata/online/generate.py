@@ -217,11 +217,10 @@ def _transformers_generate(model_dir: Path, tokenizer: Any, prompt_ids: list[lis
         # Left padding: every prompt ends at the same position, where generation starts.
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in batch], device=device)
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in batch], device=device)
-        # Each prompt's `samples` rows next to each other (as num_return_sequences lays them out).
+        # Each prompt runs once; its `samples` rows come next to each other (as num_return_sequences lays them out).
         completions = sample(
-            policy, input_ids.repeat_interleave(settings.samples, dim=0), mask.repeat_interleave(settings.samples, dim=0),
-            max_new_tokens=settings.max_new_tokens, temperature=settings.temperature, top_p=settings.top_p,
-            stop_ids=eos, pad_id=pad, generator=generator,
+            policy, input_ids, mask, max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+            top_p=settings.top_p, stop_ids=eos, pad_id=pad, generator=generator, samples=settings.samples,
         ).tolist()
         for p in range(len(batch)):
             outputs.append([_decode(tokenizer, completions[p * settings.samples + k], eos, keep)

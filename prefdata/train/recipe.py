@@ -300,8 +300,10 @@ def _optimizer(params: list[torch.nn.Parameter], lr: float, lr_schedule: str, wa
     if not params:
         raise PrefdataError("the policy has no trainable parameters")
     warmup_steps = math.ceil(warmup_ratio * span) if continued else warmup_steps_for(warmup_ratio, span)
+    # Fused: one kernel over all tensors (SmolLM2's 135M parameters on 2 CPU cores: 0.09 s a step
+    # against 0.45); TRL's default optimizer (adamw_torch_fused) is the same kernel.
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                                  fused=device.type == "cuda")
+                                  fused=device.type in ("cuda", "cpu"))
     scheduler = make_scheduler(optimizer, lr_schedule, warmup_steps, span)
     if loaded is not None:
         optimizer.load_state_dict(loaded[0])

@@ -80,3 +80,31 @@ def test_the_prompt_forward_keeps_only_the_last_positions_logits(tiny_model_dir)
     assert shapes[0][1] == 1 and all(shape[1] == 1 for shape in shapes)
     full = model(input_ids=ids).logits[:, -1].argmax(-1)
     assert kept[0, 0].item() == full.item()
+
+
+def test_a_prompt_with_several_samples_runs_once_and_its_samples_draw_as_separate_rows(tiny_model_dir, monkeypatch):
+    """`samples=k`: the prompts' forward has one row per prompt (not k: a third of SmolLM2's sampling
+    time on CPU), and the draws equal those of k copies of each prompt sampled as separate rows, each
+    prompt's samples next to each other; a cache that cannot be copied row-wise gives the same."""
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 10, 11, 12]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    settings = {"max_new_tokens": 8, "temperature": 1.0, "top_p": 1.0, "stop_ids": [1], "pad_id": 0}
+    rows = []
+    hook = model.register_forward_hook(lambda module, args, kwargs, output: rows.append(kwargs["input_ids"].shape[0]),
+                                       with_kwargs=True)
+    try:
+        shared = sample(model, ids, mask, samples=3, generator=torch.Generator().manual_seed(0), **settings)
+    finally:
+        hook.remove()
+    assert rows[0] == 2 and set(rows[1:]) == {6}
+    copies = sample(model, ids.repeat_interleave(3, dim=0), mask.repeat_interleave(3, dim=0),
+                    generator=torch.Generator().manual_seed(0), **settings)
+    assert shared.tolist() == copies.tolist()
+    assert len({tuple(row) for row in shared.tolist()}) > 2  # the copies of a prompt draw apart
+    owner = next(cls for cls in DynamicCache.__mro__ if "batch_repeat_interleave" in vars(cls))
+    monkeypatch.delattr(owner, "batch_repeat_interleave")
+    fallback = sample(model, ids, mask, samples=3, generator=torch.Generator().manual_seed(0), **settings)
+    assert fallback.tolist() == shared.tolist()
