@@ -25,6 +25,8 @@ times the mean cost of a pair).
     python bench/bench_train.py --data both          # CPU (~10 min on 2 busy cores); GPU if CUDA
     python bench/bench_train.py --data hh --pairs 32
     python bench/bench_train.py --smollm2            # real model (make smollm2), real UltraFeedback pairs
+    python bench/bench_train.py --smollm2 --max-length 1024 --max-steps 3 --rows trl,shared-pairs
+                                                     # TRL's default max length, the first 3 steps
 
 The GPU section (Qwen2.5-0.5B shape, bf16) runs only when CUDA is available, and otherwise prints
 "not measured (no GPU)".
@@ -116,10 +118,13 @@ def prepare_out(style: str, model_dir: Path, work: Path, pairs: int, device: str
     return out
 
 
-def run_child(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str) -> dict:
+def run_child(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str,
+              max_steps: int | None = None) -> dict:
     result = work / f"{row}.json"
     cmd = [sys.executable, __file__, "--child", row, "--out", str(out), "--model", str(model_dir),
            "--work", str(work), "--batch-pairs", str(batch_pairs), "--device", device, "--result", str(result)]
+    if max_steps is not None:  # the first steps of the epoch only (both trainers draw the same order at seed 0)
+        cmd += ["--max-steps", str(max_steps)]
     env = {**os.environ, "TQDM_DISABLE": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -210,7 +215,8 @@ def _full_logits_pair_logps(model, prompts, chosens, rejecteds, layout, pad_toke
     return PairLogps(sums[:n], sums[n:], counts[:n], counts[n:], means[:n], means[n:], batch.num_tokens, 0)
 
 
-def child_prefdata(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str) -> dict:
+def child_prefdata(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str,
+                   max_steps: int | None = None) -> dict:
     import prefdata.train.step as step
     from prefdata.train.recipe import train
 
@@ -224,7 +230,7 @@ def child_prefdata(row: str, out: Path, model_dir: Path, work: Path, batch_pairs
     output = work / f"run-{row}"
     with PeakRSS() as rss:
         train(out, model=str(model_dir), output=output, batch_pairs=batch_pairs, batch_tokens=budget, epochs=1,
-              lr=5e-6, warmup_ratio=0.1, save_every=None, progress=False, device=device, layout=layout)
+              max_steps=max_steps, lr=5e-6, warmup_ratio=0.1, save_every=None, progress=False, device=device, layout=layout)
     lines = [json.loads(x) for x in (output / "metrics.jsonl").read_text().splitlines()]
     lines = [x for x in lines if "loss" in x and "event" not in x]  # step lines, not a stall event
     ends = [0.0] + [x["elapsed_s"] for x in lines]
@@ -236,7 +242,7 @@ def child_prefdata(row: str, out: Path, model_dir: Path, work: Path, batch_pairs
             "tokens_per_cpu_s": step_rate(tokens, cpu), "rss_mib": rss.growth_mib,
             "final_loss": lines[-1]["loss"], "layout": config["layout"],
             "shared": f"{config['prefix_sharing']['shared_pairs']}/{config['prefix_sharing']['pairs']}",
-            "tokens_epoch": lines[-1]["num_tokens"]}
+            "tokens_epoch": lines[-1]["num_tokens"], "step_tokens": tokens, "step_cpu_s": [round(c, 2) for c in cpu]}
 
 
 def _clock_prefdata_steps() -> list[float]:
@@ -273,7 +279,8 @@ def _config_model(model_dir: Path):
     return _Shell()
 
 
-def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str) -> dict:
+def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str,
+              max_steps: int | None = None) -> dict:
     import datasets
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -308,6 +315,8 @@ def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int
     settings = {"max_steps": 4} if row == "trl-defaults" else {"gradient_checkpointing": False, "bf16": cuda}
     if row == "handoff":  # docs/trl.md's example: bf16 and checkpointing on a GPU only
         settings = {"activation_checkpointing": cuda, "bf16": cuda}
+    if max_steps is not None:
+        settings["max_steps"] = max_steps
     config = DPOConfig(
         output_dir=str(work / f"trl-{row}"), per_device_train_batch_size=batch_pairs, gradient_accumulation_steps=1,
         num_train_epochs=1, learning_rate=5e-6, lr_scheduler_type="cosine", warmup_steps=0.1, max_grad_norm=1.0,
@@ -342,10 +351,12 @@ def child_trl(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int
             "tokens_per_cpu_s": step_rate(step_tokens[: len(times)], clock.cpu),
             "rss_mib": rss.growth_mib, "layout": "right (TRL)", "shared": "0",
             "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
-            "bf16": bool(trainer.args.bf16), "tokens_epoch": sum(step_tokens)}
+            "bf16": bool(trainer.args.bf16), "tokens_epoch": sum(step_tokens[: len(times)]),
+            "step_tokens": step_tokens[: len(times)], "step_cpu_s": [round(c, 2) for c in clock.cpu]}
 
 
-def child_floor(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str) -> dict:
+def child_floor(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: int, device: str,
+                max_steps: int | None = None) -> dict:
     """Forward + backward over exactly the unique tokens of the shared row's batches: each pair one
     plain causal block (prompt once, chosen, rejected), head on completion positions, no optimizer."""
     import torch
@@ -359,7 +370,7 @@ def child_floor(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: i
     data = load_pairs(out, need_refs=True)
     data.use_layout(model, "shared")
     budget = _budget(out, model, "shared", batch_pairs)
-    batches = epoch_batches(data, 0, 0, batch_pairs, budget, 1)
+    batches = epoch_batches(data, 0, 0, batch_pairs, budget, 1)[:max_steps]
     times, cpu, tokens = [], [], []
     with PeakRSS() as rss:
         for rows in batches:
@@ -417,9 +428,11 @@ def table_lines(name: str, rows: list[str], results: dict[str, dict]) -> list[st
 REAL_ROWS = "trl,plain,padded-pairs,packed-pairs,shared-pairs"
 
 
-def real_section(pairs: int, batch_pairs: int, rows: list[str]) -> list[str]:
+def real_section(pairs: int, batch_pairs: int, rows: list[str], max_length: int = 192,
+                 max_steps: int | None = None) -> list[str]:
     """The rows on SmolLM2-135M-Instruct (`make smollm2`), fp32 on CPU, over the first `pairs` real
-    UltraFeedback rows of ../shared prepared with its chat template (max length 192, prompt 96)."""
+    UltraFeedback rows of ../shared prepared with its chat template (`max_length`, prompts cut to
+    half of it), for one epoch or its first `max_steps` steps."""
     import torch
     from bench_real import UF_SAMPLE, prepare_with_refs, smollm2_dir
 
@@ -429,12 +442,13 @@ def real_section(pairs: int, batch_pairs: int, rows: list[str]) -> list[str]:
     lines = UF_SAMPLE.read_text(encoding="utf-8").splitlines()[:pairs]
     with tempfile.TemporaryDirectory(prefix="bench-train-real-") as tmp:
         work = Path(tmp)
-        out = prepare_with_refs(lines, work / "out", model_dir, 192, 96)
+        out = prepare_with_refs(lines, work / "out", model_dir, max_length, max_length // 2)
         results = {}
         for row in rows:
-            results[row] = run_child(row, out, model_dir, work, batch_pairs, "cpu")
+            results[row] = run_child(row, out, model_dir, work, batch_pairs, "cpu", max_steps)
             print(f"[smollm2] {row}: {results[row]}", file=sys.stderr, flush=True)
-    name = f"CPU ({torch.get_num_threads()} threads), real UltraFeedback, SmolLM2-135M-Instruct fp32"
+    name = (f"CPU ({torch.get_num_threads()} threads), real UltraFeedback (max length {max_length}), "
+            "SmolLM2-135M-Instruct fp32")
     return table_lines(name, rows, results)
 
 
@@ -450,6 +464,10 @@ def main() -> None:
     parser.add_argument("--smollm2", action="store_true",
                         help="only the real-model rows: SmolLM2-135M-Instruct (make smollm2) on real UltraFeedback "
                              f"pairs (default --pairs 16, --rows {REAL_ROWS})")
+    parser.add_argument("--max-length", type=int, default=192,
+                        help="--smollm2: prepare's --max-length (prompts cut to half of it); TRL's default is 1024")
+    parser.add_argument("--max-steps", type=int, default=None,
+                        help="the first N steps of the epoch only (a few are enough to time a step)")
     for flag in ("--child", "--out", "--model", "--work", "--result"):
         parser.add_argument(flag, help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
@@ -461,7 +479,8 @@ def main() -> None:
         cuda = args.device == "cuda"
         if cuda:
             torch.cuda.reset_peak_memory_stats()
-        result = run(args.child, Path(args.out), Path(args.model), Path(args.work), args.batch_pairs, args.device)
+        result = run(args.child, Path(args.out), Path(args.model), Path(args.work), args.batch_pairs, args.device,
+                     args.max_steps)
         result["peak_gpu_gib"] = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
         Path(args.result).write_text(json.dumps(result))
         return
@@ -480,7 +499,8 @@ def main() -> None:
         real_rows = [r for r in (args.rows if args.rows != ",".join(ROWS) else REAL_ROWS).split(",") if r]
         if "trl" not in real_rows:
             real_rows.insert(0, "trl")
-        print("\n".join(table[:2] + real_section(args.pairs or 16, args.batch_pairs, real_rows)))
+        print("\n".join(table[:2] + real_section(args.pairs or 16, args.batch_pairs, real_rows, args.max_length,
+                                                      args.max_steps)))
         return
     styles = ["uf", "hh"] if args.data == "both" else [args.data]
     cpu_shape = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
