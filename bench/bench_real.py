@@ -13,8 +13,8 @@ pairs whose chosen reward beats the rejected one) and mean margin, before (polic
 every margin 0) and after, plus each trainer's time per step (in process, the same clocks as
 bench/bench_train.py).
 
-    python bench/bench_real.py                          # 96 pairs, 3 seeds (not yet run at this size)
-    python bench/bench_real.py --pairs 64 --seeds 0,1,2 --max-length 192
+    python bench/bench_real.py                          # 96 pairs, 48 held out, 3 seeds (~2.3 h under load)
+    python bench/bench_real.py --pairs 256 --heldout 96 # the README's row: 81 min on 2 quiet cores
 
 The helpers (prepare_with_refs, train_prefdata, train_trl) also serve
 tests/real_model/test_train_smollm2.py (prefdata vs TRL step by step at equal settings).
