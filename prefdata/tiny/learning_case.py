@@ -94,16 +94,20 @@ def build_learning_case(work: str | Path, *, prompts: int = 48, hidden_size: int
     `warm_start_steps`: that many supervised steps on short answers of corpus words that end with
     EOS, so the policy writes word-like answers and ends them (a random policy over 6k tokens almost
     never samples EOS: every sample would be cut off at the token limit)."""
+    from prefdata.core.quiet import quiet_libraries
     from prefdata.tiny.text import build_tiny_model
 
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    build_case_tokenizer(work / "tokenizer", vocab_size=vocab_size, seed=seed)
-    build_tiny_model(work / "policy", tokenizer_dir=work / "tokenizer", architecture="llama",
-                     hidden_size=hidden_size, num_layers=num_layers, seed=seed)
-    rows = write_prompts(work / "prompts.jsonl", prompts)
-    if warm_start_steps:
-        warm_start(work / "policy", rows, warm_start_steps, seed)
+    # Building a case is set-up, not output: transformers' loading and shard-writing bars stay hidden
+    # for every caller (benches, tests), as the demo's own quiet block hides them.
+    with quiet_libraries(True):
+        build_case_tokenizer(work / "tokenizer", vocab_size=vocab_size, seed=seed)
+        build_tiny_model(work / "policy", tokenizer_dir=work / "tokenizer", architecture="llama",
+                         hidden_size=hidden_size, num_layers=num_layers, seed=seed)
+        rows = write_prompts(work / "prompts.jsonl", prompts)
+        if warm_start_steps:
+            warm_start(work / "policy", rows, warm_start_steps, seed)
     (work / "rewards.py").write_text(REWARD_SOURCE, encoding="utf-8")
     return {"policy": work / "policy", "prompts": work / "prompts.jsonl", "reward_file": work / "rewards.py",
             "reward_fn": Path(f"{work / 'rewards.py'}:{REWARD_NAME}")}

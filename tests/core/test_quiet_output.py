@@ -151,3 +151,18 @@ def test_the_online_rounds_bar_is_drawn_only_on_a_terminal(monkeypatch):
     bar = _rounds_bar(3, 0, enabled=True)
     assert not bar.disable and _rounds_bar(3, 0, enabled=False).disable
     bar.close()
+
+
+def test_building_a_learning_case_draws_no_library_bars(tmp_path):
+    """prefdata.tiny.build_learning_case (benches, the online tests) is set-up: transformers' loading and
+    shard-writing bars stay hidden even outside a quiet command, in a fresh process as a bench runs it."""
+    code = ("import sys; from prefdata.tiny.learning_case import build_learning_case; "
+            "build_learning_case(sys.argv[1], prompts=4, warm_start_steps=1)")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for name in ("PREFDATA_DEBUG", "TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS"):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "case")], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "case" / "policy" / "config.json").is_file()
+    assert not [s for s in THIRD_PARTY if s in done.stdout + done.stderr], done.stderr
