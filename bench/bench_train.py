@@ -397,7 +397,7 @@ def child_floor(row: str, out: Path, model_dir: Path, work: Path, batch_pairs: i
 
 
 def section(name: str, style: str, tokenizer_dir: Path, shape: dict, pairs: int, batch_pairs: int, device: str,
-            rows: list[str], arch: str = "llama") -> list[str]:
+            rows: list[str], arch: str = "llama", max_steps: int | None = None) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         work = Path(tmp)
         model_dir = work / "model"
@@ -405,7 +405,7 @@ def section(name: str, style: str, tokenizer_dir: Path, shape: dict, pairs: int,
         out = prepare_out(style, model_dir, work, pairs, device)
         results = {}
         for row in rows:
-            results[row] = run_child(row, out, model_dir, work, batch_pairs, device)
+            results[row] = run_child(row, out, model_dir, work, batch_pairs, device, max_steps)
             print(f"[{style}] {row}: {results[row]}", file=sys.stderr, flush=True)
     return table_lines(name, rows, results)
 
@@ -510,7 +510,8 @@ def main() -> None:
         for style in styles:
             pairs = args.pairs or {"uf": 64, "hh": 32}[style]
             name = f"CPU ({torch.get_num_threads()} threads), {style.upper()}-style, Llama h256 L4 fp32"
-            table += section(name, style, Path(tok_tmp), cpu_shape, pairs, args.batch_pairs, "cpu", rows)
+            table += section(name, style, Path(tok_tmp), cpu_shape, pairs, args.batch_pairs, "cpu", rows,
+                             max_steps=args.max_steps)
 
     gpu_name = "GPU, Qwen2.5-0.5B shape random, bf16"
     if torch.cuda.is_available() and QWEN_TOKENIZER.is_dir():
@@ -519,7 +520,7 @@ def main() -> None:
         for style in styles:
             table += section(f"{gpu_name}, {style.upper()}-style ({torch.cuda.get_device_name()})", style,
                              QWEN_TOKENIZER, gpu_shape, args.gpu_pairs, args.batch_pairs, "cuda",
-                             ["trl", "shared", "floor"], arch="qwen2")
+                             ["trl", "shared", "floor"], arch="qwen2", max_steps=args.max_steps)
     else:
         table.append(f"| {gpu_name} | prefdata train / TRL DPOTrainer | not measured (no GPU) | | | | | | | | |")
     print("\n".join(table))
